@@ -1,0 +1,1 @@
+"""protobench: benchmark harness for part-prototype image classifiers on frozen DINO trunks."""

@@ -1,0 +1,322 @@
+"""Frozen timm DINOv2/DINOv3 trunks: the backbone registry, the one-pass trunk and the appended block.
+
+protocol.md ("Backbones", "block expansion") fixes the six registry keys, ``img_size=224`` and
+the identity-initialised appended block; architecture.md (seam 2) fixes what one trunk pass
+yields per image. Every convention below names the timm source it mirrors
+(``timm/models/vision_transformer.py`` for DINOv2, ``timm/models/eva.py`` for DINOv3).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import huggingface_hub
+import timm
+import torch
+import torch.nn.functional as F
+from timm.layers import Attention
+from timm.layers.pos_embed_sincos import apply_rot_embed_cat
+from timm.models import Eva, VisionTransformer
+from timm.models.eva import EvaAttention
+from torch import Tensor, nn
+
+from benchmark.errors import ProtobenchError
+
+__all__ = [
+    "BACKBONES",
+    "AppendedBlock",
+    "BackboneSpec",
+    "FrozenTrunk",
+    "TrunkOutputs",
+    "create_backbone",
+    "state_dict_checksum",
+]
+
+#: weight files ``weights = "/path/…"`` may name (timm's ``load_state_dict`` reads all of them)
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+#: files timm's ``load_state_dict_from_hf`` looks for in a ``timm/…`` hub repo, in its order
+_HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """A registry entry: a suite key, the timm model it creates, and its patch geometry."""
+
+    key: str
+    timm_name: str
+    patch_size: int
+    family: str  # "dinov2" | "dinov3"
+
+    def grid(self, image_size: int) -> tuple[int, int]:
+        return image_size // self.patch_size, image_size // self.patch_size
+
+
+#: protocol.md, table "Backbones (timm, frozen)": exactly the six keys it lists
+BACKBONES: dict[str, BackboneSpec] = {
+    spec.key: spec
+    for spec in (
+        BackboneSpec("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m", 14, "dinov2"),
+        BackboneSpec("dinov2_vitb14", "vit_base_patch14_dinov2.lvd142m", 14, "dinov2"),
+        BackboneSpec("dinov2_vits14_reg4", "vit_small_patch14_reg4_dinov2.lvd142m", 14, "dinov2"),
+        BackboneSpec("dinov2_vitb14_reg4", "vit_base_patch14_reg4_dinov2.lvd142m", 14, "dinov2"),
+        BackboneSpec("dinov3_vits16", "vit_small_patch16_dinov3.lvd1689m", 16, "dinov3"),
+        BackboneSpec("dinov3_vitb16", "vit_base_patch16_dinov3.lvd1689m", 16, "dinov3"),
+    )
+}
+
+
+@dataclass
+class TrunkOutputs:
+    """Everything one frozen trunk pass yields (architecture.md, seam 2), float32.
+
+    tokens        B×N×D      final-norm patch tokens, prefix (CLS + registers) removed
+    block_input   B×(P+N)×D  output of the last block before the final norm, prefix first
+    attention     B×N        last block's CLS→patch attention, softmax over all keys, mean over heads
+    early_tokens  B×N×D      output of block ``early_block`` (0-based, pre-norm), patch tokens only
+    """
+
+    tokens: Tensor
+    block_input: Tensor
+    attention: Tensor
+    early_tokens: Tensor | None = None
+
+
+def state_dict_checksum(module: nn.Module) -> str:
+    """Short sha256 over a module's state dict (names, dtypes, shapes and bytes, sorted by name).
+
+    Depends only on the tensors, so the same weights give the same checksum whether they came
+    from the HF cache, a ``.safetensors`` file or an original ``.pth`` checkpoint."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        array = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{array.dtype}|{tuple(array.shape)}|".encode())
+        # bytes through a uint8 view: numpy has no bfloat16
+        digest.update(array.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _query_key_weights(attn: nn.Module) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
+    """(W_q, b_q, W_k, b_k) of a timm attention module, as its own forward builds q and k."""
+    if isinstance(attn, Attention):  # vision_transformer.py: one fused qkv Linear, q|k|v rows
+        width = attn.attn_dim
+        weight, bias = attn.qkv.weight, attn.qkv.bias
+        q_b = bias[:width] if bias is not None else None
+        k_b = bias[width : 2 * width] if bias is not None else None
+        return weight[:width], q_b, weight[width : 2 * width], k_b
+    if isinstance(attn, EvaAttention):  # eva.py: fused qkv without bias, biases q_bias / k_bias (zeros)
+        if attn.qkv is None:
+            k_b = attn.k_proj.bias
+            return attn.q_proj.weight, attn.q_proj.bias, attn.k_proj.weight, k_b
+        width = attn.num_heads * attn.head_dim
+        weight = attn.qkv.weight
+        return weight[:width], attn.q_bias, weight[width : 2 * width], attn.k_bias
+    raise TypeError(f"unsupported attention module {type(attn).__name__}")
+
+
+def cls_attention(attn: nn.Module, x: Tensor, rope: Tensor | None, num_prefix_tokens: int) -> Tensor:
+    """CLS→patch attention of one timm attention module, averaged over heads, in float32.
+
+    ``x`` is the module's input (the block's ``norm1`` output). Mirrors the unfused path of
+    ``Attention.forward`` / ``EvaAttention.forward``: q, k projections, ``q_norm``/``k_norm``,
+    RoPE on the non-prefix tokens (DINOv3), ``softmax(q kᵀ · scale)`` over all keys. Returns the
+    CLS row (token 0), patch columns only (B×N); registers are keys but not returned.
+    """
+    batch, length, _ = x.shape
+    heads, head_dim = attn.num_heads, attn.head_dim
+    q_w, q_b, k_w, k_b = _query_key_weights(attn)
+    x = x.float()
+    with torch.autocast(x.device.type, enabled=False):
+        q = F.linear(x[:, :1], q_w.float(), None if q_b is None else q_b.float())
+        k = F.linear(x, k_w.float(), None if k_b is None else k_b.float())
+        q = attn.q_norm(q.view(batch, 1, heads, head_dim).transpose(1, 2))
+        k = attn.k_norm(k.view(batch, length, heads, head_dim).transpose(1, 2))
+        if rope is not None:  # eva.py: RoPE rotates tokens [num_prefix_tokens:]; CLS is never rotated
+            patches = apply_rot_embed_cat(k[:, :, num_prefix_tokens:], rope.float(), half=attn.rotate_half)
+            k = torch.cat([k[:, :, :num_prefix_tokens], patches], dim=2)
+        probs = torch.softmax((q * attn.scale) @ k.transpose(-2, -1), dim=-1)  # B×heads×1×(P+N)
+    return probs[:, :, 0, num_prefix_tokens:].mean(dim=1)
+
+
+class AppendedBlock(nn.Module):
+    """The shared trainable adapter of protocol.md ("block expansion").
+
+    ``block``: a copy of the trunk's last block whose attention output projection and MLP output
+    layer (weights and biases) are zero, so both residual branches add exactly 0 (LayerScale
+    ``ls1/ls2`` of DINOv2 and ``gamma_1/gamma_2`` of DINOv3 multiply that 0): the block is the
+    identity at initialisation. ``norm``: a frozen copy of the final norm. Runs on cached
+    ``block_input`` without the trunk; DINOv3's RoPE table for the grid is kept as a buffer.
+    """
+
+    def __init__(self, block: nn.Module, norm: nn.Module, num_prefix_tokens: int, rope: Tensor | None) -> None:
+        super().__init__()
+        self.block = block
+        self.norm = norm
+        self.num_prefix_tokens = num_prefix_tokens
+        self.register_buffer("rope", rope, persistent=False)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The block's parameters (the frozen norm excluded): what an optimiser group takes."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def forward(self, block_input: Tensor) -> Tensor:
+        """B×(P+N)×D pre-norm tokens → B×N×D ``norm(block(x))`` with the prefix removed."""
+        x = self.block(block_input) if self.rope is None else self.block(block_input, rope=self.rope)
+        return self.norm(x)[:, self.num_prefix_tokens :]
+
+
+class FrozenTrunk(nn.Module):
+    """A timm DINO trunk with every parameter frozen and always in eval mode.
+
+    One ``forward`` runs the blocks once and returns final tokens, the last block's pre-norm
+    output, the last layer's CLS attention and optionally an early block's tokens.
+    """
+
+    def __init__(self, spec: BackboneSpec, model: VisionTransformer | Eva, image_size: int, weights_source: str) -> None:
+        super().__init__()
+        if getattr(model, "rope_mixed", False) or model.cls_token is None:
+            raise TypeError(f"{spec.timm_name}: a CLS token and one RoPE table for all blocks are required")
+        self.model = model.requires_grad_(False).eval()
+        self.spec = spec
+        self.image_size = image_size
+        self.weights_source = weights_source
+        self.embed_dim: int = model.embed_dim
+        self.num_prefix_tokens: int = model.num_prefix_tokens
+        self.depth: int = len(model.blocks)
+        self.grid: tuple[int, int] = spec.grid(image_size)
+        self.weights_checksum: str = state_dict_checksum(model)
+
+    def train(self, mode: bool = True) -> FrozenTrunk:
+        """Frozen trunk: stays in eval mode whatever the caller asks (no dropout, no RoPE jitter)."""
+        return super().train(False)
+
+    def _embed(self, images: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Token sequence entering block 0 and the RoPE table (DINOv3), as timm's ``forward_features``."""
+        model = self.model
+        x = model.patch_embed(images)
+        if isinstance(model, Eva):  # eva.py Eva.forward_features: _pos_embed returns (x, rope)
+            x, rope = model._pos_embed(x)
+            return model.norm_pre(x), rope
+        x = model.patch_drop(model._pos_embed(x))  # vision_transformer.py forward_features
+        return model.norm_pre(x), None
+
+    def rope_table(self) -> Tensor | None:
+        """DINOv3's (N, 2·head_dim) RoPE sin|cos table for the trunk's grid; None for DINOv2."""
+        rope = getattr(self.model, "rope", None)
+        return None if rope is None else rope.get_embed(shape=list(self.grid))
+
+    def forward(
+        self, images: Tensor, *, early_block: int | None = None, amp_dtype: torch.dtype | None = None
+    ) -> TrunkOutputs:
+        """One pass over B×3×S×S normalised images; ``amp_dtype`` (e.g. ``torch.bfloat16``) runs the
+        blocks under autocast. No autograd graph is built (``no_grad``, not ``inference_mode``, so
+        live outputs can feed the trainable appended block)."""
+        if early_block is not None and not 0 <= early_block < self.depth:
+            raise ProtobenchError(
+                f"early_block {early_block} is outside the {self.depth} blocks of {self.spec.key}; "
+                f"pass an index in [0, {self.depth - 1}]."
+            )
+        prefix = self.num_prefix_tokens
+        autocast = torch.autocast(images.device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
+        with torch.no_grad(), autocast:
+            x, rope = self._embed(images)
+            extra = {} if rope is None else {"rope": rope}
+            early: Tensor | None = None
+            last = len(self.model.blocks) - 1
+            for index, block in enumerate(self.model.blocks):
+                if index == last:
+                    attention = cls_attention(block.attn, block.norm1(x), rope, prefix)
+                x = block(x, **extra)
+                if index == early_block:
+                    early = x[:, prefix:].float()
+            tokens = self.model.norm(x)[:, prefix:]
+        return TrunkOutputs(tokens=tokens.float(), block_input=x.float(), attention=attention, early_tokens=early)
+
+    def make_appended_block(self) -> AppendedBlock:
+        """A fresh identity-initialised trainable copy of the last block + frozen final norm."""
+        block = copy.deepcopy(self.model.blocks[-1])
+        with torch.no_grad():
+            for layer in (block.attn.proj, block.mlp.fc2):
+                layer.weight.zero_()
+                if layer.bias is not None:
+                    layer.bias.zero_()
+        block.requires_grad_(True).train()
+        norm = copy.deepcopy(self.model.norm).requires_grad_(False)
+        rope = self.rope_table()
+        return AppendedBlock(block, norm, self.num_prefix_tokens, None if rope is None else rope.detach().clone())
+
+
+def _hf_cached_weights(spec: BackboneSpec) -> Path | None:
+    """The timm hub weights of ``spec`` in the local Hugging Face cache, or None (no network)."""
+    repo_id = timm.models.get_pretrained_cfg(spec.timm_name).hf_hub_id
+    for filename in _HF_WEIGHT_FILES:
+        found = huggingface_hub.try_to_load_from_cache(repo_id, filename)
+        if isinstance(found, str):
+            return Path(found)
+    return None
+
+
+def _resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) -> Path | None:
+    """None for random init, else the weights file to load (ProtobenchError when absent)."""
+    if weights == "random":
+        return None
+    if weights is None or weights == "hf-cache":
+        found = _hf_cached_weights(spec)
+        if found is None:
+            raise ProtobenchError(
+                f"The weights of {spec.key} ({spec.timm_name}) are not in the local Hugging Face cache; "
+                f'pass weights = "/path/model.safetensors" or pre-download them on a login node with '
+                f"timm.create_model('{spec.timm_name}', pretrained=True)."
+            )
+        return found
+    path = Path(weights).expanduser()
+    if path.suffix not in WEIGHT_FILE_SUFFIXES:
+        raise ProtobenchError(
+            f"weights = {str(weights)!r} for {spec.key} is neither 'hf-cache', 'random' nor a weights file; "
+            f"name a {'/'.join(WEIGHT_FILE_SUFFIXES)} file."
+        )
+    if not path.is_file():
+        raise ProtobenchError(f"The weights file {path} for {spec.key} does not exist; fix the path in `weights`.")
+    return path
+
+
+def create_backbone(
+    key: str, *, weights: str | os.PathLike[str] | None = None, image_size: int = 224, **overrides: object
+) -> FrozenTrunk:
+    """The frozen trunk of registry ``key`` at ``image_size`` (protocol.md: 224).
+
+    ``weights``: None or ``"hf-cache"`` → timm's hub weights, read from the local HF cache only;
+    a ``.safetensors``/``.pth``/``.pt``/``.bin`` path → that file, through timm's checkpoint
+    filter (so original DINOv2/DINOv3 checkpoints convert and position embeddings resample);
+    ``"random"`` → no weights (tests, demo). ``overrides`` go to ``timm.create_model``.
+    """
+    spec = BACKBONES.get(key)
+    if spec is None:
+        raise ProtobenchError(f"Unknown backbone {key!r}; use one of: {', '.join(BACKBONES)}.")
+    if image_size % spec.patch_size:
+        raise ProtobenchError(
+            f"image_size {image_size} is not a multiple of the patch size {spec.patch_size} of {key}; "
+            f"use e.g. {spec.patch_size * (image_size // spec.patch_size)}."
+        )
+    weights_file = _resolve_weights(spec, weights)
+    kwargs = dict(img_size=image_size, num_classes=0, **overrides)
+    if weights_file is None:
+        model = timm.create_model(spec.timm_name, pretrained=False, **kwargs)
+        source = "random"
+    else:
+        try:
+            model = timm.create_model(
+                spec.timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(weights_file)), **kwargs
+            )
+        except (RuntimeError, KeyError, ValueError) as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ProtobenchError(
+                f"The weights file {weights_file} does not fit {key} ({spec.timm_name}): {first_line}; "
+                f"pass a checkpoint of that model."
+            ) from error
+        source = str(weights_file)
+    return FrozenTrunk(spec, model, image_size, source)
+

@@ -1,0 +1,160 @@
+"""RunSpec: everything that defines one benchmark run, validated before any compute.
+
+A run is a pure function of its RunSpec (plus the token cache), so the RunSpec's hash names
+the run (``run_id``). Operational fields (where the data lives, whether to cache, which
+device) do not change the science and are left out of the hash.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from benchmark.errors import ProtobenchError
+
+DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
+CUB_FORMAT_DATASETS = ("cub", "synthbirds")
+AUGMENTATIONS = ("none", "offline40")
+MAP_POOLS = (1, 2)
+
+# Fields that say where/how to run, not what to compute: excluded from the run id.
+OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of a grid: dataset × backbone × method × J × seed × variant."""
+
+    dataset: str
+    backbone: str
+    method: str
+    prototypes_per_class: int
+    seed: int = 0
+    variant: str = "default"
+    method_args: dict[str, Any] = field(default_factory=dict)
+    data_root: str = ""
+    dataset_args: dict[str, Any] = field(default_factory=dict)  # synthbirds generation
+    weights: str = "hf-cache"  # "hf-cache" | "random" | a file path
+    weights_id: str = ""  # label of the weights for the run id ("" → the weights value)
+    backbone_args: dict[str, Any] = field(default_factory=dict)  # timm overrides (tests/demo)
+    image_size: int = 224
+    batch_size: int = 128
+    eval_batch_size: int = 128
+    augmentation: str = "none"
+    map_pool: int = 1
+    measure_inference: bool = False
+    cache: bool = True
+    cache_dtype: str = "float16"
+    device: str = "auto"
+    num_workers: int = 0
+
+    # ---- identity ----------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """The normalised fields that define the result (what the run id hashes)."""
+        d = asdict(self)
+        for name in OPERATIONAL_FIELDS:
+            d.pop(name)
+        # A random trunk and a named weights file are different science; the path is not.
+        d["weights_id"] = self.weights_id or ("random" if self.weights == "random" else "pretrained")
+        return d
+
+    @property
+    def run_id(self) -> str:
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def is_cub_format(self) -> bool:
+        return self.dataset in CUB_FORMAT_DATASETS
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSpec:
+        return build_run_spec(data, where="spec.json")
+
+    def with_overrides(self, **changes: Any) -> RunSpec:
+        return replace(self, **changes)
+
+    @property
+    def label(self) -> str:
+        return (f"{self.method} J={self.prototypes_per_class} seed={self.seed} "
+                f"{self.backbone} {self.dataset}" + ("" if self.variant == "default" else f" [{self.variant}]"))
+
+
+RUN_FIELDS: dict[str, Any] = {f.name: f for f in fields(RunSpec)}
+
+
+def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError:
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ProtobenchError(
+        f"unknown key {key!r} in {where}{hint}; valid keys are: {', '.join(sorted(valid))}"
+    )
+
+
+def _check_type(key: str, value: Any, where: str) -> None:
+    expected = {
+        "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
+        "eval_batch_size": int, "map_pool": int, "num_workers": int,
+        "method_args": dict, "dataset_args": dict, "backbone_args": dict,
+        "measure_inference": bool, "cache": bool,
+    }.get(key, str)
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if not ok:
+        raise ProtobenchError(
+            f"{where}: {key} = {value!r} must be of type {expected.__name__}"
+        )
+
+
+def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
+    """Make a RunSpec from plain values, naming the first unknown key or bad value."""
+    for key, value in values.items():
+        if key not in RUN_FIELDS:
+            raise unknown_key_error(key, list(RUN_FIELDS), where)
+        _check_type(key, value, where)
+    for required in ("dataset", "backbone", "method", "prototypes_per_class"):
+        if required not in values:
+            raise ProtobenchError(f"{where}: missing required key {required!r}")
+    spec = RunSpec(**values)
+    validate_run_spec(spec, where=where)
+    return spec
+
+
+def validate_run_spec(spec: RunSpec, *, where: str) -> None:
+    """Value checks that need no files or compute (files are checked by the data readers)."""
+    from benchmark.backbones import BACKBONES
+    from methods.registry import validate_method_args
+
+    def bad(msg: str) -> ProtobenchError:
+        return ProtobenchError(f"{where}: {msg}")
+
+    if spec.dataset not in DATASET_NAMES:
+        raise bad(f"unknown dataset {spec.dataset!r}; choose one of {', '.join(DATASET_NAMES)}")
+    if spec.backbone not in BACKBONES:
+        raise bad(f"unknown backbone {spec.backbone!r}; choose one of {', '.join(sorted(BACKBONES))}")
+    if spec.prototypes_per_class < 1:
+        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
+    for name in ("batch_size", "eval_batch_size", "image_size"):
+        if getattr(spec, name) < 1:
+            raise bad(f"{name} = {getattr(spec, name)} must be ≥ 1")
+    if spec.seed < 0:
+        raise bad(f"seed = {spec.seed} must be ≥ 0")
+    if spec.num_workers < 0:
+        raise bad(f"num_workers = {spec.num_workers} must be ≥ 0")
+    if spec.augmentation not in AUGMENTATIONS:
+        raise bad(f"augmentation = {spec.augmentation!r} must be one of {', '.join(AUGMENTATIONS)}")
+    if spec.map_pool not in MAP_POOLS:
+        raise bad(f"map_pool = {spec.map_pool} must be 1 (native grid) or 2 (NPPP's 2×2 pooling)")
+    if spec.cache_dtype not in ("float16", "float32", "bfloat16"):
+        raise bad(f"cache_dtype = {spec.cache_dtype!r} must be float16, bfloat16 or float32")
+    if spec.device != "auto" and not (spec.device == "cpu" or spec.device.startswith("cuda")):
+        raise bad(f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
+    if not spec.weights:
+        raise bad("weights must be 'hf-cache', 'random' or a path to a weights file")
+    if spec.dataset_args and spec.dataset != "synthbirds":
+        raise bad("dataset_args only apply to the generated 'synthbirds' dataset")
+    validate_method_args(spec.method, spec.method_args)

@@ -1,0 +1,236 @@
+"""Reader of the official CUB-200-2011 layout (also used for ``synthbirds``).
+
+Layout under ``root`` (or ``root/CUB_200_2011``), as distributed by Caltech::
+
+    images.txt               <image_id> <class_dir>/<file>.jpg
+    image_class_labels.txt   <image_id> <class_id>            (1-based)
+    train_test_split.txt     <image_id> <is_training_image>   (1 = train, 0 = test)
+    bounding_boxes.txt       <image_id> <x> <y> <width> <height>   (floats)
+    classes.txt              <class_id> <class_name>
+    parts/parts.txt          <part_id> <part name, may contain spaces>
+    parts/part_locs.txt      <image_id> <part_id> <x> <y> <visible>
+    images/<class_dir>/<file>.jpg
+    segmentations/<class_dir>/<file>.png   optional; also looked up next to the CUB folder,
+                                           where the separately distributed masks extract
+
+Everything is validated (files present, every line parsed, ids consistent, image files
+present) before any image is decoded; errors name the file and line.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.data.dataset import ImageDataset, PartAnnotations
+from benchmark.data.transforms import integer_box
+from benchmark.errors import ProtobenchError
+
+ANNOTATION_FILES: tuple[str, ...] = (
+    "images.txt",
+    "image_class_labels.txt",
+    "train_test_split.txt",
+    "bounding_boxes.txt",
+    "classes.txt",
+    "parts/parts.txt",
+    "parts/part_locs.txt",
+)
+
+_FIX = {
+    "cub": "re-download and extract CUB_200_2011",
+    "synthbirds": "regenerate the dataset with generate_synthbirds",
+}
+
+
+class _TableFile:
+    """One whitespace-separated annotation file, read line by line with line-numbered errors."""
+
+    def __init__(self, path: Path, expected: str, fix: str) -> None:
+        self.path = path
+        self.expected = expected
+        self.fix = fix
+
+    def error(self, lineno: int, why: str) -> ProtobenchError:
+        return ProtobenchError(f"{self.path}, line {lineno}: {why}; fix that line or {self.fix}.")
+
+    def rows(self, types: tuple[Callable[[str], Any], ...], *, rest: bool = False) -> Iterator[tuple[int, list[Any]]]:
+        """Yield ``(line number, converted fields)`` of every non-blank line.
+
+        ``rest``: the last field takes the remainder of the line (names with spaces).
+        """
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ProtobenchError(f"{self.path} is not UTF-8 text; {self.fix}.") from err
+        n = len(types)
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            fields = line.split(maxsplit=n - 1) if rest else line.split()
+            if len(fields) != n:
+                raise self.error(lineno, f"expected '{self.expected}', got {line.strip()!r}")
+            try:
+                yield lineno, [convert(field) for convert, field in zip(types, fields)]
+            except ValueError:
+                raise self.error(lineno, f"expected '{self.expected}' with numbers, got {line.strip()!r}") from None
+
+
+def find_cub_dir(root: Path, name: str) -> Path:
+    """The folder holding ``images.txt``: ``root`` itself or ``root/CUB_200_2011``."""
+    for candidate in (root, root / "CUB_200_2011"):
+        if (candidate / "images.txt").is_file():
+            return candidate
+    raise ProtobenchError(
+        f"No images.txt found in {root} or {root / 'CUB_200_2011'}; point the {name} dataset root at the "
+        f"folder holding the CUB layout (images.txt, images/, parts/) or {_FIX.get(name, _FIX['cub'])}."
+    )
+
+
+def _by_id(table: _TableFile, rows: Iterator[tuple[int, list[Any]]], what: str) -> dict[int, tuple[int, list[Any]]]:
+    """Map the first field (an id) of each row to ``(line number, remaining fields)``; ids must be unique."""
+    out: dict[int, tuple[int, list[Any]]] = {}
+    for lineno, (key, *values) in rows:
+        if key in out:
+            raise table.error(lineno, f"{what} {key} already appeared on line {out[key][0]}")
+        out[key] = (lineno, values)
+    return out
+
+
+def _check_contiguous(table: _TableFile, ids: dict[int, tuple[int, list[Any]]], what: str) -> None:
+    """Class and part ids must be exactly 1..K (they index arrays)."""
+    if not ids:
+        raise ProtobenchError(f"{table.path} lists no {what}s; {table.fix}.")
+    for expected, key in enumerate(sorted(ids), start=1):
+        if key != expected:
+            raise table.error(ids[key][0], f"{what} ids must be 1..{len(ids)} without gaps, found {key}")
+
+
+def _check_same_ids(table: _TableFile, ids: dict[int, Any], images: dict[int, Any]) -> None:
+    """Every image id of images.txt appears in ``table`` and nothing else does."""
+    for key in ids:
+        if key not in images:
+            raise table.error(ids[key][0], f"image id {key} is not listed in images.txt")
+    missing = [key for key in images if key not in ids]
+    if missing:
+        raise ProtobenchError(
+            f"{table.path} has no line for image id {missing[0]} ({len(missing)} ids missing in all); "
+            f"{table.fix}."
+        )
+
+
+def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int = 224) -> ImageDataset:
+    """Read one split (``"train"``/``"test"``) of a dataset in the official CUB-200-2011 layout."""
+    fix = _FIX.get(name, _FIX["cub"])
+    if split not in ("train", "test"):
+        raise ProtobenchError(f"Unknown split {split!r} for dataset {name}; use 'train' or 'test'.")
+    cub = find_cub_dir(Path(root), name)
+    paths = {rel: cub / rel for rel in ANNOTATION_FILES}
+    for rel, path in paths.items():
+        if not path.is_file():
+            raise ProtobenchError(f"CUB annotation file {path} is missing; {fix}.")
+
+    def table(rel: str, expected: str) -> _TableFile:
+        return _TableFile(paths[rel], expected, fix)
+
+    t_images = table("images.txt", "<image_id> <class_dir>/<file>")
+    images = _by_id(t_images, t_images.rows((int, str), rest=True), "image id")
+    if not images:
+        raise ProtobenchError(f"{t_images.path} lists no images; {fix}.")
+
+    t_classes = table("classes.txt", "<class_id> <class_name>")
+    classes = _by_id(t_classes, t_classes.rows((int, str), rest=True), "class id")
+    _check_contiguous(t_classes, classes, "class")
+
+    t_labels = table("image_class_labels.txt", "<image_id> <class_id>")
+    labels = _by_id(t_labels, t_labels.rows((int, int)), "image id")
+    _check_same_ids(t_labels, labels, images)
+    for lineno, (class_id,) in labels.values():
+        if class_id not in classes:
+            raise t_labels.error(lineno, f"class id {class_id} is not listed in classes.txt")
+
+    t_split = table("train_test_split.txt", "<image_id> <1 for train, 0 for test>")
+    is_train = _by_id(t_split, t_split.rows((int, int)), "image id")
+    _check_same_ids(t_split, is_train, images)
+    for lineno, (flag,) in is_train.values():
+        if flag not in (0, 1):
+            raise t_split.error(lineno, f"the split flag must be 1 (train) or 0 (test), got {flag}")
+
+    t_boxes = table("bounding_boxes.txt", "<image_id> <x> <y> <width> <height>")
+    boxes = _by_id(t_boxes, t_boxes.rows((int, float, float, float, float)), "image id")
+    _check_same_ids(t_boxes, boxes, images)
+    for lineno, (x, y, w, h) in boxes.values():
+        if x < 0 or y < 0 or w < 1 or h < 1:
+            raise t_boxes.error(lineno, f"the box needs x, y >= 0 and width, height >= 1, got {x} {y} {w} {h}")
+
+    t_parts = table("parts/parts.txt", "<part_id> <part_name>")
+    parts = _by_id(t_parts, t_parts.rows((int, str), rest=True), "part id")
+    _check_contiguous(t_parts, parts, "part")
+
+    want = 1 if split == "train" else 0
+    ids = sorted(key for key, (_, (flag,)) in is_train.items() if flag == want)
+    if not ids:
+        raise ProtobenchError(f"{t_split.path} marks no image as {split}; {fix}.")
+    row_of = {key: row for row, key in enumerate(ids)}
+
+    num_parts = len(parts)
+    part_xy = np.zeros((len(ids), num_parts, 2), dtype=np.int64)
+    part_visible = np.zeros((len(ids), num_parts), dtype=bool)
+    seen = np.zeros((len(images), num_parts), dtype=bool)
+    image_index = {key: k for k, key in enumerate(sorted(images))}
+    t_locs = table("parts/part_locs.txt", "<image_id> <part_id> <x> <y> <visible 0/1>")
+    for lineno, (image_id, part_id, x, y, visible) in t_locs.rows((int, int, float, float, int)):
+        if image_id not in images:
+            raise t_locs.error(lineno, f"image id {image_id} is not listed in images.txt")
+        if not 1 <= part_id <= num_parts:
+            raise t_locs.error(lineno, f"part id {part_id} is not listed in parts/parts.txt")
+        if visible not in (0, 1):
+            raise t_locs.error(lineno, f"the visibility flag must be 0 or 1, got {visible}")
+        k = image_index[image_id]
+        if seen[k, part_id - 1]:
+            raise t_locs.error(lineno, f"image {image_id} part {part_id} already has a location")
+        seen[k, part_id - 1] = True
+        row = row_of.get(image_id)
+        if row is not None and visible:
+            part_xy[row, part_id - 1] = (int(x), int(y))
+            part_visible[row, part_id - 1] = True
+    if not seen.all():
+        k, p = np.argwhere(~seen)[0]
+        raise ProtobenchError(
+            f"{t_locs.path} has no line for image {sorted(images)[k]} part {p + 1} "
+            f"({int((~seen).sum())} (image, part) pairs missing in all); {fix}."
+        )
+
+    relpaths = [images[key][1][0] for key in ids]
+    image_paths = [cub / "images" / rel for rel in relpaths]
+    missing = [p for p in image_paths if not p.is_file()]
+    if missing:
+        raise ProtobenchError(
+            f"Image file {missing[0]} listed in {t_images.path} is missing ({len(missing)} {split} images "
+            f"missing in all); {fix}."
+        )
+    seg_dirs = [d for d in (cub / "segmentations", cub.parent / "segmentations") if d.is_dir()]
+    segmentation_paths: list[Path | None] = []
+    for rel in relpaths:
+        mask = seg_dirs[0] / Path(rel).with_suffix(".png") if seg_dirs else None
+        segmentation_paths.append(mask if mask is not None and mask.is_file() else None)
+
+    annotations = PartAnnotations(
+        part_names=[parts[k][1][0] for k in sorted(parts)],
+        boxes=np.array([integer_box(*boxes[key][1]) for key in ids], dtype=np.int64).reshape(-1, 4),
+        part_xy=part_xy,
+        part_visible=part_visible,
+        segmentation_paths=segmentation_paths,
+    )
+    return ImageDataset(
+        name=name,
+        root=cub,
+        split=split,
+        class_names=[classes[k][1][0] for k in sorted(classes)],
+        labels=np.array([labels[key][1][0] - 1 for key in ids], dtype=np.int64),
+        image_paths=image_paths,
+        annotations=annotations,
+        annotation_files=list(paths.values()),
+        image_size=image_size,
+    )

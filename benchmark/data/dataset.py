@@ -1,0 +1,100 @@
+"""The dataset object every reader returns: images, labels and (for CUB-format data) parts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from benchmark.data.fingerprint import split_fingerprint
+from benchmark.data.transforms import crop_to_box, model_transform, open_rgb
+
+SPLITS: tuple[str, ...] = ("train", "test")
+
+
+@dataclass(frozen=True, eq=False)
+class PartAnnotations:
+    """CUB part annotations of one split, in dataset order, exactly as read from disk.
+
+    part_names          P names from ``parts/parts.txt``
+    boxes               N×4 int64 ``(x1, y1, x2, y2)``: the ``bounding_boxes.txt`` floats truncated,
+                        ``x2 = x1 + w``, ``y2 = y1 + h`` (protocol.md)
+    part_xy             N×P×2 int64 raw image coordinates ``(int(float(x)), int(float(y)))``;
+                        0 where the part is invisible (metrics.md, "Inputs")
+    part_visible        N×P bool
+    segmentation_paths  ``segmentations/<class_dir>/<file>.png`` when that file exists, else None
+    """
+
+    part_names: list[str]
+    boxes: np.ndarray
+    part_xy: np.ndarray
+    part_visible: np.ndarray
+    segmentation_paths: list[Path | None]
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """One split of a dataset; item ``i`` is ``(3×S×S normalised image, label, i)``.
+
+    CUB-format datasets (those with ``annotations``) are cropped to the annotation box before
+    the shared resize/normalise transform; Dogs and Cars use the full image (protocol.md).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        root: Path,
+        split: str,
+        class_names: list[str],
+        labels: np.ndarray,
+        image_paths: list[Path],
+        annotations: PartAnnotations | None,
+        annotation_files: list[Path],
+        image_size: int = 224,
+    ) -> None:
+        self.name = name
+        self.root = root
+        self.split = split
+        self.class_names = class_names
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.image_paths = image_paths
+        self.annotations = annotations
+        self.annotation_files = annotation_files
+        self.image_size = image_size
+        self.transform = model_transform(image_size)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def __len__(self) -> int:
+        return len(self.image_paths)
+
+    def load_image(self, i: int) -> Image.Image:
+        """The RGB image before resizing: cropped to its box for CUB-format data, full otherwise."""
+        image = open_rgb(self.image_paths[i])
+        if self.annotations is not None:
+            image = crop_to_box(image, self.annotations.boxes[i])
+        return image
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+        return self.transform(self.load_image(i)), int(self.labels[i]), i
+
+    def fingerprint(self) -> str:
+        """Short hex hash of this split: annotation files' bytes + (relative path, size) of its images and masks."""
+        masks = [] if self.annotations is None else self.annotations.segmentation_paths
+        return split_fingerprint(
+            name=self.name,
+            split=self.split,
+            root=self.root,
+            annotation_files=self.annotation_files,
+            content_files=[*self.image_paths, *(m for m in masks if m is not None)],
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageDataset(name={self.name!r}, split={self.split!r}, images={len(self)}, "
+            f"classes={self.num_classes}, root='{self.root}')"
+        )

@@ -1,0 +1,70 @@
+"""Reader of the official Stanford Dogs layout (full images, accuracy only; protocol.md).
+
+Layout under ``root`` (the three official tarballs extracted side by side)::
+
+    Images/<wnid>-<breed>/<file>.jpg
+    Annotation/<wnid>-<breed>/<file>           (boxes; unused: the protocol uses full images)
+    lists/train_list.mat, lists/test_list.mat  (``lists.tar``; also accepted directly in root)
+        file_list        N×1 cell, paths relative to Images/
+        annotation_list  N×1 cell, paths relative to Annotation/
+        labels           N×1, 1-based class numbers
+
+Class ``k`` (0-based) is the k-th directory of ``Images/`` in sorted order, which is the
+order of the official labels; every listed file must lie in its label's directory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from benchmark.data.dataset import ImageDataset
+from benchmark.data.matfiles import check_labels, first_existing, integers, load_mat, strings
+from benchmark.errors import ProtobenchError
+
+_FIX = "re-download and extract the Stanford Dogs images.tar and lists.tar into the dataset root"
+
+
+def read_dogs(root: str | Path, split: str, *, image_size: int = 224) -> ImageDataset:
+    """Read the ``"train"`` or ``"test"`` split of Stanford Dogs."""
+    if split not in ("train", "test"):
+        raise ProtobenchError(f"Unknown split {split!r} for dataset dogs; use 'train' or 'test'.")
+    root = Path(root)
+    images_dir = root / "Images"
+    if not images_dir.is_dir():
+        raise ProtobenchError(f"Stanford Dogs image folder {images_dir} is missing; {_FIX}.")
+    list_name = f"{split}_list.mat"
+    list_path = first_existing([root / "lists" / list_name, root / list_name], f"Stanford Dogs {list_name}", _FIX)
+    mat = load_mat(list_path, ("file_list", "labels"), _FIX)
+    files = strings(mat["file_list"], list_path, "file_list", _FIX)
+    numbers = integers(mat["labels"], list_path, "labels", _FIX)
+    if len(files) != len(numbers):
+        raise ProtobenchError(
+            f"{list_path}: 'file_list' has {len(files)} entries but 'labels' has {len(numbers)}; {_FIX}."
+        )
+    class_names = sorted(d.name for d in images_dir.iterdir() if d.is_dir())
+    labels = check_labels(numbers, len(class_names), list_path, "labels", _FIX)
+    for rel, label in zip(files, labels):
+        folder = Path(rel).parent.name
+        if folder != class_names[label]:
+            raise ProtobenchError(
+                f"{list_path}: {rel} is labelled class {label + 1} but class {label + 1} is folder "
+                f"{class_names[label]} (sorted folders of {images_dir}); {_FIX}."
+            )
+    image_paths = [images_dir / rel for rel in files]
+    missing = [p for p in image_paths if not p.is_file()]
+    if missing:
+        raise ProtobenchError(
+            f"Image file {missing[0]} listed in {list_path} is missing ({len(missing)} missing in all); {_FIX}."
+        )
+    return ImageDataset(
+        name="dogs",
+        root=root,
+        split=split,
+        class_names=class_names,
+        labels=np.asarray(labels, dtype=np.int64),
+        image_paths=image_paths,
+        annotations=None,
+        annotation_files=[list_path],
+        image_size=image_size,
+    )

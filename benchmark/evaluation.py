@@ -1,0 +1,103 @@
+"""Evaluation of a trained method: accuracy on the test split and, on CUB-format datasets, the
+explanation metrics of ``metrics.md`` from ground-truth-class activation maps.
+
+One pass over the clean test tokens gives logits and maps; a second pass over the noised
+view (stability noise, seeded by the run's seed) gives the maps stability compares against.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from benchmark.data import ImageDataset
+from benchmark.features import TokenSource
+from methods.base import PrototypeMethod
+from metrics import accuracy, explanation_metrics, map_parts_to_frame
+
+
+@dataclass
+class Predictions:
+    logits: torch.Tensor  # N×C
+    labels: torch.Tensor  # N
+    maps: torch.Tensor  # N×J×H×W of each image's ground-truth class
+
+
+@torch.no_grad()
+def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, device: torch.device,
+            with_logits: bool = True) -> Predictions:
+    """Logits and GT-class activation maps for every image of ``source`` (kept on the CPU)."""
+    method.eval()
+    logits, maps = [], []
+    order = torch.arange(len(source))
+    for start in range(0, len(order), batch_size):
+        batch = source.batch(order[start:start + batch_size], device)
+        if with_logits:
+            logits.append(method.logits(batch).float().cpu())
+        maps.append(method.activation_maps(batch, batch.labels).float().cpu())
+    return Predictions(
+        logits=torch.cat(logits) if logits else torch.empty(0),
+        labels=source.labels.clone(),
+        maps=torch.cat(maps),
+    )
+
+
+def load_segmentation_masks(dataset: ImageDataset, size: int = 224) -> torch.Tensor | None:
+    """Masks cropped to the annotated box, resized nearest to ``size``, foreground = pixel > 200
+    (NPPP's comprehensiveness protocol, metrics.md Extras). None if any mask is missing."""
+    ann = dataset.annotations
+    if ann is None or any(p is None or not p.exists() for p in ann.segmentation_paths):
+        return None
+    masks = np.empty((len(dataset), size, size), dtype=bool)
+    for i, path in enumerate(ann.segmentation_paths):
+        x1, y1, x2, y2 = (int(v) for v in ann.boxes[i])
+        with Image.open(path) as im:
+            crop = im.convert("L").crop((x1, y1, x2, y2)).resize((size, size), Image.NEAREST)
+        masks[i] = np.asarray(crop) > 200
+    return torch.from_numpy(masks)
+
+
+def evaluate(
+    method: PrototypeMethod,
+    test_dataset: ImageDataset,
+    clean: TokenSource,
+    noisy: TokenSource | None,
+    *,
+    batch_size: int,
+    device: torch.device,
+    map_pool: int,
+    noise_seed: int,
+) -> dict[str, Any]:
+    """Metrics (percent) and the evaluation settings that produced them."""
+    pred = predict(method, clean, batch_size=batch_size, device=device)
+    metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
+    notes: dict[str, str] = {}
+    ann = test_dataset.annotations
+    if ann is not None:
+        parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
+        noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False).maps \
+            if noisy is not None else None
+        explained = explanation_metrics(
+            pred.maps, noisy_maps, pred.labels, parts, method.num_classes,
+            map_pool=map_pool, masks=load_segmentation_masks(test_dataset),
+        )
+        metrics.update(explained)
+        if method.prototypes_per_class == 1:
+            notes["dis"] = "undefined for J = 1 (distinctiveness needs at least one pair of prototypes)"
+        if explained.get("comp") is None:
+            notes["comp"] = "not computed: segmentation masks missing"
+    else:
+        notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
+    return {
+        "metrics": metrics,
+        "metric_notes": notes,
+        "evaluation": {
+            "map_grid": list(pred.maps.shape[-2:]),
+            "map_pool": map_pool,
+            "noise_seed": noise_seed if ann is not None else None,
+            "num_images": len(pred.labels),
+        },
+    }

@@ -1,0 +1,116 @@
+"""Grid files: a TOML description of many runs, expanded to RunSpecs.
+
+```toml
+name = "demo"                       # runs go to <runs_dir>/<name>/<run_id>/
+description = "…"                   # optional
+runs_dir = "runs"                   # optional, relative to the working directory
+
+[defaults]                          # any RunSpec field
+dataset = "synthbirds"
+backbone = "dinov2_vits14"
+
+[[sweep]]                           # one block of the grid; a list value is an axis,
+method = ["vmfproto"]               # a scalar (or table) a fixed value; blocks are
+prototypes_per_class = [3, 5]       # expanded as Cartesian products and concatenated,
+seed = [0, 1]                       # duplicates (same run id) kept once
+```
+"""
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, unknown_key_error
+from benchmark.errors import ProtobenchError
+
+GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    name: str
+    runs: tuple[RunSpec, ...]
+    description: str = ""
+    runs_dir: str = "runs"
+    source: str = ""
+
+    def run_dir(self, root: Path, spec: RunSpec) -> Path:
+        return root / self.name / spec.run_id
+
+
+def _axes(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cartesian product of a sweep block (list values are axes)."""
+    keys = list(block)
+    values = [v if isinstance(v, list) else [v] for v in block.values()]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+
+
+def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] | None = None) -> GridSpec:
+    """Validate and expand a parsed grid document; ``overrides`` replace fields of every run
+    (e.g. ``--data-root``)."""
+    for key in data:
+        if key not in GRID_KEYS:
+            raise unknown_key_error(key, list(GRID_KEYS), source)
+    name = data.get("name")
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ProtobenchError(f"{source}: 'name' must be a non-empty string without '/'")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ProtobenchError(f"{source}: [defaults] must be a table")
+    for key in defaults:
+        if key not in RUN_FIELDS:
+            raise unknown_key_error(key, list(RUN_FIELDS), f"{source} [defaults]")
+    sweeps = data.get("sweep", [{}])
+    if not isinstance(sweeps, list) or not all(isinstance(s, dict) for s in sweeps):
+        raise ProtobenchError(f"{source}: 'sweep' must be an array of tables ([[sweep]])")
+    runs: dict[str, RunSpec] = {}
+    for i, block in enumerate(sweeps):
+        where = f"{source} [[sweep]] #{i + 1}"
+        for key in block:
+            if key not in RUN_FIELDS:
+                raise unknown_key_error(key, list(RUN_FIELDS), where)
+        for values in _axes(block):
+            merged = {**defaults, **values, **(overrides or {})}
+            spec = build_run_spec(merged, where=where)
+            runs.setdefault(spec.run_id, spec)
+    if not runs:
+        raise ProtobenchError(f"{source}: the grid expands to no runs")
+    return GridSpec(
+        name=name,
+        runs=tuple(runs.values()),
+        description=str(data.get("description", "")),
+        runs_dir=str(data.get("runs_dir", "runs")),
+        source=source,
+    )
+
+
+def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> GridSpec:
+    """Read a grid TOML file; every error names the file and the offending key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProtobenchError(f"grid file {str(path)!r} does not exist; give the path of a .toml grid "
+                              "(ready-made grids are in benchmark/grids/)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ProtobenchError(f"grid file {str(path)!r} is not valid TOML: {err}") from err
+    return parse_grid(data, source=str(path), overrides=overrides)
+
+
+def select_runs(grid: GridSpec, only: list[str]) -> list[RunSpec]:
+    """Filter runs by ``key=value`` terms (``method=vmfproto``, ``seed=0``) or run ids."""
+    selected = list(grid.runs)
+    for term in only:
+        if "=" in term:
+            key, _, value = term.partition("=")
+            if key not in RUN_FIELDS:
+                raise unknown_key_error(key, list(RUN_FIELDS), "--only")
+            selected = [r for r in selected if str(getattr(r, key)) == value]
+        else:
+            selected = [r for r in selected if r.run_id.startswith(term)]
+    if not selected:
+        raise ProtobenchError(f"--only {' '.join(only)} matches no run of grid {grid.name!r}")
+    return selected

@@ -1,0 +1,60 @@
+"""Progress display: rich bars on a terminal, plain log lines otherwise (batch logs, SLURM)."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Protocol
+
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+
+class Task(Protocol):
+    def advance(self) -> None: ...
+    def done(self) -> None: ...
+
+
+class _RichTask:
+    def __init__(self, bar: RichProgress, description: str, total: int) -> None:
+        self.bar, self.id = bar, bar.add_task(description, total=total)
+
+    def advance(self) -> None:
+        self.bar.advance(self.id)
+
+    def done(self) -> None:
+        self.bar.remove_task(self.id)
+
+
+class _SilentTask:
+    def advance(self) -> None:
+        pass
+
+    def done(self) -> None:
+        pass
+
+
+class Progress:
+    """``with Progress() as p: task = p.task("epoch 1", n); task.advance(); task.done()``.
+
+    Not a TTY → no bars (epoch summaries are logged as lines by the caller)."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), transient=True) if self.enabled else None
+
+    def __enter__(self) -> Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def task(self, description: str, total: int) -> Task:
+        return _RichTask(self._bar, description, total) if self._bar is not None else _SilentTask()
+
+    def printer(self) -> Callable[[str], None]:
+        """A line printer that does not break the bars."""
+        return self._bar.console.print if self._bar is not None else (lambda line: print(line, flush=True))

@@ -1,0 +1,201 @@
+"""One run, end to end: data → frozen trunk → token cache → method → training → evaluation →
+``result.json``. A pure function of the RunSpec (plus the cache), so any executor can call it
+and re-running a finished run is a no-op."""
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmark.backbones import FrozenTrunk, create_backbone
+from benchmark.config import RunSpec
+from benchmark.data import ImageDataset, OfflineAugmentedDataset, generate_synthbirds, load_dataset
+from benchmark.errors import ProtobenchError
+from benchmark.evaluation import evaluate
+from benchmark.features import TokenSource, View, token_source
+from benchmark.progress import Progress
+from benchmark.provenance import provenance, resolve_device
+from benchmark.store import RunDir, atomic_write_json
+from benchmark.training import TrainingInterrupted, train
+from methods.base import MethodContext, PrototypeMethod
+from methods.registry import build_method
+
+TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
+
+
+def dataset_root(spec: RunSpec) -> Path:
+    if not spec.data_root:
+        raise ProtobenchError(f"no data_root for dataset {spec.dataset!r}: set data_root in the grid "
+                              "or pass --data-root")
+    return Path(spec.data_root).expanduser()
+
+
+def load_split(spec: RunSpec, split: str) -> ImageDataset:
+    """The split's dataset; a missing synthbirds root is generated from ``dataset_args``."""
+    root = dataset_root(spec)
+    if spec.dataset == "synthbirds" and not root.exists():
+        args = {"classes": 10, "images_per_class": 20, "seed": 0, **spec.dataset_args}
+        generate_synthbirds(root, **args)
+    return load_dataset(spec.dataset, root, split, image_size=spec.image_size)
+
+
+def load_trunk(spec: RunSpec) -> FrozenTrunk:
+    """The frozen trunk; random weights are drawn from a fixed seed so all runs share caches."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TRUNK_INIT_SEED)
+        return create_backbone(spec.backbone, weights=spec.weights, image_size=spec.image_size,
+                               **spec.backbone_args)
+
+
+def method_context(spec: RunSpec, trunk: FrozenTrunk, num_classes: int) -> MethodContext:
+    return MethodContext(
+        num_classes=num_classes,
+        prototypes_per_class=spec.prototypes_per_class,
+        embed_dim=trunk.embed_dim,
+        grid=trunk.grid,
+        num_prefix_tokens=trunk.num_prefix_tokens,
+        depth=trunk.depth,
+        make_block=trunk.make_appended_block,
+        seed=spec.seed,
+    )
+
+
+@dataclass
+class Prepared:
+    """Everything a run needs before training: built once, before compute is spent."""
+
+    spec: RunSpec
+    device: torch.device
+    trunk: FrozenTrunk
+    train_set: ImageDataset
+    test_set: ImageDataset
+    method: PrototypeMethod
+
+    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: bool) -> TokenSource:
+        spec = self.spec
+        return token_source(
+            self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
+            backbone_key=spec.backbone,
+            early_block=self.method.ctx.early_block_index if self.method.needs_early_tokens else None,
+            dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
+            num_workers=spec.num_workers, progress=progress,
+        )
+
+    def train_source(self, cache_root: Path | None, *, progress: bool) -> TokenSource:
+        """Training tokens: the clean split, or its offline-augmented copies."""
+        data: Any = self.train_set
+        if self.spec.augmentation == "offline40":
+            data = OfflineAugmentedDataset(self.train_set, seed=self.spec.seed)
+        return self._source(data, View(), cache_root, progress)
+
+    def test_sources(self, cache_root: Path | None, *, progress: bool) -> tuple[TokenSource, TokenSource | None]:
+        """Clean test tokens, and the stability-noise view (CUB-format datasets only)."""
+        clean = self._source(self.test_set, View(), cache_root, progress)
+        noisy = self._source(self.test_set, View("noise", self.spec.seed), cache_root, progress) \
+            if self.spec.is_cub_format else None
+        return clean, noisy
+
+
+def prepare(spec: RunSpec) -> Prepared:
+    """Load data annotations, trunk and method: every user error surfaces here."""
+    device = resolve_device(spec.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ProtobenchError(f"device {spec.device!r} was asked for but CUDA is not available; use device = 'auto'")
+    train_set, test_set = load_split(spec, "train"), load_split(spec, "test")
+    trunk = load_trunk(spec).to(device)
+    torch.manual_seed(spec.seed)
+    method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
+    return Prepared(spec, device, trunk, train_set, test_set, method)
+
+
+def execute_run(
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    cache_root: Path | None,
+    progress: bool | None = None,
+    stop_after_epoch: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
+
+    A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
+    kept so a re-run resumes."""
+    rd = RunDir(run_dir)
+    done = rd.result()
+    if done is not None:
+        return done
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(rd.spec_path, spec.to_json())
+    rd.failure_path.unlink(missing_ok=True)
+    with rd.log_path.open("a") as logfile, Progress(progress) as bars:
+        echo = log or bars.printer()
+
+        def say(line: str) -> None:
+            logfile.write(line + "\n")
+            logfile.flush()
+            echo(line)
+
+        try:
+            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch)
+        except BaseException as err:
+            if not isinstance(err, (KeyboardInterrupt, TrainingInterrupted)):
+                atomic_write_json(rd.failure_path, {
+                    "reason": f"{type(err).__name__}: {err}",
+                    "traceback": traceback.format_exc(),
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                })
+                say(f"FAILED: {type(err).__name__}: {err}")
+            raise
+
+
+def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
+             say: Callable[[str], None], stop_after_epoch: int | None) -> dict[str, Any]:
+    wall: dict[str, float] = {}
+    tic = time.perf_counter()
+    say(f"run {spec.run_id}: {spec.label}")
+    prep = prepare(spec)
+    wall["prepare"] = time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    train_src = prep.train_source(cache_root, progress=bars.enabled)
+    test_src, noisy_src = prep.test_sources(cache_root, progress=bars.enabled)
+    wall["token_cache"] = time.perf_counter() - tic
+
+    report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
+                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch)
+    wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
+
+    tic = time.perf_counter()
+    evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
+                         device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)
+    wall["evaluate"] = time.perf_counter() - tic
+
+    timing: dict[str, Any] = {**report.to_json(), "wall_seconds": wall}
+    if spec.measure_inference:
+        from benchmark.perf import inference_throughput
+
+        timing["inference_images_per_second"] = inference_throughput(
+            prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
+    result = {
+        "run_id": spec.run_id,
+        "grid": rd.path.parent.name,
+        "spec": spec.to_json(),
+        **evaluated,
+        "timing": timing,
+        "provenance": {
+            **provenance(prep.device),
+            "weights_checksum": prep.trunk.weights_checksum,
+            "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    }
+    atomic_write_json(rd.result_path, result)
+    shown = " ".join(f"{k}={v:.1f}" for k, v in evaluated["metrics"].items() if v is not None)
+    say(f"done {spec.run_id}: {shown}")
+    return result

@@ -1,0 +1,172 @@
+"""The method adapter interface: what every part-prototype method implements.
+
+A method never sees images, only token batches from the frozen trunk (see
+``../shared/spec/architecture.md``, seam 1). It declares its training *stages* (which
+parameters train, with which learning rates and scheduler), returns *named* loss terms
+(so ablations switch terms off by name), class logits, and activation maps of the
+prototypes of a requested class. Non-gradient updates (momentum prototypes, EM, push)
+happen in hooks the training loop calls.
+
+Prototypes are class-major: prototype ``j`` belongs to class ``j // J``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What the harness tells a method about the problem and the trunk it sits on."""
+
+    num_classes: int
+    prototypes_per_class: int  # J
+    embed_dim: int  # D of the trunk's tokens
+    grid: tuple[int, int]  # (H, W) token grid; N = H * W
+    num_prefix_tokens: int  # CLS (+ registers) in the block input
+    depth: int  # number of blocks of the trunk
+    make_block: Callable[[], nn.Module]  # fresh appended trainable block (protocol.md)
+    seed: int = 0
+
+    @property
+    def num_prototypes(self) -> int:
+        return self.num_classes * self.prototypes_per_class
+
+    @property
+    def early_block_index(self) -> int:
+        """Index of the early frozen block whose tokens EvalProtoPNet's SDFA reads (methods.md)."""
+        return self.depth // 4
+
+
+@dataclass
+class TokenBatch:
+    """One batch of cached (or live) trunk outputs, on the training device.
+
+    tokens       B×N×D  final-norm patch tokens of the frozen trunk (prefix removed)
+    block_input  B×(P+N)×D  pre-norm output of the last frozen block, prefix tokens first
+    attention    B×N  last layer's CLS→patch attention, averaged over heads
+    early_tokens B×N×D  tokens of block ``early_block_index`` (only when a method asks)
+    labels       B  class indices
+    indices      B  positions of the images in their split (push records them)
+    """
+
+    tokens: Tensor
+    block_input: Tensor
+    attention: Tensor
+    labels: Tensor
+    indices: Tensor
+    grid: tuple[int, int]
+    early_tokens: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+@dataclass
+class ParamGroup:
+    """An optimiser parameter group with a name (for logs and checkpoints)."""
+
+    name: str
+    params: list[nn.Parameter]
+    lr: float
+    weight_decay: float = 0.0
+
+
+@dataclass
+class Stage:
+    """A phase of training. ``param_groups`` empty ⇒ no optimiser: the stage only runs hooks
+    (e.g. vMFProto's momentum prototype discovery)."""
+
+    name: str
+    epochs: int
+    param_groups: list[ParamGroup] = field(default_factory=list)
+    scheduler: SchedulerFactory | None = None
+    optimizer: str = "adam"  # "adam" | "sgd"
+
+    @property
+    def trains(self) -> bool:
+        return bool(self.param_groups)
+
+
+class TrainData(ABC):
+    """Read access to the training split's tokens, for hooks that pass over the data (push, EM
+    warm starts, last-layer phases). Provided by the harness; batches are on the device."""
+
+    @abstractmethod
+    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]: ...
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+
+class PrototypeMethod(nn.Module, ABC):
+    """Base class of every method adapter. Constructor: ``(ctx, **hyperparameters)``; every
+    hyperparameter is a keyword argument with the paper's default, overridable from a grid's
+    ``method_args``.
+
+    Subclasses set ``loss_weights`` (term name → coefficient, sign included) in ``__init__``;
+    the training loop minimises ``Σ weight · term`` over the terms ``loss_terms`` returns.
+    """
+
+    #: name in the registry (set by ``@register_method``)
+    name: str = ""
+    #: whether the trunk cache must hold the early block's tokens (EvalProtoPNet's SDFA)
+    needs_early_tokens: bool = False
+
+    def __init__(self, ctx: MethodContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.loss_weights: dict[str, float] = {}
+
+    # ---- what the harness reads -------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        return self.ctx.num_classes
+
+    @property
+    def prototypes_per_class(self) -> int:
+        return self.ctx.prototypes_per_class
+
+    def uses(self, term: str) -> bool:
+        """Whether loss ``term`` contributes (weight non-zero): skip computing it otherwise."""
+        return self.loss_weights.get(term, 0.0) != 0.0
+
+    @abstractmethod
+    def stages(self) -> list[Stage]:
+        """The training schedule, in order. Called once per stage start on the live module."""
+
+    @abstractmethod
+    def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
+        """Unweighted scalar loss terms for one training batch (keys ⊆ ``loss_weights``).
+        A stage without parameter groups may return ``{}``."""
+
+    @abstractmethod
+    def logits(self, batch: TokenBatch) -> Tensor:
+        """B×C class logits (the ones accuracy is measured on)."""
+
+    @abstractmethod
+    def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """B×J×H×W maps of the J prototypes of ``classes[b]`` on the token grid; higher = more
+        similar. The explanation metrics read these."""
+
+    # ---- hooks (default: nothing) -------------------------------------------------------
+    def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:
+        """Called before the first epoch of ``stage`` (``epoch`` is the global epoch index)."""
+
+    def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
+        """Called after each batch (after the optimiser step, if any), under ``no_grad``:
+        momentum prototype updates, renormalisation, EM steps."""
+
+    def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
+        """Called after each epoch (global index ``epoch``): push/projection, last-layer phases."""
+
+    # ---- helpers shared by adapters ------------------------------------------------------
+    def prototype_class_identity(self) -> Tensor:
+        """Class index of every prototype, class-major (prototype j → class j // J)."""
+        return torch.arange(self.ctx.num_prototypes) // self.ctx.prototypes_per_class

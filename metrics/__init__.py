@@ -1,0 +1,63 @@
+"""Evaluation metrics of protobench: pure functions of activation maps and annotations.
+
+Definitions: ``spec/metrics.md``. Entry point: :func:`explanation_metrics`; accuracy:
+:func:`accuracy`. All scores are in percent; ``None`` marks an undefined / not computable
+value (distinctiveness with J = 1, stability without noisy maps, comprehensiveness without masks).
+"""
+from .accuracy import accuracy
+from .comprehensiveness import comprehensiveness, foreground_union, mask_iou, segmentation_to_frame
+from .consistency import consistency, consistency_flags, consistency_score, part_hit_ratios
+from .distinctiveness import distinctiveness, distinctiveness_score, iou_72, mean_pairwise_iou
+from .explanation import METRIC_KEYS, explanation_metrics
+from .maps import (
+    TIE_RTOL,
+    argmax_positions,
+    peak_positions,
+    pool_maps,
+    select_topk_maps,
+    upsample_maps,
+)
+from .parts import (
+    FRAME_SIZE,
+    HALF_SIZE,
+    PartGroundTruth,
+    boxes_from_xywh,
+    map_parts_to_frame,
+    part_vectors,
+    region_bounds,
+)
+from .stability import stability, stability_score, unchanged_fractions
+
+__all__ = [
+    "FRAME_SIZE",
+    "HALF_SIZE",
+    "METRIC_KEYS",
+    "TIE_RTOL",
+    "PartGroundTruth",
+    "accuracy",
+    "argmax_positions",
+    "boxes_from_xywh",
+    "comprehensiveness",
+    "consistency",
+    "consistency_flags",
+    "consistency_score",
+    "distinctiveness",
+    "distinctiveness_score",
+    "explanation_metrics",
+    "foreground_union",
+    "iou_72",
+    "map_parts_to_frame",
+    "mask_iou",
+    "mean_pairwise_iou",
+    "part_hit_ratios",
+    "part_vectors",
+    "peak_positions",
+    "pool_maps",
+    "region_bounds",
+    "segmentation_to_frame",
+    "select_topk_maps",
+    "stability",
+    "stability_score",
+    "unchanged_fractions",
+    "upsample_maps",
+]

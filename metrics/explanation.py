@@ -1,0 +1,103 @@
+"""One entry point for all explanation metrics of one evaluated model.
+
+One pass over chunks of images: the clean maps are pooled once, upsampled bicubically
+(consistency, stability) and bilinearly (distinctiveness, comprehensiveness); the noisy maps
+bicubically (stability). Only per-map argmax positions and per-image IoUs outlive a chunk.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._checks import check_labels, check_maps
+from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mask_iou
+from .consistency import consistency_score
+from .distinctiveness import distinctiveness_score
+from .maps import DEFAULT_CHUNK, argmax_positions, iter_chunks, pool_maps, select_topk_maps, upsample_maps
+from .parts import PartGroundTruth, part_vectors
+from .stability import stability_score
+
+METRIC_KEYS = ("con", "sta", "dis", "comp")
+
+
+def explanation_metrics(
+    clean_maps: Tensor,
+    noisy_maps: Tensor | None,
+    labels: Tensor,
+    parts: PartGroundTruth,
+    num_classes: int,
+    *,
+    map_pool: int = 1,
+    masks: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    topk: int | None = None,
+) -> dict[str, float | None]:
+    """Consistency, stability, distinctiveness and comprehensiveness, in percent.
+
+    clean_maps, noisy_maps: (N, J, h, w) maps of each image's ground-truth class prototypes
+        (higher = more similar) on the clean and the noise-perturbed input (metrics.md).
+    labels: (N,) ground-truth classes in ``[0, num_classes)``; parts: the N images' parts in
+        the 224 frame (:func:`metrics.parts.map_parts_to_frame`).
+    map_pool: 1 (native grid) or 2 (NPPP's 2x2 average pooling), applied to every metric.
+    masks: optional (N, 224, 224) foreground masks for comprehensiveness.
+    chunk_size: images upsampled at once (memory bound). topk: NPPP's top-k map selection for
+        dis/comp only (default None = all J, as metrics.md).
+
+    Returns ``{"con", "sta", "dis", "comp"}``; a value is ``None`` when undefined or not
+    computable: ``sta`` without noisy maps or without any class with images, ``dis`` for
+    J = 1 (no pairs) or N = 0, ``comp`` without masks or for N = 0.
+    All tensors are moved to ``clean_maps.device``; the work runs there.
+    """
+    check_maps("clean_maps", clean_maps)
+    n, j = clean_maps.shape[:2]
+    dev = clean_maps.device
+    if noisy_maps is not None:
+        check_maps("noisy_maps", noisy_maps)
+        if noisy_maps.shape != clean_maps.shape:
+            raise ValueError(
+                f"noisy_maps: shape {tuple(noisy_maps.shape)} differs from clean_maps {tuple(clean_maps.shape)}"
+            )
+    labels = check_labels("labels", labels, n, num_classes, dev)
+    if not isinstance(parts, PartGroundTruth):
+        raise ValueError(f"parts: expected a PartGroundTruth, got {type(parts).__name__}")
+    if parts.num_images != n:
+        raise ValueError(f"parts: has {parts.num_images} images, clean_maps has {n}")
+    parts = parts.to(dev)
+    if masks is not None:
+        masks = check_masks(masks, n).to(dev)
+
+    j_dis = j if topk is None else min(topk, j)
+    want_dis = j_dis >= 2 and n > 0
+    want_bilinear = want_dis or (masks is not None and n > 0)
+
+    peaks_clean = torch.empty((n, j, 2), dtype=torch.int64, device=dev)
+    peaks_noisy = torch.empty_like(peaks_clean) if noisy_maps is not None else None
+    centres_dis = torch.empty((n, j_dis, 2), dtype=torch.int64, device=dev) if want_dis else None
+    ious = torch.empty(n, dtype=torch.float64, device=dev) if masks is not None else None
+
+    for sl in iter_chunks(n, chunk_size):
+        raw = clean_maps[sl].to(device=dev, dtype=torch.float64)
+        # metrics.md "Shared core" 1-2: bicubic upsampling, first argmax (EvalProtoPNet)
+        peaks_clean[sl] = argmax_positions(upsample_maps(pool_maps(raw, map_pool), mode="bicubic"))
+        if peaks_noisy is not None:
+            noisy = pool_maps(noisy_maps[sl].to(device=dev, dtype=torch.float64), map_pool)
+            peaks_noisy[sl] = argmax_positions(upsample_maps(noisy, mode="bicubic"))
+        if want_bilinear:
+            # NPPP distinctiveness / comprehensiveness: bilinear upsampling of the (top-k) maps
+            bil = upsample_maps(pool_maps(select_topk_maps(raw, topk), map_pool), mode="bilinear")
+            if centres_dis is not None:
+                centres_dis[sl] = argmax_positions(bil)
+            if ious is not None:
+                ious[sl] = mask_iou(foreground_union(bil, MAP_THRESHOLD), masks[sl])
+            del bil
+
+    o_clean = part_vectors(peaks_clean, parts)
+    result: dict[str, float | None] = {key: None for key in METRIC_KEYS}
+    result["con"] = consistency_score(o_clean, parts.visible, labels, num_classes)
+    if peaks_noisy is not None:
+        result["sta"] = stability_score(o_clean, part_vectors(peaks_noisy, parts), labels, num_classes)
+    if centres_dis is not None:
+        result["dis"] = distinctiveness_score(centres_dis)
+    if ious is not None and n > 0:
+        result["comp"] = 100.0 * float(ious.mean())
+    return result

@@ -1,0 +1,49 @@
+"""The tidy results schema: one row per run (or per published aggregate), these columns.
+
+Every frame the reports build or read (``load_results``, ``load_csv``) has exactly
+``TIDY_COLUMNS``, in this order, so frames from runs and from published CSVs concatenate.
+"""
+from __future__ import annotations
+
+# A table cell is addressed by these five values; they never vary inside one cell.
+KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
+
+# Percentages (acc, con, sta, dis, comp) and timings; NaN where not computed or undefined.
+METRIC_COLUMNS: tuple[str, ...] = (
+    "acc",
+    "con",
+    "sta",
+    "dis",
+    "comp",
+    "epoch_seconds",
+    "inference_images_per_second",
+)
+
+
+def std_column(metric: str) -> str:
+    """Column holding the published standard deviation of ``metric`` (NaN for single runs)."""
+    return f"{metric}_std"
+
+
+STD_COLUMNS: tuple[str, ...] = tuple(std_column(m) for m in METRIC_COLUMNS)
+
+# seed: the run's seed (NA for a published aggregate); n_seeds: how many seeds a row stands for.
+SEED_COLUMNS: tuple[str, ...] = ("seed", "n_seeds")
+
+# Where a row came from: run identity for results, "file.csv:line" in ``source`` for CSV rows.
+ORIGIN_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "source")
+
+PROVENANCE_COLUMNS: tuple[str, ...] = (
+    "code_version",
+    "device",
+    "weights_checksum",
+    "dataset_fingerprint",
+    "packages",
+)
+
+TIDY_COLUMNS: tuple[str, ...] = (
+    KEY_COLUMNS + SEED_COLUMNS + METRIC_COLUMNS + STD_COLUMNS + ORIGIN_COLUMNS + PROVENANCE_COLUMNS
+)
+
+INTEGER_COLUMNS: tuple[str, ...] = ("J", "seed", "n_seeds")
+FLOAT_COLUMNS: tuple[str, ...] = METRIC_COLUMNS + STD_COLUMNS

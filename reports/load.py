@@ -1,0 +1,230 @@
+"""Read finished runs (``result.json``) and published-number CSVs into the tidy frame.
+
+Both readers return a frame with exactly ``reports.columns.TIDY_COLUMNS``. A run row has
+``n_seeds = 1`` and its seed; a CSV row may stand for an aggregate (``n_seeds > 1``,
+no seed, optional ``<metric>_std`` columns), as the paper's five-seed means do.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from benchmark.errors import ProtobenchError
+from reports.columns import (
+    FLOAT_COLUMNS,
+    INTEGER_COLUMNS,
+    KEY_COLUMNS,
+    METRIC_COLUMNS,
+    TIDY_COLUMNS,
+)
+
+RESULT_FILE = "result.json"
+_RESULT_METRICS = ("acc", "con", "sta", "dis", "comp")
+_TIMING_METRICS = ("epoch_seconds", "inference_images_per_second")
+_PROVENANCE_TEXT = ("code_version", "device", "weights_checksum", "dataset_fingerprint")
+
+Record = dict[str, object]
+
+
+def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
+    """Load every ``result.json`` found (recursively) under the given runs directories.
+
+    A file reached through two of the directories is read once. Raises ProtobenchError
+    when a directory does not exist, when none holds a result, or when a result is malformed.
+    """
+    files: dict[Path, Path] = {}
+    dirs = [Path(d) for d in runs_dirs]
+    for runs_dir in dirs:
+        if not runs_dir.is_dir():
+            raise ProtobenchError(
+                f"Runs directory {runs_dir} does not exist; pass the folder that holds the "
+                f"runs (runs/<grid>/<run_id>/{RESULT_FILE})."
+            )
+        for path in sorted(runs_dir.rglob(RESULT_FILE)):
+            files.setdefault(path.resolve(), path)
+    if not files:
+        shown = ", ".join(str(d) for d in dirs) or "(no directory given)"
+        raise ProtobenchError(
+            f"No {RESULT_FILE} under {shown}; finish some runs first or pass the folder "
+            f"that holds them (runs/<grid>/<run_id>/{RESULT_FILE})."
+        )
+    return _tidy([_read_result(path) for path in files.values()])
+
+
+def load_csv(path: str | Path) -> pd.DataFrame:
+    """Load a CSV of published (or exported) numbers into the tidy frame.
+
+    Required columns: dataset, backbone, method, J, variant and at least one metric column.
+    Optional: seed, n_seeds (default 1), ``<metric>_std`` and any other tidy column; any
+    other column name is rejected so that a typo does not silently drop a metric.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ProtobenchError(
+            f"CSV {path} does not exist; pass a published-numbers CSV such as "
+            f"reports/paper/cub_main.csv."
+        )
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ProtobenchError(f"CSV {path} cannot be parsed ({exc}); fix the file.") from exc
+    raw.columns = [str(c).strip() for c in raw.columns]
+    _check_csv_columns(path, list(raw.columns))
+    records = [
+        _csv_record(path, line, row)
+        for line, row in zip(range(2, len(raw) + 2), raw.to_dict(orient="records"))
+    ]
+    return _tidy(records)
+
+
+def _tidy(records: list[Record]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(records, columns=list(TIDY_COLUMNS))
+    for column in INTEGER_COLUMNS:
+        frame[column] = frame[column].astype("Int64")
+    for column in FLOAT_COLUMNS:
+        frame[column] = frame[column].astype("float64")
+    return frame
+
+
+# --- result.json -------------------------------------------------------------------------
+
+
+def _malformed(path: Path, problem: str) -> ProtobenchError:
+    return ProtobenchError(
+        f"{path} is malformed: {problem}; re-run that run or delete the file "
+        f"(the run then counts as unfinished)."
+    )
+
+
+def _read_result(path: Path) -> Record:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _malformed(path, f"not readable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise _malformed(path, "the top level is not a JSON object")
+    spec = _section(path, data, "spec", required=True)
+    metrics = _section(path, data, "metrics", required=True)
+    timing = _section(path, data, "timing", required=False)
+    provenance = _section(path, data, "provenance", required=False)
+    packages = provenance.get("packages")
+    record: Record = {
+        "dataset": _text(path, spec, "spec", "dataset"),
+        "backbone": _text(path, spec, "spec", "backbone"),
+        "method": _text(path, spec, "spec", "method"),
+        "J": _integer(path, spec, "spec", "prototypes_per_class"),
+        "variant": _text(path, spec, "spec", "variant"),
+        "seed": _integer(path, spec, "spec", "seed"),
+        "n_seeds": 1,
+        "run_id": _text(path, data, "", "run_id"),
+        "grid": data.get("grid"),
+        "run_dir": str(path.parent),
+        "source": str(path),
+        "packages": json.dumps(packages, sort_keys=True) if packages is not None else None,
+    }
+    record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
+    record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})
+    record.update({k: provenance.get(k) for k in _PROVENANCE_TEXT})
+    return record
+
+
+def _section(path: Path, data: Mapping[str, object], name: str, *, required: bool) -> Mapping[str, object]:
+    value = data.get(name)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise _malformed(path, f"'{name}' must be a JSON object")
+    return value
+
+
+def _field(section: str, key: str) -> str:
+    return f"{section}.{key}" if section else key
+
+
+def _text(path: Path, data: Mapping[str, object], section: str, key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise _malformed(path, f"{_field(section, key)} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _integer(path: Path, data: Mapping[str, object], section: str, key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _malformed(path, f"{_field(section, key)} must be an integer, got {value!r}")
+    return value
+
+
+def _number(path: Path, data: Mapping[str, object], section: str, key: str) -> float:
+    value = data.get(key)
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _malformed(path, f"{_field(section, key)} must be a number or null, got {value!r}")
+    return float(value)
+
+
+# --- CSV ---------------------------------------------------------------------------------
+
+
+def _check_csv_columns(path: Path, columns: list[str]) -> None:
+    unknown = [c for c in columns if c not in TIDY_COLUMNS]
+    if unknown:
+        raise ProtobenchError(
+            f"CSV {path} has unknown column(s) {', '.join(unknown)}; allowed columns are "
+            f"{', '.join(TIDY_COLUMNS)}."
+        )
+    missing = [c for c in KEY_COLUMNS if c not in columns]
+    if missing:
+        raise ProtobenchError(
+            f"CSV {path} lacks required column(s) {', '.join(missing)}; it needs "
+            f"{', '.join(KEY_COLUMNS)} and at least one metric column ({', '.join(METRIC_COLUMNS)})."
+        )
+    if not any(c in METRIC_COLUMNS for c in columns):
+        raise ProtobenchError(
+            f"CSV {path} has no metric column; add at least one of {', '.join(METRIC_COLUMNS)}."
+        )
+
+
+def _csv_record(path: Path, line: int, row: Mapping[str, str]) -> Record:
+    where = f"CSV {path} line {line}"
+    record: Record = {column: (value.strip() or None) for column, value in row.items()}
+    for column in KEY_COLUMNS:
+        if record[column] is None:
+            raise ProtobenchError(f"{where}: column {column} is empty; every row needs a value.")
+    for column in INTEGER_COLUMNS:
+        record[column] = _csv_integer(where, column, record.get(column))
+    n_seeds = record["n_seeds"] if record["n_seeds"] is not None else 1
+    if n_seeds < 1:
+        raise ProtobenchError(f"{where}: n_seeds must be a positive integer, got {n_seeds}.")
+    if n_seeds > 1 and record["seed"] is not None:
+        raise ProtobenchError(
+            f"{where}: a row with n_seeds = {n_seeds} is a mean over seeds; leave its seed empty."
+        )
+    record["n_seeds"] = n_seeds
+    for column in FLOAT_COLUMNS:
+        record[column] = _csv_float(where, column, record.get(column))
+    record["source"] = f"{path}:{line}"
+    return record
+
+
+def _csv_integer(where: str, column: str, value: object) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise ProtobenchError(f"{where}: {column} must be an integer, got {value!r}.") from None
+
+
+def _csv_float(where: str, column: str, value: object) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(str(value))
+    except ValueError:
+        raise ProtobenchError(f"{where}: {column} must be a number or empty, got {value!r}.") from None
