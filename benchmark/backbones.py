@@ -193,6 +193,14 @@ class FrozenTrunk(nn.Module):
         """Frozen trunk: stays in eval mode whatever the caller asks (no dropout, no RoPE jitter)."""
         return super().train(False)
 
+    def check_early_block(self, early_block: int | None) -> None:
+        """``early_block`` must be None or a 0-based block index of this trunk."""
+        if early_block is not None and not 0 <= early_block < self.depth:
+            raise ProtobenchError(
+                f"early_block {early_block} is outside the {self.depth} blocks of {self.spec.key}; "
+                f"pass an index in [0, {self.depth - 1}]."
+            )
+
     def _embed(self, images: Tensor) -> tuple[Tensor, Tensor | None]:
         """Token sequence entering block 0 and the RoPE table (DINOv3), as timm's ``forward_features``."""
         model = self.model
@@ -214,10 +222,12 @@ class FrozenTrunk(nn.Module):
         """One pass over B×3×S×S normalised images; ``amp_dtype`` (e.g. ``torch.bfloat16``) runs the
         blocks under autocast. No autograd graph is built (``no_grad``, not ``inference_mode``, so
         live outputs can feed the trainable appended block)."""
-        if early_block is not None and not 0 <= early_block < self.depth:
+        self.check_early_block(early_block)
+        expected = (3, self.image_size, self.image_size)
+        if images.ndim != 4 or tuple(images.shape[1:]) != expected:
             raise ProtobenchError(
-                f"early_block {early_block} is outside the {self.depth} blocks of {self.spec.key}; "
-                f"pass an index in [0, {self.depth - 1}]."
+                f"{self.spec.key} was created for B×{expected[0]}×{expected[1]}×{expected[2]} images but got "
+                f"{tuple(images.shape)}; resize the dataset's images or pass image_size to create_backbone."
             )
         prefix = self.num_prefix_tokens
         autocast = torch.autocast(images.device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()

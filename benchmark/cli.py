@@ -102,6 +102,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perf(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchmark.grid import load_grid, select_runs
+    from benchmark.perf import measure
+    from benchmark.runner import prepare
+
+    grid = load_grid(args.grid or _demo_grid(), overrides=_grid_overrides(args))
+    runs = select_runs(grid, args.only) if args.only else [grid.runs[0]]
+    cache_root = Path(args.cache_dir) if args.cache_dir else _runs_root(args, grid.runs_dir) / ".token-cache"
+    rows = [measure(prepare(spec), cache_root) for spec in runs]
+    base = rows[0]
+    table = Table(title=f"protobench perf ({rows[0]['device']}, batch {rows[0]['batch_size']})")
+    for col in ("run", "trunk img/s", "method img/s", "method/trunk", "epoch cached s", "epoch live s",
+                "live/cached", "epoch vs first row"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for r in rows:
+        table.add_row(r["run"], f"{r['trunk_images_per_second']:.1f}", f"{r['method_inference_images_per_second']:.1f}",
+                      f"{r['inference_ratio_method_over_trunk']:.3f}", f"{r['epoch_seconds_from_cache']:.3f}",
+                      f"{r['epoch_seconds_recomputing_trunk']:.3f}", f"{r['epoch_speedup_from_cache']:.1f}×",
+                      f"{r['epoch_seconds_from_cache'] / base['epoch_seconds_from_cache']:.2f}×")
+    Console().print(table)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="protobench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the demo grid on generated synthbirds, locally")
     add_run_options(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("perf", help="timings side by side: trunk, method inference, cached vs live epochs")
+    p.add_argument("grid", nargs="?", help="grid TOML (default: the demo grid); the first run, or --only runs")
+    p.add_argument("--out", help="also write the measurements as JSON")
+    add_run_options(p)
+    p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("status", help="table of the runs under a runs directory")
     p.add_argument("runs_dir")

@@ -8,6 +8,7 @@ exactly the path of an uninterrupted one.
 from __future__ import annotations
 
 import io
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import torch
 
 from benchmark.errors import ProtobenchError
 from benchmark.features import TokenSource
-from benchmark.progress import Progress
+from benchmark.progress import Progress, Task
 from benchmark.store import atomic_write_bytes
 from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData
 
@@ -98,7 +99,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _make_optimizer(stage: Stage) -> torch.optim.Optimizer:
+def make_optimizer(stage: Stage) -> torch.optim.Optimizer:
     groups = [{"params": g.params, "lr": g.lr, "weight_decay": g.weight_decay, "name": g.name}
               for g in stage.param_groups]
     if stage.optimizer == "adam":
@@ -108,7 +109,7 @@ def _make_optimizer(stage: Stage) -> torch.optim.Optimizer:
     raise ProtobenchError(f"stage {stage.name!r} asks for unknown optimizer {stage.optimizer!r} (adam | sgd)")
 
 
-def _set_trainable(method: PrototypeMethod, stage: Stage) -> None:
+def set_trainable(method: PrototypeMethod, stage: Stage) -> None:
     """Only the parameters a stage lists train."""
     for p in method.parameters():
         p.requires_grad_(False)
@@ -136,6 +137,31 @@ def total_loss(method: PrototypeMethod, terms: dict[str, torch.Tensor], stage: S
         raise ProtobenchError(f"stage {stage.name!r} of method {method.name!r} trains parameters but "
                               "returned no loss term with a non-zero weight")
     return total
+
+
+def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimizer: torch.optim.Optimizer | None,
+              order: torch.Tensor, *, batch_size: int, device: torch.device, epoch: int,
+              task: Task | None = None) -> dict[str, float]:
+    """One pass over ``order``: loss, backward and step per batch (when the stage trains), then the
+    method's ``after_step`` hook. Returns the epoch mean of each loss term."""
+    method.train()
+    running: dict[str, float] = {}
+    num_batches = math.ceil(len(order) / batch_size)
+    for start in range(0, len(order), batch_size):
+        batch = source.batch(order[start:start + batch_size], device)
+        if optimizer is not None:
+            terms = method.loss_terms(batch, stage, epoch)
+            loss = total_loss(method, terms, stage, epoch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            for name, value in terms.items():
+                running[name] = running.get(name, 0.0) + float(value.detach()) / num_batches
+        with torch.no_grad():
+            method.after_step(batch, stage, epoch)
+        if task is not None:
+            task.advance()
+    return running
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
@@ -192,8 +218,8 @@ def train(
         first_epoch = start_epoch if stage_index == start_stage else 0
         if stage.epochs == 0 or first_epoch >= stage.epochs:
             continue
-        _set_trainable(method, stage)
-        optimizer = _make_optimizer(stage) if stage.trains else None
+        set_trainable(method, stage)
+        optimizer = make_optimizer(stage) if stage.trains else None
         scheduler = stage.scheduler(optimizer) if (optimizer and stage.scheduler) else None
         if resume is not None and stage_index == start_stage and first_epoch > 0:
             if optimizer is not None:
@@ -204,25 +230,11 @@ def train(
             method.on_stage_start(stage, global_epoch, data)
         for epoch_in_stage in range(first_epoch, stage.epochs):
             tic = time.perf_counter()
-            method.train()
             order = epoch_order(len(source), seed, global_epoch)
-            batches = range(0, len(order), batch_size)
-            task = progress.task(f"{stage.name} epoch {global_epoch + 1}/{total_epochs}", len(batches)) if progress else None
-            running: dict[str, float] = {}
-            for start in batches:
-                batch = source.batch(order[start:start + batch_size], device)
-                if optimizer is not None:
-                    terms = method.loss_terms(batch, stage, global_epoch)
-                    loss = total_loss(method, terms, stage, global_epoch)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    for name, value in terms.items():
-                        running[name] = running.get(name, 0.0) + float(value.detach()) / len(batches)
-                with torch.no_grad():
-                    method.after_step(batch, stage, global_epoch)
-                if task is not None:
-                    task.advance()
+            task = progress.task(f"{stage.name} epoch {global_epoch + 1}/{total_epochs}",
+                                 math.ceil(len(order) / batch_size)) if progress else None
+            running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
+                                epoch=global_epoch, task=task)
             if scheduler is not None:
                 scheduler.step()
             with torch.no_grad():

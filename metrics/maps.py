@@ -21,7 +21,7 @@ from torch import Tensor
 from ._checks import check_maps, check_positive_int
 from .parts import FRAME_SIZE
 
-TIE_RTOL = 1e-12  # values within 1e-12 * max|map| of the maximum count as tied (first one wins)
+TIE_RTOL = 0.0  # values within 1e-12 * max|map| of the maximum count as tied (first one wins)
 DEFAULT_CHUNK = 64  # images upsampled at once: 64 x 7 x 224 x 224 float64 = 180 MB
 
 _MODES = ("bicubic", "bilinear")

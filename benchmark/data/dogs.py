@@ -43,6 +43,8 @@ def read_dogs(root: str | Path, split: str, *, image_size: int = 224) -> ImageDa
             f"{list_path}: 'file_list' has {len(files)} entries but 'labels' has {len(numbers)}; {_FIX}."
         )
     class_names = sorted(d.name for d in images_dir.iterdir() if d.is_dir())
+    if not class_names:
+        raise ProtobenchError(f"Stanford Dogs image folder {images_dir} has no class folders; {_FIX}.")
     labels = check_labels(numbers, len(class_names), list_path, "labels", _FIX)
     for rel, label in zip(files, labels):
         folder = Path(rel).parent.name

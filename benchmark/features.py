@@ -1,0 +1,364 @@
+"""The token cache: the frozen trunk runs once per key, every run of a grid reads its tokens.
+
+A key is (backbone key, weights checksum, dataset fingerprint, split, view, image size, early
+block, storage dtype, format version); its digest names the entry directory (see
+``benchmark/cache_store.py`` for the locking and atomic publication). Arrays per entry, in
+dataset order: ``tokens`` N×HW×D, ``block_input`` N×(P+HW)×D, ``early_tokens`` N×HW×D (only with
+an early block) in the storage dtype (float16 by default), ``attention`` N×HW float32,
+``labels`` N int64. ``cache_dir = None`` gives the same interface computed live.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import timm
+import torch
+from rich.progress import Progress
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from benchmark.backbones import FrozenTrunk
+from benchmark.cache_store import list_manifests, open_arrays, open_or_build
+from benchmark.errors import ProtobenchError
+from methods.base import TokenBatch
+
+__all__ = [
+    "CacheKey",
+    "CachedTokens",
+    "FORMAT_VERSION",
+    "LiveTokens",
+    "TokenSource",
+    "View",
+    "cache_entries",
+    "expected_cache_key",
+    "stability_noise",
+    "token_source",
+]
+
+#: bump when the arrays or their meaning change: every older entry then misses and is rebuilt
+FORMAT_VERSION = 1
+#: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
+NOISE_STD = 0.2
+NOISE_CLIP = 0.25
+STORAGE_DTYPES = ("float16", "float32")
+
+
+class TokenDataset(Protocol):
+    """What the cache needs of a ``benchmark.data`` split: ``ds[i] -> (image 3×S×S, label, index)``.
+
+    An optional ``split`` attribute (e.g. ``"train"``) enters the key next to the fingerprint."""
+
+    labels: np.ndarray
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int, int]: ...
+
+    def __len__(self) -> int: ...
+
+    def fingerprint(self) -> str: ...
+
+
+def _noise_seed(seed: int, index: int) -> int:
+    """A 63-bit generator seed for image ``index`` of a view seeded ``seed`` (no (seed, index) aliasing)."""
+    digest = hashlib.sha256(f"stability-noise:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def stability_noise(shape: Sequence[int], *, seed: int, index: int) -> Tensor:
+    """The stability perturbation of image ``index`` (metrics.md): i.i.d. N(0, 0.2²) clipped to
+    ±0.25, from a generator seeded by (seed, index), so it is the same in any batch or order."""
+    generator = torch.Generator().manual_seed(_noise_seed(seed, index))
+    return (torch.randn(tuple(shape), generator=generator) * NOISE_STD).clamp_(-NOISE_CLIP, NOISE_CLIP)
+
+
+@dataclass(frozen=True)
+class View:
+    """Which images the trunk sees: ``clean``, or ``noise`` (clean + stability noise of ``seed``)."""
+
+    kind: str = "clean"  # "clean" | "noise"
+    seed: int = 0  # noise only
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("clean", "noise"):
+            raise ProtobenchError(f"Unknown view kind {self.kind!r}; use 'clean' or 'noise'.")
+
+    def key(self) -> dict[str, Any]:
+        """The view's part of a cache key (a clean view ignores the seed)."""
+        return {"kind": "clean"} if self.kind == "clean" else {"kind": "noise", "seed": self.seed}
+
+    def apply(self, image: Tensor, index: int) -> Tensor:
+        """The image as this view shows it; noise is added in normalised space and not clamped."""
+        if self.kind == "clean":
+            return image
+        return image + stability_noise(image.shape, seed=self.seed, index=index).to(image.dtype)
+
+
+class _ViewedDataset(Dataset):
+    """``dataset`` seen through ``view``: item i → (image, label, i)."""
+
+    def __init__(self, dataset: TokenDataset, view: View) -> None:
+        self.dataset = dataset
+        self.view = view
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int, int]:
+        image, label, _ = self.dataset[index]
+        return self.view.apply(image, index), label, index
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything the cached arrays depend on; its digest names the entry directory."""
+
+    backbone_key: str
+    weights_checksum: str
+    dataset_fingerprint: str
+    split: str
+    view: View
+    image_size: int
+    early_block: int | None
+    dtype: str
+    format_version: int = FORMAT_VERSION
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "view": self.view.key()}
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def dirname(self) -> str:
+        split = f"-{self.split}" if self.split else ""
+        return f"{self.backbone_key}{split}-{self.view.kind}-{self.digest}"
+
+
+def expected_cache_key(
+    *,
+    backbone_key: str,
+    weights_checksum: str,
+    dataset_fingerprint: str,
+    split: str = "",
+    view: View = View(),
+    image_size: int = 224,
+    early_block: int | None = None,
+    dtype: str = "float16",
+) -> CacheKey:
+    """The key (and so the directory ``cache_dir / key.dirname``) a run will read, without building it."""
+    if dtype not in STORAGE_DTYPES:
+        raise ProtobenchError(f"Unsupported cache dtype {dtype!r}; use one of {', '.join(STORAGE_DTYPES)}.")
+    return CacheKey(backbone_key, weights_checksum, dataset_fingerprint, split, view, image_size, early_block, dtype)
+
+
+def cache_entries(cache_dir: Path | str) -> list[dict[str, Any]]:
+    """Manifests of every complete entry in ``cache_dir`` (with ``"path"``), for status and plan commands."""
+    return list_manifests(Path(cache_dir))
+
+
+class TokenSource(ABC):
+    """Token batches of one split, cached or live: the same interface either way."""
+
+    labels: Tensor  # (N,) int64
+    grid: tuple[int, int]
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
+        """The images at positions ``indices`` as a float32 TokenBatch on ``device``."""
+
+
+def _labels_tensor(dataset: TokenDataset) -> Tensor:
+    return torch.as_tensor(np.asarray(dataset.labels), dtype=torch.int64)
+
+
+class CachedTokens(TokenSource):
+    """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the device."""
+
+    def __init__(self, entry: Path, manifest: dict[str, Any]) -> None:
+        self.entry = entry
+        self.manifest = manifest
+        self._arrays = open_arrays(entry, manifest)
+        self.labels = torch.from_numpy(np.array(self._arrays["labels"]))
+        self.grid = tuple(manifest["grid"])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def _take(self, name: str, rows: np.ndarray, device: torch.device | str) -> Tensor:
+        # gather in the storage dtype, move (half the bytes for float16), widen on the device
+        return torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows])).to(device).float()
+
+    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
+        rows = indices.detach().cpu().numpy()
+        early = self._take("early_tokens", rows, device) if "early_tokens" in self._arrays else None
+        return TokenBatch(
+            tokens=self._take("tokens", rows, device),
+            block_input=self._take("block_input", rows, device),
+            attention=self._take("attention", rows, device),
+            labels=self.labels[indices.cpu()].to(device),
+            indices=indices.to(device),
+            grid=self.grid,
+            early_tokens=early,
+        )
+
+
+class LiveTokens(TokenSource):
+    """``cache = false``: runs the trunk on the requested images at every call."""
+
+    def __init__(self, trunk: FrozenTrunk, dataset: TokenDataset, view: View, early_block: int | None) -> None:
+        self.trunk = trunk
+        self.early_block = early_block
+        self._images = _ViewedDataset(dataset, view)
+        self.labels = _labels_tensor(dataset)
+        self.grid = trunk.grid
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
+        trunk_device = next(self.trunk.parameters()).device
+        images = torch.stack([self._images[int(i)][0] for i in indices]).to(trunk_device)
+        out = self.trunk(images, early_block=self.early_block)
+        return TokenBatch(
+            tokens=out.tokens.to(device),
+            block_input=out.block_input.to(device),
+            attention=out.attention.to(device),
+            labels=self.labels[indices.cpu()].to(device),
+            indices=indices.to(device),
+            grid=self.grid,
+            early_tokens=None if out.early_tokens is None else out.early_tokens.to(device),
+        )
+
+
+def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np.ndarray:
+    array = values.cpu().numpy().astype(dtype, copy=False)
+    if not np.isfinite(array).all():
+        raise ProtobenchError(
+            f"The {name} of {key.backbone_key} are not finite in {key.dtype} (overflow or NaN input); "
+            f"build the cache with dtype = 'float32'."
+        )
+    return array
+
+
+def _build_arrays(
+    trunk: FrozenTrunk,
+    dataset: TokenDataset,
+    key: CacheKey,
+    *,
+    device: torch.device,
+    batch_size: int,
+    num_workers: int,
+    progress: bool,
+) -> Callable[[Path], dict[str, Any]]:
+    """The ``build`` callback of ``open_or_build``: one trunk pass over the split, rows in dataset order."""
+
+    def build(tmp: Path) -> dict[str, Any]:
+        started = time.perf_counter()
+        count, tokens_n, width = len(dataset), trunk.grid[0] * trunk.grid[1], trunk.embed_dim
+        storage = np.dtype(key.dtype)
+        layout = {
+            "tokens": ((count, tokens_n, width), storage),
+            "block_input": ((count, trunk.num_prefix_tokens + tokens_n, width), storage),
+            "attention": ((count, tokens_n), np.dtype("float32")),
+            "labels": ((count,), np.dtype("int64")),
+        }
+        if key.early_block is not None:
+            layout["early_tokens"] = ((count, tokens_n, width), storage)
+        arrays = {
+            name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+            for name, (shape, dtype) in layout.items()
+        }
+        loader = DataLoader(
+            _ViewedDataset(dataset, key.view),
+            batch_size=batch_size,
+            shuffle=False,
+            num_workers=num_workers,
+            pin_memory=device.type == "cuda",
+        )
+        with Progress(disable=not progress, transient=True) as bar:
+            task = bar.add_task(f"trunk pass {key.dirname}", total=len(loader))
+            for images, labels, positions in loader:
+                rows = slice(int(positions[0]), int(positions[-1]) + 1)  # shuffle=False: contiguous
+                with torch.inference_mode():
+                    out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
+                arrays["tokens"][rows] = _to_storage(out.tokens, storage, "tokens", key)
+                arrays["block_input"][rows] = _to_storage(out.block_input, storage, "block inputs", key)
+                arrays["attention"][rows] = out.attention.cpu().numpy()
+                arrays["labels"][rows] = labels.numpy()
+                if out.early_tokens is not None:
+                    arrays["early_tokens"][rows] = _to_storage(out.early_tokens, storage, "early tokens", key)
+                bar.advance(task)
+        for array in arrays.values():
+            array.flush()
+        return {
+            "arrays": {name: {"shape": list(shape), "dtype": str(dtype)} for name, (shape, dtype) in layout.items()},
+            "num_images": count,
+            "grid": list(trunk.grid),
+            "num_prefix_tokens": trunk.num_prefix_tokens,
+            "embed_dim": width,
+            "weights_source": trunk.weights_source,
+            "device": str(device),
+            "build_seconds": round(time.perf_counter() - started, 3),
+            "versions": {"torch": torch.__version__, "timm": timm.__version__, "numpy": np.__version__},
+        }
+
+    return build
+
+
+def token_source(
+    trunk: FrozenTrunk,
+    dataset: TokenDataset,
+    *,
+    view: View = View(),
+    cache_dir: Path | str | None,
+    backbone_key: str,
+    early_block: int | None = None,
+    dtype: str = "float16",
+    device: torch.device | str = "cpu",
+    batch_size: int = 64,
+    num_workers: int = 0,
+    progress: bool = False,
+) -> TokenSource:
+    """Tokens of ``dataset`` through ``trunk``: from the cache entry of their key (built on first
+    use, on ``device``), or live when ``cache_dir`` is None (``cache = false``)."""
+    if backbone_key != trunk.spec.key:
+        raise ProtobenchError(
+            f"backbone_key {backbone_key!r} does not name the trunk passed ({trunk.spec.key!r}); pass the trunk's key."
+        )
+    trunk.check_early_block(early_block)
+    device = torch.device(device)
+    trunk.to(device)
+    if cache_dir is None:
+        return LiveTokens(trunk, dataset, view, early_block)
+    key = expected_cache_key(
+        backbone_key=backbone_key,
+        weights_checksum=trunk.weights_checksum,
+        dataset_fingerprint=dataset.fingerprint(),
+        split=str(getattr(dataset, "split", "")),
+        view=view,
+        image_size=trunk.image_size,
+        early_block=early_block,
+        dtype=dtype,
+    )
+    build = _build_arrays(
+        trunk, dataset, key, device=device, batch_size=batch_size, num_workers=num_workers, progress=progress
+    )
+    entry, manifest, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), build)
+    source = CachedTokens(entry, manifest)
+    if not torch.equal(source.labels, _labels_tensor(dataset)):
+        raise ProtobenchError(
+            f"The cache entry {entry} holds other labels than the dataset it was looked up for, so the dataset "
+            f"fingerprint does not identify its images; delete the entry and make fingerprint() cover the split."
+        )
+    return source

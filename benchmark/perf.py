@@ -1,0 +1,118 @@
+"""``protobench perf``: side-by-side timings in one process, reported as ratios.
+
+- trunk forward throughput (images/s, images already on the device);
+- a method's inference throughput (trunk + head) vs the bare trunk;
+- one training epoch of the method's last training stage from the token cache vs the same
+  epoch recomputing the trunk on every batch (``cache = false``).
+
+Protocol of the paper's runtime table: batch 128, five warm-up batches, the timed region
+starts after the images are on the device.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmark.backbones import FrozenTrunk
+from benchmark.data import ImageDataset
+from benchmark.runner import Prepared
+from benchmark.training import epoch_order, make_optimizer, run_epoch, set_trainable
+from methods.base import PrototypeMethod, TokenBatch
+
+WARMUP_BATCHES = 5
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _image_batches(dataset: ImageDataset, batch_size: int, count: int, device: torch.device) -> list[torch.Tensor]:
+    """``count`` batches of images, loaded to the device before timing (cycled if the split is small)."""
+    n = len(dataset)
+    batches = []
+    for b in range(count):
+        idx = [(b * batch_size + i) % n for i in range(batch_size)]
+        batches.append(torch.stack([dataset[i][0] for i in idx]).to(device))
+    return batches
+
+
+@torch.inference_mode()
+def _throughput(forward: Callable[[torch.Tensor], Any], batches: list[torch.Tensor], device: torch.device,
+                warmup: int) -> float:
+    for images in batches[:warmup]:
+        forward(images)
+    _sync(device)
+    tic = time.perf_counter()
+    for images in batches[warmup:]:
+        forward(images)
+    _sync(device)
+    return sum(len(b) for b in batches[warmup:]) / (time.perf_counter() - tic)
+
+
+def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torch.Tensor], torch.Tensor]:
+    early = method.ctx.early_block_index if method.needs_early_tokens else None
+
+    def forward(images: torch.Tensor) -> torch.Tensor:
+        out = trunk(images, early_block=early)
+        n = len(images)
+        batch = TokenBatch(tokens=out.tokens, block_input=out.block_input, attention=out.attention,
+                           labels=torch.zeros(n, dtype=torch.long, device=images.device),
+                           indices=torch.arange(n, device=images.device), grid=trunk.grid,
+                           early_tokens=out.early_tokens)
+        return method.logits(batch)
+
+    return forward
+
+
+def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: ImageDataset, *, batch_size: int,
+                         device: torch.device, timed_batches: int = 5) -> float:
+    """Images/s of trunk + method logits (the runtime table's inference column)."""
+    method.eval()
+    batches = _image_batches(dataset, batch_size, WARMUP_BATCHES + timed_batches, device)
+    return _throughput(_head_forward(trunk, method), batches, device, WARMUP_BATCHES)
+
+
+def _time_epoch(prep: Prepared, source: Any, seed: int) -> float:
+    """Seconds for one epoch of the method's last training stage over ``source``."""
+    method = prep.method
+    stage = [s for s in method.stages() if s.trains][-1]
+    set_trainable(method, stage)
+    optimizer = make_optimizer(stage)
+    order = epoch_order(len(source), seed, 0)
+    _sync(prep.device)
+    tic = time.perf_counter()
+    run_epoch(method, source, stage, optimizer, order, batch_size=prep.spec.batch_size, device=prep.device, epoch=0)
+    _sync(prep.device)
+    return time.perf_counter() - tic
+
+
+def measure(prep: Prepared, cache_root: Path, *, timed_batches: int = 5) -> dict[str, Any]:
+    """All timings for one prepared run, side by side in this process."""
+    spec, device = prep.spec, prep.device
+    prep.method.to(device)
+    batches = _image_batches(prep.test_set, spec.eval_batch_size, WARMUP_BATCHES + timed_batches, device)
+    trunk_ips = _throughput(lambda x: prep.trunk(x), batches, device, WARMUP_BATCHES)
+    prep.method.eval()
+    head_ips = _throughput(_head_forward(prep.trunk, prep.method), batches, device, WARMUP_BATCHES)
+    cached = prep.train_source(cache_root, progress=False)
+    live = prep.train_source(None, progress=False)
+    _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator
+    epoch_cached = _time_epoch(prep, cached, spec.seed)
+    epoch_live = _time_epoch(prep, live, spec.seed)
+    return {
+        "run": spec.label,
+        "device": str(device),
+        "batch_size": spec.eval_batch_size,
+        "train_images": len(cached),
+        "trunk_images_per_second": trunk_ips,
+        "method_inference_images_per_second": head_ips,
+        "inference_ratio_method_over_trunk": head_ips / trunk_ips,
+        "epoch_seconds_from_cache": epoch_cached,
+        "epoch_seconds_recomputing_trunk": epoch_live,
+        "epoch_speedup_from_cache": epoch_live / epoch_cached,
+    }

@@ -1,0 +1,167 @@
+"""The adapter contract: ``check_method(name)`` runs the same battery over any method and says
+what it owes (scikit-learn's ``check_estimator`` pattern). Run it over the registry in the
+tests, and on your own adapter with ``check_method("package.module:Class")``.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.registry import build_method, get_method_class, method_hyperparameters
+from methods.testing import SyntheticTokens
+
+
+class ContractError(AssertionError):
+    """A method breaks the adapter contract; the message says which rule and how to fix it."""
+
+
+class _SyntheticTrainData(TrainData):
+    def __init__(self, source: SyntheticTokens) -> None:
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
+        for start in range(0, len(self.source), batch_size):
+            yield self.source.batch(torch.arange(start, min(start + batch_size, len(self.source))))
+
+
+def _require(condition: bool, rule: str) -> None:
+    if not condition:
+        raise ContractError(rule)
+
+
+def _build(name: str, source: SyntheticTokens, J: int, seed: int, **overrides: Any) -> PrototypeMethod:
+    torch.manual_seed(seed)
+    return build_method(name, source.context(J, seed=seed), **overrides)
+
+
+def check_constructor(name: str, source: SyntheticTokens, J: int) -> None:
+    cls = get_method_class(name)
+    for param, default in method_hyperparameters(cls).items():
+        _require(default is not inspect.Parameter.empty, f"{name}: hyperparameter {param!r} needs a default (the paper's)")
+    method = _build(name, source, J, 0)
+    _require(isinstance(method, PrototypeMethod), f"{name}: must subclass methods.base.PrototypeMethod")
+    _require(bool(method.loss_weights), f"{name}: set self.loss_weights (term → coefficient) in __init__")
+
+
+def check_outputs(name: str, source: SyntheticTokens, J: int) -> None:
+    method = _build(name, source, J, 0).eval()
+    batch = source.batch(torch.arange(6))
+    H, W = source.grid
+    with torch.no_grad():
+        logits = method.logits(batch)
+        maps = method.activation_maps(batch, batch.labels)
+    _require(logits.shape == (6, source.num_classes), f"{name}: logits must be B×C, got {tuple(logits.shape)}")
+    _require(maps.shape == (6, J, H, W), f"{name}: activation_maps must be B×J×H×W = {(6, J, H, W)}, got {tuple(maps.shape)}")
+    _require(bool(torch.isfinite(logits).all() and torch.isfinite(maps).all()), f"{name}: logits and maps must be finite")
+    other = (batch.labels + 1) % source.num_classes
+    with torch.no_grad():
+        other_maps = method.activation_maps(batch, other)
+    _require(not torch.equal(maps, other_maps), f"{name}: activation_maps must depend on the requested class (class-major prototypes)")
+
+
+def _training_stages(method: PrototypeMethod) -> list[Stage]:
+    return [s for s in method.stages() if s.epochs > 0]
+
+
+def check_stages_and_losses(name: str, source: SyntheticTokens, J: int) -> None:
+    method = _build(name, source, J, 0)
+    stages = method.stages()
+    _require(len(stages) > 0, f"{name}: stages() must return at least one Stage")
+    own = {id(p) for p in method.parameters()}
+    batch = source.batch(torch.arange(8))
+    data = _SyntheticTrainData(source)
+    epoch = 0
+    for stage in stages:
+        _require(stage.epochs >= 0, f"{name}: stage {stage.name!r} has negative epochs")
+        for group in stage.param_groups:
+            _require(group.lr > 0, f"{name}: stage {stage.name!r} group {group.name!r} needs lr > 0")
+            _require(all(id(p) in own for p in group.params),
+                     f"{name}: stage {stage.name!r} group {group.name!r} lists parameters the module does not own")
+        if stage.epochs == 0:
+            continue
+        method.on_stage_start(stage, epoch, data)
+        method.train()
+        for p in method.parameters():
+            p.requires_grad_(False)
+        for group in stage.param_groups:
+            for p in group.params:
+                p.requires_grad_(True)
+        terms = method.loss_terms(batch, stage, epoch)
+        _require(set(terms) <= set(method.loss_weights),
+                 f"{name}: stage {stage.name!r} returned terms {sorted(set(terms) - set(method.loss_weights))} missing from loss_weights")
+        for term, value in terms.items():
+            _require(value.dim() == 0 and bool(torch.isfinite(value)), f"{name}: loss term {term!r} must be a finite scalar")
+        if stage.trains:
+            total = sum(method.loss_weights[t] * v for t, v in terms.items())
+            _require(isinstance(total, torch.Tensor) and total.requires_grad,
+                     f"{name}: stage {stage.name!r} trains but its loss has no gradient")
+            total.backward()
+            grads = [p.grad for g in stage.param_groups for p in g.params]
+            _require(any(g is not None and bool(g.abs().sum() > 0) for g in grads),
+                     f"{name}: stage {stage.name!r}: no parameter of its groups receives a gradient")
+            method.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            method.after_step(batch, stage, epoch)
+            method.on_epoch_end(stage, epoch + stage.epochs - 1, data)
+        epoch += stage.epochs
+
+
+def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> None:
+    method = _build(name, source, J, 0)
+    data = _SyntheticTrainData(source)
+    stage = _training_stages(method)[0]
+    batch = source.batch(torch.arange(8))
+    method.on_stage_start(stage, 0, data)
+    with torch.no_grad():
+        method.after_step(batch, stage, 0)
+    restored = _build(name, source, J, 123)
+    restored.load_state_dict(copy.deepcopy(method.state_dict()))
+    method.eval(), restored.eval()
+    with torch.no_grad():
+        _require(torch.equal(method.logits(batch), restored.logits(batch)),
+                 f"{name}: load_state_dict(state_dict()) must restore identical logits (keep all state in parameters/buffers)")
+        _require(torch.equal(method.activation_maps(batch, batch.labels), restored.activation_maps(batch, batch.labels)),
+                 f"{name}: load_state_dict(state_dict()) must restore identical activation maps")
+
+
+def check_determinism(name: str, source: SyntheticTokens, J: int) -> None:
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        method = _build(name, source, J, 0)
+        data = _SyntheticTrainData(source)
+        stage = _training_stages(method)[0]
+        method.on_stage_start(stage, 0, data)
+        batch = source.batch(torch.arange(8))
+        if stage.trains:
+            terms = method.loss_terms(batch, stage, 0)
+            sum(method.loss_weights[t] * v for t, v in terms.items()).backward()
+        with torch.no_grad():
+            method.after_step(batch, stage, 0)
+            method.eval()
+            outputs.append(method.logits(batch))
+    _require(torch.equal(outputs[0], outputs[1]), f"{name}: two builds with the same seed must give identical outputs")
+
+
+CHECKS: tuple[Callable[[str, SyntheticTokens, int], None], ...] = (
+    check_constructor,
+    check_outputs,
+    check_stages_and_losses,
+    check_state_dict_round_trip,
+    check_determinism,
+)
+
+
+def check_method(name: str, *, prototypes_per_class: int = 3) -> None:
+    """Run every contract check on method ``name``; raises ContractError naming the broken rule."""
+    source = SyntheticTokens(num_classes=4, images_per_class=6)
+    for check in CHECKS:
+        check(name, source, prototypes_per_class)

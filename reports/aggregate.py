@@ -1,0 +1,89 @@
+"""Reduce the tidy frame to one statistic per table cell (mean, std, number of seeds).
+
+A cell's rows are all rows sharing its key (dataset, backbone, method, J, variant):
+- one row: its value as is (a published aggregate keeps its ``n_seeds`` and ``<metric>_std``);
+- several rows: they must be single runs with distinct seeds; the cell is their mean and
+  sample standard deviation (ddof = 1) over the seeds where the metric is not missing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from benchmark.errors import ProtobenchError
+from reports.columns import KEY_COLUMNS, TIDY_COLUMNS, std_column
+from reports.layout import KeyValue, Layout
+
+CellKey = tuple[KeyValue, ...]
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One cell's number: the mean over ``n`` seeds and its standard deviation, if known."""
+
+    mean: float
+    std: float | None
+    n: int
+
+
+def describe_key(key: CellKey) -> str:
+    """``cub/dinov2_vitb14/vmfproto/J=5/default`` for messages."""
+    named = dict(zip(KEY_COLUMNS, key))
+    return "/".join(f"J={v}" if k == "J" else str(v) for k, v in named.items())
+
+
+def cell_stats(frame: pd.DataFrame, layout: Layout) -> dict[tuple[CellKey, str], Stat]:
+    """The statistic of every (cell key, metric) of ``layout`` that ``frame`` has a value for."""
+    absent = [c for c in TIDY_COLUMNS if c not in frame.columns]
+    if absent:
+        raise ValueError(f"frame lacks tidy column(s) {absent}; build it with reports.load")
+    groups: dict[CellKey, pd.DataFrame] = {
+        tuple(key): rows for key, rows in frame.groupby(list(KEY_COLUMNS), sort=False)
+    }
+    stats: dict[tuple[CellKey, str], Stat] = {}
+    for row in layout.rows:
+        for group in layout.columns:
+            key = layout.cell_key(row, group)
+            rows = groups.get(key)
+            if rows is None:
+                continue
+            _check_seeds(key, rows)
+            for metric in group.metrics:
+                stat = _summarize(rows, metric.key)
+                if stat is not None:
+                    stats[(key, metric.key)] = stat
+    return stats
+
+
+def _check_seeds(key: CellKey, rows: pd.DataFrame) -> None:
+    if len(rows) == 1:
+        return
+    sources = ", ".join(str(s) for s in rows["source"])
+    if (rows["n_seeds"] > 1).any():
+        raise ProtobenchError(
+            f"Cell {describe_key(key)} has a mean over seeds next to other rows ({sources}); "
+            f"report a published aggregate and per-seed runs from separate inputs."
+        )
+    seeds = rows["seed"]
+    if seeds.isna().any() or seeds.duplicated().any():
+        raise ProtobenchError(
+            f"Cell {describe_key(key)} has two results for the same seed ({sources}); they are "
+            f"copies or differ only in settings the table does not show (method_args, map_pool): "
+            f"pass one runs directory per setting or give the runs distinct variants."
+        )
+
+
+def _summarize(rows: pd.DataFrame, metric: str) -> Stat | None:
+    if len(rows) == 1:
+        value = float(rows[metric].iloc[0])
+        if math.isnan(value):
+            return None
+        std = float(rows[std_column(metric)].iloc[0])
+        return Stat(mean=value, std=None if math.isnan(std) else std, n=int(rows["n_seeds"].iloc[0]))
+    values = rows[metric].dropna()
+    if values.empty:
+        return None
+    n = len(values)
+    return Stat(mean=float(values.mean()), std=float(values.std(ddof=1)) if n > 1 else None, n=n)

@@ -1,0 +1,110 @@
+"""Spell a TableView as a LaTeX float with a booktabs tabular, in the paper's style.
+
+Needs ``\\usepackage{booktabs}`` (and ``graphicx`` for layouts that resize).
+"""
+from __future__ import annotations
+
+from reports.compare import Reference
+from reports.layout import Heading, Layout, Rule
+from reports.table import CellView, HeaderCell, RowView, TableView
+
+MISSING = "--"
+DAGGER = r"$^\dagger$"
+DAGGER_NOTE = r"$\dagger$ marks means over several seeds (on a row label: every value of the row); other entries are single runs."
+COMPARE_NOTE = r"Each cell shows our value (published value, ours $-$ published)."
+_MARKUP = {"best": r"\textbf{{{}}}", "second": r"\underline{{{}}}", None: "{}"}
+# mean±std is typeset in math, as in the paper: \textbf would not embolden it.
+_MATH_MARKUP = {"best": r"{{\boldmath{}}}", "second": r"\underline{{{}}}", None: "{}"}
+
+
+def render_latex(table: TableView) -> str:
+    layout = table.layout
+    env = "table*" if layout.wide else "table"
+    lines = [
+        f"\\begin{{{env}}}[t]",
+        "  \\centering",
+        f"  \\caption{{{_caption(table)}}}",
+        f"  \\label{{{layout.tex_label}}}",
+    ]
+    if layout.resize:
+        lines.append("  \\resizebox{\\textwidth}{!}{%")
+    lines.append(f"  \\begin{{tabular}}{{{column_spec(layout)}}}")
+    lines.append("    \\toprule")
+    lines.extend(f"    {_header_row(layout, row)}" for row in table.header)
+    lines.append("    \\midrule")
+    for item in table.body:
+        if isinstance(item, Rule):
+            lines.append("    \\midrule")
+        elif isinstance(item, Heading):
+            lines.append(f"    \\multicolumn{{{layout.n_columns}}}{{{item.align}}}{{{_styled(item)}}} \\\\")
+        else:
+            lines.append(f"    {_row(item)}")
+    lines.append("    \\bottomrule")
+    lines.append("  \\end{tabular}")
+    if layout.resize:
+        lines.append("  }%")
+    lines.append(f"\\end{{{env}}}")
+    return "\n".join(lines) + "\n"
+
+
+def column_spec(layout: Layout) -> str:
+    """``l|cccc|cccc``: label columns, then one ``c`` per metric, with the layout's rules."""
+    bar = "|" if layout.rule_after_labels else ""
+    labels = "".join(align + bar for align in layout.label_align)
+    groups = ("|" if layout.rule_between_groups else "").join("c" * len(g.metrics) for g in layout.columns)
+    return labels + groups
+
+
+def _caption(table: TableView) -> str:
+    parts = [table.layout.caption.tex]
+    if table.has_dagger:
+        parts.append(DAGGER_NOTE)
+    if table.comparing:
+        parts.append(COMPARE_NOTE)
+    return " ".join(parts)
+
+
+def _header_row(layout: Layout, cells: tuple[HeaderCell, ...]) -> str:
+    out = []
+    for i, cell in enumerate(cells):
+        content = f"\\textbf{{{cell.text.tex}}}" if cell.bold else cell.text.tex
+        if cell.span > 1:
+            last = i == len(cells) - 1
+            align = "c|" if layout.rule_between_groups and not last else "c"
+            content = f"\\multicolumn{{{cell.span}}}{{{align}}}{{{content}}}"
+        out.append(content)
+    return " & ".join(out) + " \\\\"
+
+
+def _styled(heading: Heading) -> str:
+    return {"bold": r"\textbf{{{}}}", "emph": r"\emph{{{}}}", "plain": "{}"}[heading.style].format(heading.text.tex)
+
+
+def _row(row: RowView) -> str:
+    first = row.labels[0].tex + (DAGGER if row.dagger else "") + (row.qualifier.tex if row.qualifier else "")
+    labels = [first, *(label.tex for label in row.labels[1:])]
+    return " & ".join(labels + [_cell(c) for c in row.cells]) + " \\\\"
+
+
+def _cell(cell: CellView) -> str:
+    if cell.value is None:
+        shown = MISSING
+    elif cell.std is None:
+        shown = _MARKUP[cell.mark].format(cell.value)
+    else:
+        shown = _MATH_MARKUP[cell.mark].format(f"${cell.value}{{\\pm}}{cell.std}$")
+    if cell.dagger:
+        shown += DAGGER
+    return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
+
+
+def _reference(ref: Reference) -> str:
+    if ref.value is None:
+        return f"({MISSING})"
+    if ref.difference is None:
+        return f"({ref.value})"
+    return f"({ref.value}, {_signed(ref.difference)})"
+
+
+def _signed(difference: str) -> str:
+    return f"${difference[0]}${difference[1:]}" if difference[0] in "+-" else difference

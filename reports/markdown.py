@@ -1,0 +1,75 @@
+"""Spell a TableView as a caption paragraph and a GitHub-flavoured markdown table (tabulate).
+
+Markdown has no column spans: a group header row names each group in its first column
+and is followed by the metric row as the first table row; headings become bold or italic
+rows; rules are dropped.
+"""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from reports.compare import Reference
+from reports.layout import Heading, Rule
+from reports.table import CellView, HeaderCell, RowView, TableView
+
+MISSING = "–"
+DAGGER = "†"
+MINUS = "−"
+DAGGER_NOTE = "† marks means over several seeds (after a row label: every value of the row); other entries are single runs."
+COMPARE_NOTE = f"Each cell shows our value (published value, ours {MINUS} published)."
+_MARKUP = {"best": "**{}**", "second": "<u>{}</u>", None: "{}"}
+_ALIGN = {"l": "left", "c": "center"}
+_HEADING = {"bold": "**{}**", "emph": "*{}*", "plain": "{}"}
+
+
+def render_markdown(table: TableView) -> str:
+    layout = table.layout
+    header_rows = [_header_row(row) for row in table.header]
+    lines: list[list[str]] = header_rows[1:]
+    for item in table.body:
+        if isinstance(item, Heading):
+            lines.append([_HEADING[item.style].format(item.text.md)] + [""] * (layout.n_columns - 1))
+        elif not isinstance(item, Rule):
+            lines.append(_row(item))
+    align = [_ALIGN[a] for a in layout.label_align] + ["center"] * (layout.n_columns - len(layout.label_align))
+    grid = tabulate(lines, headers=header_rows[0], tablefmt="github", colalign=align, disable_numparse=True)
+    return f"{_caption(table)}\n\n{grid}\n"
+
+
+def _caption(table: TableView) -> str:
+    parts = [table.layout.caption.md]
+    if table.has_dagger:
+        parts.append(DAGGER_NOTE)
+    if table.comparing:
+        parts.append(COMPARE_NOTE)
+    return " ".join(parts)
+
+
+def _header_row(cells: tuple[HeaderCell, ...]) -> list[str]:
+    out: list[str] = []
+    for cell in cells:
+        out.append(f"**{cell.text.md}**" if cell.bold and cell.text.md else cell.text.md)
+        out.extend([""] * (cell.span - 1))
+    return out
+
+
+def _row(row: RowView) -> list[str]:
+    first = row.labels[0].md + (DAGGER if row.dagger else "") + (row.qualifier.md if row.qualifier else "")
+    return [first, *(label.md for label in row.labels[1:])] + [_cell(c) for c in row.cells]
+
+
+def _cell(cell: CellView) -> str:
+    if cell.value is None:
+        shown = MISSING
+    else:
+        shown = cell.value if cell.std is None else f"{cell.value}±{cell.std}"
+        shown = _MARKUP[cell.mark].format(shown) + (DAGGER if cell.dagger else "")
+    return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
+
+
+def _reference(ref: Reference) -> str:
+    if ref.value is None:
+        return f"({MISSING})"
+    if ref.difference is None:
+        return f"({ref.value})"
+    return f"({ref.value}, {ref.difference.replace('-', MINUS)})"

@@ -1,0 +1,159 @@
+"""The format-independent view of a rendered table: shown strings, marks, daggers, gaps.
+
+``build_table`` does everything the LaTeX and markdown writers share (aggregation,
+rounding, best/second-best, daggers, comparison, the list of missing cells); the writers
+only spell the result in their syntax.
+
+Daggers: in a layout without ±std, a cell averaging two or more seeds is a "multi-seed"
+cell. A row whose every present cell is multi-seed gets one † on its label (the paper's
+``NPPP$^\\dagger$``); otherwise each multi-seed cell carries its own †.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from reports.aggregate import Stat, cell_stats
+from reports.compare import Reference, reference
+from reports.layout import ColumnGroup, Heading, Layout, Metric, Row, Rule, Text
+from reports.marks import Mark, rank_marks
+from reports.numbers import format_number, shown_value
+
+
+@dataclass(frozen=True)
+class CellView:
+    """One value cell. ``value`` None means missing; ``reference`` is set when comparing."""
+
+    value: str | None
+    std: str | None
+    mark: Mark
+    dagger: bool
+    reference: Reference | None
+
+
+@dataclass(frozen=True)
+class RowView:
+    labels: tuple[Text, ...]
+    qualifier: Text | None
+    dagger: bool
+    cells: tuple[CellView, ...]
+
+
+@dataclass(frozen=True)
+class HeaderCell:
+    text: Text
+    span: int = 1
+    bold: bool = False
+
+
+BodyView = RowView | Heading | Rule
+
+
+@dataclass(frozen=True)
+class TableView:
+    layout: Layout
+    header: tuple[tuple[HeaderCell, ...], ...]
+    body: tuple[BodyView, ...]
+    missing: tuple[str, ...]
+    has_dagger: bool
+    comparing: bool
+
+
+def build_table(
+    frame: pd.DataFrame, layout: Layout, *, decimals: int, against: pd.DataFrame | None = None
+) -> TableView:
+    """Aggregate ``frame`` into ``layout`` and decide every shown string and mark."""
+    columns = [(group, metric) for group in layout.columns for metric in group.metrics]
+    ours = cell_stats(frame, layout)
+    published = cell_stats(against, layout) if against is not None else None
+    keys = [[(layout.cell_key(row, g), m.key) for g, m in columns] for row in layout.rows]
+    stats = [[ours.get(key) for key in line] for line in keys]
+    shown = [[None if s is None else format_number(s.mean, decimals) for s in line] for line in stats]
+    marks = _marks(layout, columns, shown)
+
+    body: list[BodyView] = []
+    missing: list[str] = []
+    context: list[str] = []
+    row_index = iter(range(len(keys)))
+    for item in layout.body:
+        if isinstance(item, Heading):
+            context[item.level :] = [item.text.md]
+        if not isinstance(item, Row):
+            body.append(item)
+            continue
+        r = next(row_index)
+        row_dagger, cell_daggers = _daggers(layout, stats[r])
+        cells = tuple(
+            CellView(
+                value=shown[r][c],
+                std=_std(layout, stats[r][c], decimals),
+                mark=marks[c][r],
+                dagger=cell_daggers[c],
+                reference=None if published is None else reference(shown[r][c], published.get(keys[r][c]), decimals),
+            )
+            for c in range(len(columns))
+        )
+        missing.extend(
+            f"{' / '.join([*context, _row_name(item)])} | {_column_name(group, metric)}"
+            for (group, metric), cell in zip(columns, cells)
+            if cell.value is None
+        )
+        body.append(RowView(labels=item.labels, qualifier=item.qualifier, dagger=row_dagger, cells=cells))
+
+    return TableView(
+        layout=layout,
+        header=_header(layout),
+        body=tuple(body),
+        missing=tuple(missing),
+        has_dagger=any(isinstance(v, RowView) and (v.dagger or any(c.dagger for c in v.cells)) for v in body),
+        comparing=published is not None,
+    )
+
+
+def _marks(layout: Layout, columns: list[tuple[ColumnGroup, Metric]], shown: list[list[str | None]]) -> list[list[Mark]]:
+    """Per column, the mark of each row (all None when the layout marks nothing)."""
+    marks: list[list[Mark]] = []
+    for c, (_, metric) in enumerate(columns):
+        values = [None if line[c] is None else shown_value(line[c]) for line in shown]
+        if layout.mark_best:
+            marks.append(rank_marks(values, higher_is_better=metric.higher_is_better))
+        else:
+            marks.append([None] * len(values))
+    return marks
+
+
+def _std(layout: Layout, stat: Stat | None, decimals: int) -> str | None:
+    if not layout.show_std or stat is None or stat.std is None:
+        return None
+    return format_number(stat.std, decimals)
+
+
+def _daggers(layout: Layout, stats: list[Stat | None]) -> tuple[bool, list[bool]]:
+    """(† on the row label, † on each cell) for one row; none where ±std is shown."""
+    multi = [s is not None and s.n > 1 and not layout.show_std for s in stats]
+    present = [s is not None for s in stats]
+    row_dagger = any(present) and all(m for m, p in zip(multi, present) if p)
+    return row_dagger, [m and not row_dagger for m in multi]
+
+
+def _row_name(row: Row) -> str:
+    return " / ".join(label.md for label in row.labels) + (row.qualifier.md if row.qualifier else "")
+
+
+def _column_name(group: ColumnGroup, metric: Metric) -> str:
+    return f"{group.label.md} / {metric.header.md}" if group.label else metric.header.md
+
+
+def _header(layout: Layout) -> tuple[tuple[HeaderCell, ...], ...]:
+    """One header row, or a group row (spanning, bold) above a metric row, as in the paper."""
+    labels = tuple(HeaderCell(h) for h in layout.label_headers)
+    if all(len(g.metrics) == 1 for g in layout.columns):
+        return (labels + tuple(HeaderCell(g.label or g.metrics[0].header) for g in layout.columns),)
+    metric_row = labels + tuple(HeaderCell(m.header) for g in layout.columns for m in g.metrics)
+    if not any(g.label for g in layout.columns):
+        return (metric_row,)
+    group_row = tuple(HeaderCell(Text("", "")) for _ in layout.label_headers) + tuple(
+        HeaderCell(g.label or Text("", ""), span=len(g.metrics), bold=g.label is not None) for g in layout.columns
+    )
+    return (group_row, metric_row)

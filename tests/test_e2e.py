@@ -1,0 +1,110 @@
+"""End to end through the CLI on generated synthbirds with a tiny random trunk: results written,
+re-runs skipped, interrupted runs resumed, re-evaluation exact, errors before compute."""
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmark.cli import main
+from benchmark.config import RunSpec
+from benchmark.grid import load_grid
+from benchmark.runner import execute_run
+from benchmark.store import RunDir, find_run_dirs
+from benchmark.training import TrainingInterrupted
+
+GRID = """
+name = "tiny"
+[defaults]
+dataset = "synthbirds"
+data_root = "{root}"
+dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
+backbone = "dinov2_vits14"
+weights = "random"
+backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
+batch_size = 8
+eval_batch_size = 16
+method = "vmfproto"
+method_args = {{ end_to_end_epochs = 2 }}
+[[sweep]]
+prototypes_per_class = [2]
+seed = [0]
+"""
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def grid_file(workdir):
+    path = workdir / "tiny.toml"
+    path.write_text(GRID.format(root=workdir / "synthbirds"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished(workdir, grid_file):
+    rc = main(["run", str(grid_file), "--runs-dir", str(workdir / "runs")])
+    assert rc == 0
+    runs = find_run_dirs(workdir / "runs")
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_run_writes_result_with_all_metrics_and_provenance(finished):
+    result = finished.result()
+    assert set(result["metrics"]) >= {"acc", "con", "sta", "dis", "comp"}
+    assert all(v is not None for v in result["metrics"].values())
+    assert result["evaluation"]["map_grid"] == [16, 16]
+    assert result["evaluation"]["num_images"] > 0
+    prov = result["provenance"]
+    assert prov["weights_checksum"] and prov["dataset_fingerprint"]["test"] and prov["packages"]["torch"]
+    assert set(result["timing"]["stage_seconds"]) == {"discovery", "end_to_end"}
+    for name in ("spec.json", "checkpoint.pt", "result.json", "log.txt"):
+        assert (finished.path / name).exists()
+
+
+def test_rerun_skips_finished_runs(workdir, grid_file, finished, capsys):
+    before = finished.result_path.stat().st_mtime_ns
+    assert main(["run", str(grid_file), "--runs-dir", str(workdir / "runs")]) == 0
+    assert finished.result_path.stat().st_mtime_ns == before
+
+
+def test_evaluate_reproduces_result_exactly(finished):
+    assert main(["evaluate", str(finished.path)]) == 0
+    again = json.loads((finished.path / "evaluations" / "map_pool1.json").read_text())
+    assert again["metrics"] == finished.result()["metrics"]
+
+
+def test_interrupted_run_resumes_at_last_finished_epoch(workdir, grid_file, finished):
+    spec = load_grid(grid_file).runs[0].with_overrides(seed=5)
+    run_dir = workdir / "resume" / spec.run_id
+    with pytest.raises(TrainingInterrupted):
+        execute_run(spec, run_dir, cache_root=workdir / "runs" / ".token-cache", progress=False,
+                    stop_after_epoch=2, log=lambda line: None)
+    assert RunDir(run_dir).state == "started"
+    lines = []
+    result = execute_run(spec, run_dir, cache_root=workdir / "runs" / ".token-cache", progress=False, log=lines.append)
+    assert any("resuming at stage end_to_end, epoch 2" in line for line in lines)
+    assert sum(line.startswith("epoch ") for line in lines) == 1
+    assert result["timing"]["resumed_from_epoch"] == 2
+
+
+def test_misspelt_key_fails_before_compute(workdir, grid_file, capsys):
+    bad = workdir / "bad.toml"
+    bad.write_text(grid_file.read_text().replace("batch_size = 8", "batchsize = 8"))
+    assert main(["run", str(bad), "--runs-dir", str(workdir / "bad-runs")]) == 2
+    err = capsys.readouterr().err
+    assert "'batchsize'" in err and "did you mean 'batch_size'" in err
+    assert not (workdir / "bad-runs").exists()
+
+
+def test_missing_dataset_fails_before_compute(workdir, grid_file, capsys):
+    text = grid_file.read_text().replace('dataset = "synthbirds"', 'dataset = "cub"').replace(
+        "dataset_args = { classes = 4, images_per_class = 8, seed = 0 }", "")
+    bad = workdir / "cub.toml"
+    bad.write_text(text.replace(str(workdir / "synthbirds"), str(workdir / "no-cub")))
+    assert main(["run", str(bad), "--runs-dir", str(workdir / "cub-runs")]) == 2
+    assert "no-cub" in capsys.readouterr().err
+    assert not list(Path(workdir / "cub-runs").rglob("result.json"))
