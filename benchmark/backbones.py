@@ -32,6 +32,7 @@ __all__ = [
     "BackboneSpec",
     "FrozenTrunk",
     "TrunkOutputs",
+    "cls_attention",
     "create_backbone",
     "state_dict_checksum",
 ]
@@ -159,8 +160,9 @@ class AppendedBlock(nn.Module):
         self.register_buffer("rope", rope, persistent=False)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
-        """The block's parameters (the frozen norm excluded): what an optimiser group takes."""
-        return [p for p in self.parameters() if p.requires_grad]
+        """The block's parameters (the frozen norm excluded): what an optimiser group takes.
+        Decided by structure, not by ``requires_grad`` (the training loop toggles that per stage)."""
+        return list(self.block.parameters())
 
     def forward(self, block_input: Tensor) -> Tensor:
         """B×(P+N)×D pre-norm tokens → B×N×D ``norm(block(x))`` with the prefix removed."""
@@ -188,6 +190,7 @@ class FrozenTrunk(nn.Module):
         self.depth: int = len(model.blocks)
         self.grid: tuple[int, int] = spec.grid(image_size)
         self.weights_checksum: str = state_dict_checksum(model)
+        self.eval()
 
     def train(self, mode: bool = True) -> FrozenTrunk:
         """Frozen trunk: stays in eval mode whatever the caller asks (no dropout, no RoPE jitter)."""

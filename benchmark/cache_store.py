@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.errors import ProtobenchError
+
 MANIFEST = "manifest.json"
 LOCK_DIR = ".locks"
 TMP_PREFIX = ".tmp-"
@@ -73,7 +75,13 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while another process builds this entry
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while another process builds this entry
+        except OSError as error:
+            raise ProtobenchError(
+                f"The cache directory {path.parent.parent} does not support file locks ({error.strerror}); "
+                f"set cache_dir to a local or lock-capable filesystem."
+            ) from error
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs_dir")
     p.set_defaults(func=cmd_status)
 
+    from reports.cli import add_report_arguments, run_report
+
+    p = sub.add_parser("report", help="paper tables (LaTeX/markdown) from result.json files or a CSV")
+    add_report_arguments(p)
+    p.set_defaults(func=run_report)
+
     p = sub.add_parser("make-data", help="generate a synthetic CUB-format dataset")
     p.add_argument("kind", help="synthbirds")
     p.add_argument("--out", required=True)

@@ -31,7 +31,9 @@ class MethodContext:
     grid: tuple[int, int]  # (H, W) token grid; N = H * W
     num_prefix_tokens: int  # CLS (+ registers) in the block input
     depth: int  # number of blocks of the trunk
-    make_block: Callable[[], nn.Module]  # fresh appended trainable block (protocol.md)
+    # Fresh appended trainable block (protocol.md): B×(P+N)×D block input → B×N×D final-norm
+    # tokens; its ``trainable_parameters()`` is what an optimiser group takes (the norm stays frozen).
+    make_block: Callable[[], nn.Module]
     seed: int = 0
 
     @property

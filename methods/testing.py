@@ -25,6 +25,9 @@ class TinyAppendedBlock(nn.Module):
             nn.init.zeros_(layer.bias)
         self.norm = nn.LayerNorm(dim, elementwise_affine=False)
 
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return list(self.block.parameters())
+
     def forward(self, block_input: torch.Tensor) -> torch.Tensor:
         return self.norm(self.block(block_input))[:, 1:]
 

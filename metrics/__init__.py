@@ -12,6 +12,7 @@ from .explanation import METRIC_KEYS, explanation_metrics
 from .maps import (
     TIE_RTOL,
     argmax_positions,
+    map_scale,
     peak_positions,
     pool_maps,
     select_topk_maps,
@@ -47,6 +48,7 @@ __all__ = [
     "foreground_union",
     "iou_72",
     "map_parts_to_frame",
+    "map_scale",
     "mask_iou",
     "mean_pairwise_iou",
     "part_hit_ratios",

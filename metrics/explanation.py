@@ -13,7 +13,15 @@ from ._checks import check_labels, check_maps
 from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mask_iou
 from .consistency import consistency_score
 from .distinctiveness import distinctiveness_score
-from .maps import DEFAULT_CHUNK, argmax_positions, iter_chunks, pool_maps, select_topk_maps, upsample_maps
+from .maps import (
+    DEFAULT_CHUNK,
+    argmax_positions,
+    iter_chunks,
+    map_scale,
+    pool_maps,
+    select_topk_maps,
+    upsample_maps,
+)
 from .parts import PartGroundTruth, part_vectors
 from .stability import stability_score
 
@@ -77,16 +85,18 @@ def explanation_metrics(
 
     for sl in iter_chunks(n, chunk_size):
         raw = clean_maps[sl].to(device=dev, dtype=torch.float64)
+        clean = pool_maps(raw, map_pool)
         # metrics.md "Shared core" 1-2: bicubic upsampling, first argmax (EvalProtoPNet)
-        peaks_clean[sl] = argmax_positions(upsample_maps(pool_maps(raw, map_pool), mode="bicubic"))
+        peaks_clean[sl] = argmax_positions(upsample_maps(clean, mode="bicubic"), scale=map_scale(clean))
         if peaks_noisy is not None:
             noisy = pool_maps(noisy_maps[sl].to(device=dev, dtype=torch.float64), map_pool)
-            peaks_noisy[sl] = argmax_positions(upsample_maps(noisy, mode="bicubic"))
+            peaks_noisy[sl] = argmax_positions(upsample_maps(noisy, mode="bicubic"), scale=map_scale(noisy))
         if want_bilinear:
             # NPPP distinctiveness / comprehensiveness: bilinear upsampling of the (top-k) maps
-            bil = upsample_maps(pool_maps(select_topk_maps(raw, topk), map_pool), mode="bilinear")
+            chosen = pool_maps(select_topk_maps(raw, topk), map_pool)
+            bil = upsample_maps(chosen, mode="bilinear")
             if centres_dis is not None:
-                centres_dis[sl] = argmax_positions(bil)
+                centres_dis[sl] = argmax_positions(bil, scale=map_scale(chosen))
             if ious is not None:
                 ious[sl] = mask_iou(foreground_union(bil, MAP_THRESHOLD), masks[sl])
             del bil

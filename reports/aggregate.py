@@ -69,8 +69,8 @@ def _check_seeds(key: CellKey, rows: pd.DataFrame) -> None:
     seeds = rows["seed"]
     if seeds.isna().any() or seeds.duplicated().any():
         raise ProtobenchError(
-            f"Cell {describe_key(key)} has two results for the same seed ({sources}); they are "
-            f"copies or differ only in settings the table does not show (method_args, map_pool): "
+            f"Cell {describe_key(key)} has two results for the same seed ({sources}); they are copies "
+            f"or differ only in settings the table does not show (e.g. method_args, map_pool, weights): "
             f"pass one runs directory per setting or give the runs distinct variants."
         )
 

@@ -39,7 +39,9 @@ def run_report(args: argparse.Namespace) -> int:
             print(f"{name:<{width}}  {description}")
         return 0
     if args.layout is None:
-        raise ProtobenchError("Choose a table with --layout NAME; `protobench report --list` shows the names.")
+        raise ProtobenchError(
+            "Choose a table with --layout NAME; `protobench report --list` shows the names."
+        )
     layout = get_layout(args.layout)
     if not args.runs_dirs:
         raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")

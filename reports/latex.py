@@ -10,10 +10,14 @@ from reports.table import CellView, HeaderCell, RowView, TableView
 
 MISSING = "--"
 DAGGER = r"$^\dagger$"
-DAGGER_NOTE = r"$\dagger$ marks means over several seeds (on a row label: every value of the row); other entries are single runs."
+DAGGER_NOTE = (
+    r"$\dagger$ marks means over several seeds (on a row label: every value of the row); "
+    r"other entries are single runs."
+)
 COMPARE_NOTE = r"Each cell shows our value (published value, ours $-$ published)."
 _MARKUP = {"best": r"\textbf{{{}}}", "second": r"\underline{{{}}}", None: "{}"}
 # mean±std is typeset in math, as in the paper: \textbf would not embolden it.
+_HEADING = {"bold": r"\textbf{{{}}}", "emph": r"\emph{{{}}}", "plain": "{}"}
 _MATH_MARKUP = {"best": r"{{\boldmath{}}}", "second": r"\underline{{{}}}", None: "{}"}
 
 
@@ -77,7 +81,7 @@ def _header_row(layout: Layout, cells: tuple[HeaderCell, ...]) -> str:
 
 
 def _styled(heading: Heading) -> str:
-    return {"bold": r"\textbf{{{}}}", "emph": r"\emph{{{}}}", "plain": "{}"}[heading.style].format(heading.text.tex)
+    return _HEADING[heading.style].format(heading.text.tex)
 
 
 def _row(row: RowView) -> str:

@@ -130,7 +130,9 @@ class Layout:
             raise ValueError(f"layout {self.name}: one alignment per label column is needed")
         for row in self.rows:
             if len(row.labels) != len(self.label_headers):
-                raise ValueError(f"layout {self.name}: row {row.labels} needs {len(self.label_headers)} labels")
+                raise ValueError(
+                    f"layout {self.name}: row {row.labels} needs {len(self.label_headers)} labels"
+                )
             for group in self.columns:
                 self.cell_key(row, group)
 

@@ -36,9 +36,11 @@ BACKBONES: tuple[tuple[str, str, str], ...] = (
     ("dinov3_vitb16", "DINOv3 ViT-B/16", "DINOv3 B/16"),
     ("dinov3_vits16", "DINOv3 ViT-S/16", "DINOv3 S/16"),
 )
+ALL_BACKBONES = tuple(key for key, _, _ in BACKBONES)
 B_BACKBONES = ("dinov2_vitb14", "dinov3_vitb16")
 S_BACKBONES = ("dinov2_vits14", "dinov3_vits16")
 ANCHOR = {"backbone": "dinov2_vitb14", "J": 5}  # the CUB anchor setting of the ablations
+NO_LABEL = (text(""),)
 
 BEST_NOTE = Text(
     md="Best is **bold**; second-best is <u>underlined</u> within each {scope}.",
@@ -55,10 +57,10 @@ def _caption(title: str, body: str, *, best_within: str | None = None, tex_body:
     return Text(md=md, tex=tex)
 
 
-def _method_sweep(methods: tuple[tuple[str, Text], ...] = METHODS) -> tuple[BodyItem, ...]:
+def _method_sweep() -> tuple[BodyItem, ...]:
     """Method × J rows, ``ProtoPNet (J=3)``, with a rule between methods."""
     items: list[BodyItem] = []
-    for method, label in methods:
+    for method, label in METHODS:
         if items:
             items.append(Rule())
         items.extend(
@@ -67,16 +69,16 @@ def _method_sweep(methods: tuple[tuple[str, Text], ...] = METHODS) -> tuple[Body
     return tuple(items)
 
 
-def _backbone_groups(keys: tuple[str, ...], *, short: bool, metrics: tuple[Metric, ...]) -> tuple[ColumnGroup, ...]:
+def _backbone_groups(
+    keys: tuple[str, ...], *, short: bool, metrics: tuple[Metric, ...]
+) -> tuple[ColumnGroup, ...]:
     labels = {key: (short_label if short else long_label) for key, long_label, short_label in BACKBONES}
     return tuple(ColumnGroup(text(labels[key]), {"backbone": key}, metrics) for key in keys)
 
 
-ALL_BACKBONES = tuple(key for key, _, _ in BACKBONES)
-NO_LABEL = (text(""),)
-
-
-def _accuracy_sweep(name: str, dataset: str, title: str, backbones: tuple[str, ...], tex_label: str) -> Layout:
+def _accuracy_sweep(
+    name: str, dataset: str, title: str, backbones: tuple[str, ...], tex_label: str
+) -> Layout:
     """Dogs/Cars tables: methods × J rows, one accuracy column per backbone."""
     return Layout(
         name=name,
@@ -126,13 +128,10 @@ def _protocol_pairs(
         if items:
             items.append(Rule())
         items.extend(
-            Row((label, text(setting)), {"method": method, "variant": variant}) for setting, variant in settings
+            Row((label, text(setting)), {"method": method, "variant": variant})
+            for setting, variant in settings
         )
     return tuple(items)
-
-
-def _l(md: str, tex: str) -> Text:
-    return Text(md=md, tex=tex)
 
 
 _CUB_MAIN = Layout(
@@ -161,12 +160,15 @@ _CUB_MAIN = Layout(
 _SEED_ROBUSTNESS = Layout(
     name="seed_robustness",
     description="CUB mean±std over seeds for NPPP and vMFProto, per backbone and J (supplementary)",
-    caption=_caption("Seed robustness on CUB-200-2011.", "Entries report mean±standard deviation over seeds.",
-                     tex_body=r"Entries report mean$\pm$standard deviation over seeds."),
+    caption=_caption(
+        "Seed robustness on CUB-200-2011.",
+        "Entries report mean±standard deviation over seeds.",
+        tex_body=r"Entries report mean$\pm$standard deviation over seeds.",
+    ),
     tex_label="tab:supp_seed_robustness",
     dataset="cub",
     filters={"variant": "default"},
-    label_headers=(_l("J", "$J$"),),
+    label_headers=(Text("J", "$J$"),),
     label_align=("c",),
     columns=(ColumnGroup(None, {}, EXPLANATION_AND_ACC),),
     body=_seed_robustness_body(),
@@ -191,25 +193,28 @@ _ABLATION = Layout(
     label_align=("l",),
     columns=(ColumnGroup(None, {}, EXPLANATION_AND_ACC),),
     body=(
-        Row((_l("vMFProto (full)", r"\textsc{vMFProto} (full)"),), {"variant": "default"}),
+        Row((Text("vMFProto (full)", r"\textsc{vMFProto} (full)"),), {"variant": "default"}),
         Rule(),
         Heading(text("Loss terms")),
         *_variant_rows(
             (
-                (_l("L_CE only", r"$\mathcal{L}_{\text{CE}}$ only"), "ce_only"),
-                (_l("L_CE + L_ppd", r"$\mathcal{L}_{\text{CE}}{+}\mathcal{L}_{\text{ppd}}$"), "ce_ppd"),
-                (_l("L_CE + L_logdet", r"$\mathcal{L}_{\text{CE}}{+}\mathcal{L}_{\text{logdet}}$"), "ce_logdet"),
+                (Text("L_CE only", r"$\mathcal{L}_{\text{CE}}$ only"), "ce_only"),
+                (Text("L_CE + L_ppd", r"$\mathcal{L}_{\text{CE}}{+}\mathcal{L}_{\text{ppd}}$"), "ce_ppd"),
+                (
+                    Text("L_CE + L_logdet", r"$\mathcal{L}_{\text{CE}}{+}\mathcal{L}_{\text{logdet}}$"),
+                    "ce_logdet",
+                ),
             )
         ),
         Rule(),
         Heading(text("Stage-2 prototype learning")),
         *_variant_rows(((text("Stage-2 off"), "stage2_off"),)),
         Rule(),
-        Heading(_l("Learning κ", r"Learning $\kappa$")),
+        Heading(Text("Learning κ", r"Learning $\kappa$")),
         *_variant_rows(
             (
-                (_l("Fixed κ=5", r"Fixed $\kappa=5$"), "kappa_fixed_5"),
-                (_l("Fixed κ=1", r"Fixed $\kappa=1$"), "kappa_fixed_1"),
+                (Text("Fixed κ=5", r"Fixed $\kappa=5$"), "kappa_fixed_5"),
+                (Text("Fixed κ=1", r"Fixed $\kappa=1$"), "kappa_fixed_1"),
             )
         ),
     ),
@@ -233,7 +238,10 @@ _GATING = Layout(
     columns=(ColumnGroup(None, {}, EXPLANATION_AND_ACC),),
     body=_variant_rows(
         (
-            (_l("Attention→PCA refine (default)", r"Attention$\rightarrow$PCA refine (default)"), "default"),
+            (
+                Text("Attention→PCA refine (default)", r"Attention$\rightarrow$PCA refine (default)"),
+                "default",
+            ),
             (text("PCA only"), "gating_pca"),
             (text("Attention only"), "gating_attention"),
             (text("None"), "gating_none"),
@@ -244,11 +252,12 @@ _GATING = Layout(
 
 _OFFLINE_AUG = Layout(
     name="offline_aug",
-    description="every method with and without 40× offline augmentation, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
+    description="every method without/with 40× offline augmentation, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
     caption=_caption(
         "Effect of offline data augmentation across methods.",
         "Con., Sta., Dis., and Acc. are reported in % for CUB-200-2011 (DINOv2 ViT-B/14, J = 5).",
-        tex_body=r"Con., Sta., Dis., and Acc. are reported in \% for CUB-200-2011 (DINOv2 ViT-B/14, $J{=}5$).",
+        tex_body=r"Con., Sta., Dis., and Acc. are reported in \% for CUB-200-2011 "
+        r"(DINOv2 ViT-B/14, $J{=}5$).",
     ),
     tex_label="tab:offline_aug_all_supp",
     dataset="cub",
@@ -263,7 +272,7 @@ _OFFLINE_AUG = Layout(
 
 _EXPANDED = Layout(
     name="expanded",
-    description="baselines with their default vs the expanded-backbone protocol, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
+    description="baselines: default vs expanded-backbone protocol, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
     caption=_caption(
         "Expanded-backbone protocol comparison on CUB-200-2011 (DINOv2 ViT-B/14, J = 5).",
         "Con., Sta., Dis., and Acc. are reported in %. For NPPP and vMFProto, only the default "
@@ -288,7 +297,7 @@ _EXPANDED = Layout(
 
 _RUNTIME = Layout(
     name="runtime",
-    description="training epoch time and inference throughput of NPPP and vMFProto, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
+    description="epoch time and inference throughput of NPPP and vMFProto, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
     caption=_caption(
         "Training and inference cost on CUB-200-2011.",
         "DINOv2 ViT-B/14 with J = 5. Epoch time is the mean wall-clock time of a training epoch; "

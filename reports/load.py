@@ -19,13 +19,13 @@ from reports.columns import (
     INTEGER_COLUMNS,
     KEY_COLUMNS,
     METRIC_COLUMNS,
+    PROVENANCE_COLUMNS,
     TIDY_COLUMNS,
 )
 
 RESULT_FILE = "result.json"
 _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp")
 _TIMING_METRICS = ("epoch_seconds", "inference_images_per_second")
-_PROVENANCE_TEXT = ("code_version", "device", "weights_checksum", "dataset_fingerprint")
 
 Record = dict[str, object]
 
@@ -111,7 +111,6 @@ def _read_result(path: Path) -> Record:
     metrics = _section(path, data, "metrics", required=True)
     timing = _section(path, data, "timing", required=False)
     provenance = _section(path, data, "provenance", required=False)
-    packages = provenance.get("packages")
     record: Record = {
         "dataset": _text(path, spec, "spec", "dataset"),
         "backbone": _text(path, spec, "spec", "backbone"),
@@ -124,12 +123,18 @@ def _read_result(path: Path) -> Record:
         "grid": data.get("grid"),
         "run_dir": str(path.parent),
         "source": str(path),
-        "packages": json.dumps(packages, sort_keys=True) if packages is not None else None,
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})
-    record.update({k: provenance.get(k) for k in _PROVENANCE_TEXT})
+    record.update({k: _provenance_text(provenance.get(k)) for k in PROVENANCE_COLUMNS})
     return record
+
+
+def _provenance_text(value: object) -> str | None:
+    """Provenance as one string per column: text as is, structures (packages, fingerprints) as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
 
 
 def _section(path: Path, data: Mapping[str, object], name: str, *, required: bool) -> Mapping[str, object]:
@@ -192,39 +197,45 @@ def _check_csv_columns(path: Path, columns: list[str]) -> None:
 
 def _csv_record(path: Path, line: int, row: Mapping[str, str]) -> Record:
     where = f"CSV {path} line {line}"
-    record: Record = {column: (value.strip() or None) for column, value in row.items()}
+    cells = {column: value.strip() for column, value in row.items()}
     for column in KEY_COLUMNS:
-        if record[column] is None:
+        if not cells[column]:
             raise ProtobenchError(f"{where}: column {column} is empty; every row needs a value.")
-    for column in INTEGER_COLUMNS:
-        record[column] = _csv_integer(where, column, record.get(column))
-    n_seeds = record["n_seeds"] if record["n_seeds"] is not None else 1
+    seed = _csv_integer(where, "seed", cells.get("seed", ""))
+    n_seeds = _csv_integer(where, "n_seeds", cells.get("n_seeds", ""))
+    n_seeds = 1 if n_seeds is None else n_seeds
     if n_seeds < 1:
         raise ProtobenchError(f"{where}: n_seeds must be a positive integer, got {n_seeds}.")
-    if n_seeds > 1 and record["seed"] is not None:
+    if n_seeds > 1 and seed is not None:
         raise ProtobenchError(
             f"{where}: a row with n_seeds = {n_seeds} is a mean over seeds; leave its seed empty."
         )
-    record["n_seeds"] = n_seeds
-    for column in FLOAT_COLUMNS:
-        record[column] = _csv_float(where, column, record.get(column))
-    record["source"] = f"{path}:{line}"
+    record: Record = {column: value or None for column, value in cells.items()}
+    record.update(
+        {
+            "J": _csv_integer(where, "J", cells["J"]),
+            "seed": seed,
+            "n_seeds": n_seeds,
+            "source": f"{path}:{line}",
+        }
+    )
+    record.update({column: _csv_float(where, column, cells.get(column, "")) for column in FLOAT_COLUMNS})
     return record
 
 
-def _csv_integer(where: str, column: str, value: object) -> int | None:
-    if value is None:
+def _csv_integer(where: str, column: str, value: str) -> int | None:
+    if not value:
         return None
     try:
-        return int(str(value))
+        return int(value)
     except ValueError:
         raise ProtobenchError(f"{where}: {column} must be an integer, got {value!r}.") from None
 
 
-def _csv_float(where: str, column: str, value: object) -> float:
-    if value is None:
+def _csv_float(where: str, column: str, value: str) -> float:
+    if not value:
         return math.nan
     try:
-        return float(str(value))
+        return float(value)
     except ValueError:
         raise ProtobenchError(f"{where}: {column} must be a number or empty, got {value!r}.") from None

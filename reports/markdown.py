@@ -15,7 +15,9 @@ from reports.table import CellView, HeaderCell, RowView, TableView
 MISSING = "–"
 DAGGER = "†"
 MINUS = "−"
-DAGGER_NOTE = "† marks means over several seeds (after a row label: every value of the row); other entries are single runs."
+DAGGER_NOTE = (
+    "† marks means over several seeds (after a row label: every value of the row); other entries are single runs."
+)
 COMPARE_NOTE = f"Each cell shows our value (published value, ours {MINUS} published)."
 _MARKUP = {"best": "**{}**", "second": "<u>{}</u>", None: "{}"}
 _ALIGN = {"l": "left", "c": "center"}
@@ -31,7 +33,8 @@ def render_markdown(table: TableView) -> str:
             lines.append([_HEADING[item.style].format(item.text.md)] + [""] * (layout.n_columns - 1))
         elif not isinstance(item, Rule):
             lines.append(_row(item))
-    align = [_ALIGN[a] for a in layout.label_align] + ["center"] * (layout.n_columns - len(layout.label_align))
+    n_values = layout.n_columns - len(layout.label_align)
+    align = [_ALIGN[a] for a in layout.label_align] + ["center"] * n_values
     grid = tabulate(lines, headers=header_rows[0], tablefmt="github", colalign=align, disable_numparse=True)
     return f"{_caption(table)}\n\n{grid}\n"
 

@@ -34,6 +34,8 @@ class CellView:
 
 @dataclass(frozen=True)
 class RowView:
+    """One body row: label cells (the dagger goes after the first label, before the qualifier)."""
+
     labels: tuple[Text, ...]
     qualifier: Text | None
     dagger: bool
@@ -42,6 +44,8 @@ class RowView:
 
 @dataclass(frozen=True)
 class HeaderCell:
+    """One header cell spanning ``span`` columns (group labels span their metrics)."""
+
     text: Text
     span: int = 1
     bold: bool = False
@@ -52,6 +56,8 @@ BodyView = RowView | Heading | Rule
 
 @dataclass(frozen=True)
 class TableView:
+    """Everything a writer needs: header rows, body items, and the cells left empty."""
+
     layout: Layout
     header: tuple[tuple[HeaderCell, ...], ...]
     body: tuple[BodyView, ...]
@@ -90,7 +96,9 @@ def build_table(
                 std=_std(layout, stats[r][c], decimals),
                 mark=marks[c][r],
                 dagger=cell_daggers[c],
-                reference=None if published is None else reference(shown[r][c], published.get(keys[r][c]), decimals),
+                reference=None
+                if published is None
+                else reference(shown[r][c], published.get(keys[r][c]), decimals),
             )
             for c in range(len(columns))
         )
@@ -111,7 +119,9 @@ def build_table(
     )
 
 
-def _marks(layout: Layout, columns: list[tuple[ColumnGroup, Metric]], shown: list[list[str | None]]) -> list[list[Mark]]:
+def _marks(
+    layout: Layout, columns: list[tuple[ColumnGroup, Metric]], shown: list[list[str | None]]
+) -> list[list[Mark]]:
     """Per column, the mark of each row (all None when the layout marks nothing)."""
     marks: list[list[Mark]] = []
     for c, (_, metric) in enumerate(columns):
@@ -153,7 +163,8 @@ def _header(layout: Layout) -> tuple[tuple[HeaderCell, ...], ...]:
     metric_row = labels + tuple(HeaderCell(m.header) for g in layout.columns for m in g.metrics)
     if not any(g.label for g in layout.columns):
         return (metric_row,)
-    group_row = tuple(HeaderCell(Text("", "")) for _ in layout.label_headers) + tuple(
-        HeaderCell(g.label or Text("", ""), span=len(g.metrics), bold=g.label is not None) for g in layout.columns
+    blank = Text("", "")
+    group_row = tuple(HeaderCell(blank) for _ in layout.label_headers) + tuple(
+        HeaderCell(g.label or blank, span=len(g.metrics), bold=g.label is not None) for g in layout.columns
     )
     return (group_row, metric_row)

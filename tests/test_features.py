@@ -196,10 +196,13 @@ def test_noise_view_depends_on_seed_and_index_only(tmp_path: Path) -> None:
     assert View("clean", 3).apply(image, 5) is image
 
     trunk, view = tiny_trunk(), View("noise", seed=3)
-    by_two = token_source(trunk, TinyDataset(), view=view, cache_dir=tmp_path / "a", backbone_key=KEY, batch_size=2)
-    by_five = token_source(trunk, TinyDataset(), view=view, cache_dir=tmp_path / "b", backbone_key=KEY, batch_size=5)
+    common = dict(view=view, backbone_key=KEY)
+    by_two = token_source(trunk, TinyDataset(), cache_dir=tmp_path / "a", batch_size=2, **common)
+    by_five = token_source(  # DataLoader workers and the progress bar change nothing either
+        trunk, TinyDataset(), cache_dir=tmp_path / "b", batch_size=5, num_workers=2, progress=True, **common
+    )
     assert_same(everything(by_two), everything(by_five))
-    live = token_source(trunk, TinyDataset(), view=view, cache_dir=None, backbone_key=KEY)
+    live = token_source(trunk, TinyDataset(), cache_dir=None, **common)
     reversed_rows = live.batch(torch.arange(COUNT).flip(0), "cpu").tokens.flip(0)
     torch.testing.assert_close(reversed_rows, everything(by_two)["tokens"], rtol=0, atol=1e-2)
     clean = token_source(trunk, TinyDataset(), cache_dir=tmp_path / "a", backbone_key=KEY)

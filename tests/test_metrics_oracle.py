@@ -31,6 +31,7 @@ from metrics import (
     peak_positions,
     stability,
     unchanged_fractions,
+    upsample_maps,
 )
 
 SIZE, HALF, BOX = 224, 36, 72
@@ -82,16 +83,33 @@ def _first_argmax(u: np.ndarray) -> tuple[int, int]:
     return int(idx[0][0]), int(idx[1][0])
 
 
+def test_library_upsampling_equals_f_interpolate_non_square_and_identity() -> None:
+    g = torch.Generator().manual_seed(0)
+    for shape in [(3, 16, 12), (2, 224, 224), (2, 1, 5), (2, 30, 30)]:
+        x = torch.randn(*shape, generator=g, dtype=torch.float64)
+        for mode in ("bicubic", "bilinear"):
+            ref = F.interpolate(x[:, None], size=(SIZE, SIZE), mode=mode, align_corners=False)[:, 0]
+            assert (upsample_maps(x, mode=mode) - ref).abs().max() < 1e-12, (shape, mode)
+    x = torch.randn(2, 224, 224, generator=g, dtype=torch.float64)
+    assert torch.equal(upsample_maps(x, mode="bicubic"), x)  # 224 -> 224: weights (0, 1, 0, 0)
+    assert torch.equal(upsample_maps(x, mode="bilinear"), x)
+
+
 @pytest.mark.parametrize("n", [7, 8, 14, 16])
 @pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
 def test_torch_upsampling_matches_numpy_oracle(n: int, mode: str) -> None:
     rng = np.random.default_rng(n)
     maps = rng.normal(size=(12, n, n)).astype(np.float32)
-    up32 = F.interpolate(torch.from_numpy(maps)[:, None], size=(SIZE, SIZE), mode=mode, align_corners=False)[:, 0]
-    ours = peak_positions(torch.from_numpy(maps)[:, None], mode)[:, 0]  # float64 pipeline
+    t = torch.from_numpy(maps)[:, None]
+    up32 = F.interpolate(t, size=(SIZE, SIZE), mode=mode, align_corners=False)[:, 0]
+    up64 = F.interpolate(t.double(), size=(SIZE, SIZE), mode=mode, align_corners=False)[:, 0]
+    ours_up = upsample_maps(t, mode=mode)[:, 0]  # the library's matrix form, float64
+    ours = peak_positions(t, mode)[:, 0]
     for k in range(maps.shape[0]):
         ref = _resize(maps[k].astype(np.float64), mode)
-        assert np.abs(up32[k].numpy() - ref).max() < 1e-5
+        assert np.abs(up32[k].numpy() - ref).max() < 1e-5  # metrics.md: torch == cv2 within 1e-5
+        assert np.abs(up64[k].numpy() - ref).max() < 1e-12
+        assert np.abs(ours_up[k].numpy() - ref).max() < 1e-12
         pos = _first_argmax(ref)
         assert divmod(int(up32[k].flatten().argmax()), SIZE) == pos  # torch float32, strict argmax
         assert tuple(ours[k].tolist()) == pos

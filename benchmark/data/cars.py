@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset
+from benchmark.data.dataset import ImageDataset, check_split
 from benchmark.data.matfiles import (
     check_labels,
     first_existing,
@@ -42,8 +42,7 @@ def _dataset_dir(root: Path) -> Path:
 
 def read_cars(root: str | Path, split: str, *, image_size: int = 224) -> ImageDataset:
     """Read the ``"train"`` or ``"test"`` split of Stanford Cars."""
-    if split not in ("train", "test"):
-        raise ProtobenchError(f"Unknown split {split!r} for dataset cars; use 'train' or 'test'.")
+    check_split("cars", split)
     base = _dataset_dir(Path(root))
     images_dir = base / f"cars_{split}"
     if not images_dir.is_dir():

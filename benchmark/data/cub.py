@@ -18,13 +18,14 @@ present) before any image is decoded; errors name the file and line.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset, PartAnnotations
+from benchmark.data.dataset import ImageDataset, PartAnnotations, check_split
 from benchmark.data.transforms import integer_box
 from benchmark.errors import ProtobenchError
 
@@ -42,6 +43,14 @@ _FIX = {
     "cub": "re-download and extract CUB_200_2011",
     "synthbirds": "regenerate the dataset with generate_synthbirds",
 }
+
+
+def _finite(text: str) -> float:
+    """``float`` that refuses nan and infinities (they would pass range checks silently)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
 
 
 class _TableFile:
@@ -123,8 +132,7 @@ def _check_same_ids(table: _TableFile, ids: dict[int, Any], images: dict[int, An
 def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int = 224) -> ImageDataset:
     """Read one split (``"train"``/``"test"``) of a dataset in the official CUB-200-2011 layout."""
     fix = _FIX.get(name, _FIX["cub"])
-    if split not in ("train", "test"):
-        raise ProtobenchError(f"Unknown split {split!r} for dataset {name}; use 'train' or 'test'.")
+    check_split(name, split)
     cub = find_cub_dir(Path(root), name)
     paths = {rel: cub / rel for rel in ANNOTATION_FILES}
     for rel, path in paths.items():
@@ -158,7 +166,7 @@ def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int
             raise t_split.error(lineno, f"the split flag must be 1 (train) or 0 (test), got {flag}")
 
     t_boxes = table("bounding_boxes.txt", "<image_id> <x> <y> <width> <height>")
-    boxes = _by_id(t_boxes, t_boxes.rows((int, float, float, float, float)), "image id")
+    boxes = _by_id(t_boxes, t_boxes.rows((int, _finite, _finite, _finite, _finite)), "image id")
     _check_same_ids(t_boxes, boxes, images)
     for lineno, (x, y, w, h) in boxes.values():
         if x < 0 or y < 0 or w < 1 or h < 1:
@@ -180,7 +188,7 @@ def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int
     seen = np.zeros((len(images), num_parts), dtype=bool)
     image_index = {key: k for k, key in enumerate(sorted(images))}
     t_locs = table("parts/part_locs.txt", "<image_id> <part_id> <x> <y> <visible 0/1>")
-    for lineno, (image_id, part_id, x, y, visible) in t_locs.rows((int, int, float, float, int)):
+    for lineno, (image_id, part_id, x, y, visible) in t_locs.rows((int, int, _finite, _finite, int)):
         if image_id not in images:
             raise t_locs.error(lineno, f"image id {image_id} is not listed in images.txt")
         if not 1 <= part_id <= num_parts:

@@ -10,8 +10,15 @@ from PIL import Image
 
 from benchmark.data.fingerprint import split_fingerprint
 from benchmark.data.transforms import crop_to_box, model_transform, open_rgb
+from benchmark.errors import ProtobenchError
 
 SPLITS: tuple[str, ...] = ("train", "test")
+
+
+def check_split(name: str, split: str) -> None:
+    """Every dataset has exactly the official ``train`` and ``test`` splits."""
+    if split not in SPLITS:
+        raise ProtobenchError(f"Unknown split {split!r} for dataset {name}; use 'train' or 'test'.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,9 +82,15 @@ class ImageDataset(torch.utils.data.Dataset):
     def load_image(self, i: int) -> Image.Image:
         """The RGB image before resizing: cropped to its box for CUB-format data, full otherwise."""
         image = open_rgb(self.image_paths[i])
-        if self.annotations is not None:
-            image = crop_to_box(image, self.annotations.boxes[i])
-        return image
+        if self.annotations is None:
+            return image
+        x1, y1, x2, y2 = self.annotations.boxes[i]
+        if x1 >= image.width or y1 >= image.height:
+            raise ProtobenchError(
+                f"The box ({x1}, {y1}, {x2}, {y2}) of {self.image_paths[i]} starts outside the "
+                f"{image.width}×{image.height} image; fix its line in bounding_boxes.txt."
+            )
+        return crop_to_box(image, self.annotations.boxes[i])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
         return self.transform(self.load_image(i)), int(self.labels[i]), i

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset
+from benchmark.data.dataset import ImageDataset, check_split
 from benchmark.data.matfiles import check_labels, first_existing, integers, load_mat, strings
 from benchmark.errors import ProtobenchError
 
@@ -27,8 +27,7 @@ _FIX = "re-download and extract the Stanford Dogs images.tar and lists.tar into 
 
 def read_dogs(root: str | Path, split: str, *, image_size: int = 224) -> ImageDataset:
     """Read the ``"train"`` or ``"test"`` split of Stanford Dogs."""
-    if split not in ("train", "test"):
-        raise ProtobenchError(f"Unknown split {split!r} for dataset dogs; use 'train' or 'test'.")
+    check_split("dogs", split)
     root = Path(root)
     images_dir = root / "Images"
     if not images_dir.is_dir():

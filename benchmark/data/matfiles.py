@@ -27,7 +27,7 @@ def load_mat(path: Path, keys: tuple[str, ...], fix: str) -> dict[str, np.ndarra
     """Load a ``.mat`` file and return the named variables, all of which must be present."""
     try:
         mat = scipy.io.loadmat(path)
-    except (ValueError, OSError, TypeError, NotImplementedError) as err:
+    except (scipy.io.matlab.MatReadError, ValueError, OSError, TypeError, NotImplementedError) as err:
         raise ProtobenchError(f"{path} is not a readable MATLAB .mat file ({err}); {fix}.") from err
     missing = [key for key in keys if key not in mat]
     if missing:

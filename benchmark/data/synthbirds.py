@@ -27,8 +27,8 @@ from __future__ import annotations
 import colorsys
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,14 +256,14 @@ def _pattern_colour(colour: RGB) -> RGB:
 
 def _background(size: int, rng: np.random.Generator) -> Image.Image:
     """Smooth low-saturation noise, fine grain, and class-independent desaturated clutter."""
-    base = np.array(_hsv(rng.random(), rng.uniform(0.0, 0.3), rng.uniform(0.35, 0.9)), dtype=np.float64)
-    low = Image.fromarray(np.clip(base + rng.normal(0.0, 30.0, (4, 4, 3)), 0, 255).astype(np.uint8))
+    base = np.array(_hsv(rng.random(), rng.uniform(0.0, 0.2), rng.uniform(0.35, 0.9)), dtype=np.float64)
+    low = Image.fromarray(np.clip(base + rng.normal(0.0, 20.0, (4, 4, 3)), 0, 255).astype(np.uint8))
     smooth = np.asarray(low.resize((size, size), Image.Resampling.BICUBIC))
     grain = rng.integers(0, 17, (size, size, 3), dtype=np.uint8)  # ±8 grey levels
     image = Image.fromarray(np.clip(smooth, 8, 238) + grain - 8)
     draw = ImageDraw.Draw(image)
     for _ in range(int(rng.integers(3, 9))):
-        colour = _hsv(rng.random(), rng.uniform(0.0, 0.35), rng.uniform(0.2, 0.95))
+        colour = _hsv(rng.random(), rng.uniform(0.0, 0.25), rng.uniform(0.2, 0.95))
         x, y = rng.uniform(-0.1, 1.1, 2) * size
         w, h = rng.uniform(0.05, 0.3, 2) * size
         kind = rng.integers(4)
@@ -299,7 +299,7 @@ def _draw_bird(bird: BirdClass, size: int, rng: np.random.Generator) -> _Drawing
         angle=float(rng.uniform(-30.0, 30.0)),
         flip=bool(rng.random() < 0.5),
     )
-    body = _hsv(rng.random(), rng.uniform(0.05, 0.3), rng.uniform(0.45, 0.8))
+    body = _hsv(rng.random(), rng.uniform(0.05, 0.25), rng.uniform(0.45, 0.8))
     colours = {
         "crown": _jitter(bird.crown, rng), "wing": _jitter(bird.wing, rng), "breast": _jitter(bird.breast, rng),
         "tail": _jitter(bird.tail, rng), "beak": _jitter(bird.beak, rng),
@@ -434,12 +434,12 @@ def generate_synthbirds(
 ) -> Path:
     """Write ``synthbirds`` to ``out`` in the CUB layout and return ``out``.
 
-    Even-numbered images of each class (1st, 3rd, …) are training images, the others test
-    images. The dataset is built in a temporary sibling folder and renamed into place with
+    The 1st, 3rd, 5th, … image of each class are training images, the others test images. The dataset is built in a temporary sibling folder and renamed into place with
     ``synthbirds.json`` inside, so an interrupted run never leaves a folder that looks
     complete. If ``out`` already holds synthbirds output made with the same arguments it is
     returned unchanged; other synthbirds output there is replaced; any other non-empty
-    folder is refused.
+    folder is refused. A killed run can leave a hidden ``.<name>.partial-*`` folder next to
+    ``out``; it is never read and may be deleted.
     """
     for arg, value, low in (("classes", classes, 1), ("images_per_class", images_per_class, 1),
                             ("seed", seed, 0), ("image_size", image_size, 64)):
@@ -447,7 +447,7 @@ def generate_synthbirds(
             raise ProtobenchError(f"generate_synthbirds: {arg} must be an integer >= {low}, got {value!r}.")
     if classes > MAX_CLASSES:
         raise ProtobenchError(f"generate_synthbirds: classes must be at most {MAX_CLASSES}, got {classes}.")
-    out = Path(out)
+    out = Path(out).resolve()
     record = {"generator": "protobench.synthbirds", "version": GENERATOR_VERSION, "classes": int(classes),
               "images_per_class": int(images_per_class), "seed": int(seed), "image_size": int(image_size)}
     if out.exists():
@@ -457,25 +457,26 @@ def generate_synthbirds(
             try:
                 previous = json.loads((out / MARKER).read_text(encoding="utf-8"))
             except (OSError, ValueError):
+                previous = None
+            if not isinstance(previous, dict) or previous.get("generator") != record["generator"]:
                 raise ProtobenchError(
-                    f"{out} is not empty and is not a synthbirds dataset (no readable {MARKER}); "
+                    f"{out} is not empty and is not a synthbirds dataset (no valid {MARKER}); "
                     f"choose a new or empty folder."
-                ) from None
+                )
             if previous == record:
                 return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+    tmp, old = out.with_name(f".{out.name}.partial-{tag}"), out.with_name(f".{out.name}.old-{tag}")
+    tmp.mkdir()
     try:
         _write_dataset(tmp, classes, images_per_class, seed, image_size)
         (tmp / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "dataset")
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+            os.replace(out, old)
+        os.replace(tmp, out)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
     return out

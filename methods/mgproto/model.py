@@ -1,0 +1,239 @@
+"""The MGProto adapter (Wang et al., "MGProto"; official code ``cwangrun/MGProto``) on a frozen
+trunk's tokens, as methods.md specifies.
+
+Add-on ``Linear(D→64) → Linear(64→64)`` then L2 normalisation (``add_on_layers_type =
+'regular'``); per class a J-component Gaussian mixture with σ = 1/√(2π), so ``log N = −π‖z−μ‖²``;
+logits ``log Σ_j π_cj max_grid N(z | μ_cj)`` with means and priors detached (they are buffers,
+changed only by EM and push); ``L = CE + 0.2 L_mine`` (mining from ``mine_start_epoch``). After
+every step the top-1 features of the ground-truth prototypes enter a per-class FIFO memory bank;
+from ``em_start_epoch``, once every class's bank is full, the classes of the batch run EM on
+their banks. Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based
+pruning to ``prune_top_m`` prototypes per class after the last epoch when J is larger.
+
+The 120-epoch official schedule is compressed to 20 epochs (methods.md **Decision**): every
+official epoch milestone e is mapped to ⌈e·20/120⌉ — EM from 35 → 6, mining from 40 → 7, pushes
+at 100, 110 → 17, 19, and the joint optimiser's ×0.4 learning-rate steps at 30, 45, 60, 75, 90
+(main.py) → 5, 8, 10, 13, 15. All epochs are 0-based global indices.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.common.lineage import (
+    PASS_BATCH_SIZE,
+    check_arg,
+    check_count,
+    check_epochs_in_schedule,
+    check_non_negative,
+    check_positive,
+    head_input,
+    make_add_on,
+    make_block,
+    parameters_named,
+)
+from methods.mgproto.memory import ClassMemoryBank, unique_top1_features
+from methods.mgproto.mixture import (
+    EMState,
+    class_log_likelihoods,
+    em_update,
+    log_density,
+    mined_logits,
+)
+from methods.mgproto.push import unique_image_choice
+from methods.registry import register_method
+
+NAME = "mgproto"
+
+
+@register_method(NAME)
+class MGProto(PrototypeMethod):
+    """MGProto head (methods.md, "MGProto").
+
+    Hyperparameters (official defaults, schedule compressed to 20 epochs): ``epochs`` length of
+    the single joint stage; ``latent_dim`` add-on width; ``lr_add_on`` / ``add_on_weight_decay``
+    and ``lr_block`` / ``block_weight_decay`` the Adam groups (the block only when ``expanded``);
+    ``lr_milestones`` / ``lr_gamma`` the MultiStepLR of that optimiser; ``lambda_mine`` and
+    ``mine_levels`` (T: the ground-truth prototypes' activations ranked 2..T, clamped to the grid
+    size) and ``mine_start_epoch``; ``memory_capacity`` features per class; ``em_start_epoch``,
+    ``em_loops``, ``em_alpha`` (responsibility smoothing), ``em_lr`` (Adam on the means),
+    ``em_diversity`` (weight of the mean pairwise ``exp(−‖μ_i − μ_j‖²)``) and ``prior_momentum``;
+    ``push_epochs`` 0-based global epochs after which a push runs; ``prune_top_m`` prototypes kept
+    per class by prior after training (only when J is larger); ``expanded`` runs the head on the
+    appended trainable block (protocol.md).
+    """
+
+    def __init__(
+        self,
+        ctx: MethodContext,
+        *,
+        epochs: int = 20,
+        latent_dim: int = 64,
+        lr_add_on: float = 3e-3,
+        add_on_weight_decay: float = 1e-3,
+        lr_block: float = 1e-4,
+        block_weight_decay: float = 0.0,
+        lr_milestones: Sequence[int] = (5, 8, 10, 13, 15),
+        lr_gamma: float = 0.4,
+        lambda_mine: float = 0.2,
+        mine_levels: int = 20,
+        mine_start_epoch: int = 7,
+        memory_capacity: int = 800,
+        em_start_epoch: int = 6,
+        em_loops: int = 3,
+        em_alpha: float = 0.1,
+        em_lr: float = 3e-3,
+        em_diversity: float = 1.0,
+        prior_momentum: float = 0.99,
+        push_epochs: Sequence[int] = (17, 19),
+        prune_top_m: int = 8,
+        expanded: bool = False,
+    ) -> None:
+        super().__init__(ctx)
+        check_count(NAME, minimum=1, epochs=epochs, latent_dim=latent_dim, mine_levels=mine_levels,
+                    memory_capacity=memory_capacity, em_loops=em_loops, prune_top_m=prune_top_m)
+        check_count(NAME, mine_start_epoch=mine_start_epoch, em_start_epoch=em_start_epoch)
+        check_positive(NAME, lr_add_on=lr_add_on, lr_block=lr_block, lr_gamma=lr_gamma, em_lr=em_lr)
+        check_non_negative(NAME, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay,
+                           lambda_mine=lambda_mine, em_alpha=em_alpha, em_diversity=em_diversity)
+        check_arg(isinstance(prior_momentum, (int, float)) and 0.0 <= prior_momentum < 1.0, NAME, "prior_momentum",
+                  "a number in [0, 1)", prior_momentum)
+        check_arg(all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in lr_milestones), NAME,
+                  "lr_milestones", "epoch indices >= 1", list(lr_milestones))
+        check_arg(isinstance(expanded, bool), NAME, "expanded", "a bool", expanded)
+        self.epochs = epochs
+        self.push_epochs = check_epochs_in_schedule(NAME, "push_epochs", push_epochs, epochs)
+        self.lr_add_on, self.add_on_weight_decay = lr_add_on, add_on_weight_decay
+        self.lr_block, self.block_weight_decay = lr_block, block_weight_decay
+        self.lr_milestones, self.lr_gamma = tuple(lr_milestones), lr_gamma
+        self.mine_levels, self.mine_start_epoch = mine_levels, mine_start_epoch
+        self.em_start_epoch, self.em_loops, self.em_alpha = em_start_epoch, em_loops, em_alpha
+        self.em_lr, self.em_diversity, self.prior_momentum = em_lr, em_diversity, prior_momentum
+        self.prune_top_m = prune_top_m
+        self.loss_weights = {"ce": 1.0, "mine": lambda_mine}
+
+        classes, per_class = ctx.num_classes, ctx.prototypes_per_class
+        with torch.random.fork_rng(devices=[]):  # initialisation is a function of ctx.seed alone
+            torch.manual_seed(ctx.seed)
+            self.block, self._block_params = make_block(ctx, expanded)
+            # model.py, add_on_layers_type='regular': two 1×1 convs, no non-linearity (Kaiming fan_out)
+            self.add_on = make_add_on((ctx.embed_dim, latent_dim, latent_dim), hidden=None, final=None)
+            # model.py: prototype_means = l2_normalize(torch.rand(C, J, d))
+            means = F.normalize(torch.rand(classes, per_class, latent_dim), dim=-1)
+        self.register_buffer("means", means)
+        # model.py initialize_weights: own-class last-layer weights (the priors) 1/J
+        self.register_buffer("priors", torch.full((classes, per_class), 1.0 / per_class))
+        self.register_buffer("em_exp_avg", torch.zeros_like(means))
+        self.register_buffer("em_exp_avg_sq", torch.zeros_like(means))
+        self.register_buffer("em_steps", torch.zeros(classes, dtype=torch.long))
+        # (training-split image index, grid position) each prototype was last pushed from; −1 before
+        self.register_buffer("prototype_source", torch.full((classes, per_class, 2), -1, dtype=torch.long))
+        self.memory = ClassMemoryBank(classes, memory_capacity, latent_dim)
+        self._pending: tuple[TokenBatch, Tensor, Tensor] | None = None
+
+    # ---- forward pieces ------------------------------------------------------------------------
+    def latent(self, batch: TokenBatch) -> Tensor:
+        """B×N×d L2-normalised add-on output (model.py ``forward``: ``l2_normalize(base_feature)``)."""
+        return F.normalize(self.add_on(head_input(batch, self.block)), dim=-1)
+
+    def _log_densities(self, latent: Tensor) -> Tensor:
+        """B×N×C×J ``log N(z_n | μ_cj)``."""
+        b, n, _ = latent.shape
+        return log_density(latent, self.means.flatten(0, 1)).view(b, n, self.num_classes, -1)
+
+    def logits(self, batch: TokenBatch) -> Tensor:
+        return class_log_likelihoods(self._log_densities(self.latent(batch)).amax(dim=1), self.priors)
+
+    def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """``exp(−π‖z − μ‖²)`` of the J components of ``classes[b]`` on the grid (push.py's activation)."""
+        dens = log_density(self.latent(batch), self.means[classes]).exp()  # B×N×J
+        return dens.transpose(1, 2).reshape(len(batch), -1, *batch.grid)
+
+    # ---- training ----------------------------------------------------------------------------
+    def stages(self) -> list[Stage]:
+        groups = [ParamGroup("add_on", list(self.add_on.parameters()), self.lr_add_on, self.add_on_weight_decay)]
+        if self.block is not None:
+            groups.append(ParamGroup("block", parameters_named(self.block, self._block_params), self.lr_block,
+                                     self.block_weight_decay))
+        milestones, gamma = list(self.lr_milestones), self.lr_gamma
+
+        def scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+            return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=gamma)
+
+        return [Stage("joint", self.epochs, groups, scheduler=scheduler)]
+
+    def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
+        latent = self.latent(batch)
+        log_dens = self._log_densities(latent)
+        top, where = log_dens.max(dim=1)  # top-1 over the grid, B×C×J
+        rows, labels = torch.arange(len(batch), device=latent.device), batch.labels
+        self._pending = (batch, latent.detach(), where[rows, labels])
+        terms = {"ce": F.cross_entropy(class_log_likelihoods(top, self.priors), labels)}
+        levels = min(self.mine_levels, log_dens.shape[1])
+        if epoch >= self.mine_start_epoch and levels > 1 and self.uses("mine"):
+            # train_and_test.py: L_mine = mean over k = 1..T−1 of CE with the GT prototypes' k-th ranked activation
+            ranked = log_dens[rows, :, labels].topk(levels, dim=1).values.transpose(1, 2)  # B×J×T
+            mined = mined_logits(top, ranked[..., 1:], labels, self.priors)  # B×(T−1)×C
+            terms["mine"] = F.cross_entropy(mined.flatten(0, 1), labels.repeat_interleave(levels - 1))
+        return terms
+
+    def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
+        """Enqueue the batch's top-1 ground-truth features (computed in ``loss_terms`` before the
+        optimiser step, as model.py's forward; recomputed if this batch had no ``loss_terms``),
+        then EM for the batch's classes once every bank is full."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] is batch:
+            latent, positions = pending[1], pending[2]
+        else:
+            latent = self.latent(batch)
+            positions = log_density(latent, self.means[batch.labels]).argmax(dim=1)
+        self.memory.push(*unique_top1_features(latent, positions, batch.labels))
+        if epoch >= self.em_start_epoch and self.memory.full():
+            self.expectation_maximisation(batch.labels.unique())
+
+    def expectation_maximisation(self, classes: Tensor) -> None:
+        """EM on the memory banks of ``classes`` (model.py ``update_GMM``: the classes of the batch)."""
+        state = EMState(self.means[classes], self.priors[classes], self.em_exp_avg[classes],
+                        self.em_exp_avg_sq[classes], self.em_steps[classes])
+        new = em_update(self.memory.features[classes], state, loops=self.em_loops, alpha=self.em_alpha,
+                        lr=self.em_lr, diversity_weight=self.em_diversity, prior_momentum=self.prior_momentum)
+        self.means[classes], self.priors[classes] = new.means, new.priors
+        self.em_exp_avg[classes], self.em_exp_avg_sq[classes], self.em_steps[classes] = (
+            new.exp_avg, new.exp_avg_sq, new.steps)
+
+    def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
+        if epoch in self.push_epochs:
+            self.push(data)
+        if epoch == self.epochs - 1 and self.prototypes_per_class > self.prune_top_m:
+            self.prune()
+
+    @torch.no_grad()
+    def push(self, data: TrainData) -> None:
+        """Project every prototype onto its best latent patch among training images of its class,
+        at most one prototype per image (push.py). A prototype left without an image keeps μ."""
+        per_class = self.prototypes_per_class
+        scores = torch.full((len(data), per_class), -torch.inf, device=self.means.device)
+        positions = torch.zeros((len(data), per_class), dtype=torch.long, device=self.means.device)
+        vectors = torch.zeros((len(data), per_class, self.means.shape[-1]), device=self.means.device)
+        labels = torch.zeros(len(data), dtype=torch.long, device=self.means.device)
+        for batch in data.batches(PASS_BATCH_SIZE):
+            latent = self.latent(batch)
+            best, where = log_density(latent, self.means[batch.labels]).max(dim=1)  # B×J
+            scores[batch.indices], positions[batch.indices], labels[batch.indices] = best, where, batch.labels
+            vectors[batch.indices] = latent[torch.arange(len(batch), device=latent.device)[:, None], where]
+        choice = unique_image_choice(scores, labels, self.num_classes)  # C×J
+        found = choice >= 0
+        component = torch.arange(per_class, device=choice.device).expand_as(choice)[found]
+        image = choice[found]
+        self.means[found] = vectors[image, component]
+        self.prototype_source[found] = torch.stack([image, positions[image, component]], dim=-1)
+
+    def prune(self) -> None:
+        """Keep the ``prune_top_m`` prototypes of highest prior per class (ties kept), zero the
+        others' priors (model.py ``prune_prototypes_topM``; priors are not renormalised)."""
+        threshold = self.priors.topk(self.prune_top_m, dim=1).values[:, -1:]
+        self.priors.mul_((self.priors >= threshold).to(self.priors.dtype))

@@ -1,0 +1,301 @@
+"""The vMFProto adapter: vMF mixture prototypes on an appended block (paper §3, methods.md)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.errors import ProtobenchError
+from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
+from methods.common.ot import hard_assignment, sinkhorn_log
+from methods.registry import register_method
+from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
+from methods.vmfproto.overlap import logdet_loss
+from methods.vmfproto.vmf import log_vmf_normaliser
+
+MU_INITS: tuple[str, ...] = ("patches", "random")
+LOGIT_EPS = 1e-6  # ε of Eq. (class_logit); the paper gives no value (≥ 1 patch is foreground anyway)
+
+
+def _fail(argument: str, value: Any, requirement: str) -> ProtobenchError:
+    return ProtobenchError(f"vmfproto: {argument}={value!r} is invalid; {requirement} (set it in method_args)")
+
+
+def _check_positive(argument: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise _fail(argument, value, "it must be a finite number > 0")
+
+
+def _check_count(argument: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(argument, value, f"it must be an integer >= {minimum}")
+
+
+@register_method("vmfproto")
+class VMFProto(PrototypeMethod):
+    """vMFProto: per class a J-component vMF mixture (μ, κ = exp ρ, π = softmax α) on the
+    L2-normalised tokens of an appended trainable block; foreground gating on the frozen view;
+    stage 1 OT momentum discovery, stage 2 end-to-end ``CE + λ_ppd L_ppd + λ_logdet L_logdet``.
+
+    Prototype ``c·J + j`` is component ``j`` of class ``c``. Ablations: ``lambda_ppd=0`` /
+    ``lambda_logdet=0`` drop a loss term; ``stage2_prototypes=False`` keeps μ, κ, π as stage 1
+    left them; ``fixed_kappa`` fixes every κ (``kappa_init`` is then unused); ``gating`` picks
+    the foreground variant; ``mu_init`` = ``"patches"`` (random foreground patches of the class
+    the first time it is seen in stage 1) or ``"random"`` (random unit vectors).
+    """
+
+    def __init__(
+        self,
+        ctx: MethodContext,
+        *,
+        gating: str = "attention_pca",
+        tau: float = 0.5,
+        gamma: float = 0.99,
+        ot_epsilon: float = 0.05,
+        ot_iterations: int = 10,
+        lambda_ppd: float = 0.8,
+        lambda_logdet: float = 1.0,
+        logdet_delta: float = 1e-4,
+        kappa_init: float = 5.0,
+        mu_init: str = "patches",
+        fixed_kappa: float | None = None,
+        stage2_prototypes: bool = True,
+        discovery_epochs: int = 1,
+        end_to_end_epochs: int = 19,
+        lr_block: float = 1e-4,
+        lr_mu: float = 5e-4,
+        lr_kappa: float = 1.2e-3,
+        lr_pi: float = 1e-5,
+    ) -> None:
+        super().__init__(ctx)
+        if gating not in GATING_VARIANTS:
+            raise _fail("gating", gating, f"choose one of {', '.join(GATING_VARIANTS)}")
+        if mu_init not in MU_INITS:
+            raise _fail("mu_init", mu_init, f"choose one of {', '.join(MU_INITS)}")
+        if not (isinstance(tau, (int, float)) and 0.0 <= tau <= 1.0):
+            raise _fail("tau", tau, "it must lie in [0, 1]")
+        if not (isinstance(gamma, (int, float)) and 0.0 <= gamma < 1.0):
+            raise _fail("gamma", gamma, "it must lie in [0, 1)")
+        for name, value in (("lambda_ppd", lambda_ppd), ("lambda_logdet", lambda_logdet)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise _fail(name, value, "it must be a finite number >= 0 (0 switches the term off)")
+        for name, value in (
+            ("ot_epsilon", ot_epsilon), ("logdet_delta", logdet_delta), ("kappa_init", kappa_init),
+            ("lr_block", lr_block), ("lr_mu", lr_mu), ("lr_kappa", lr_kappa), ("lr_pi", lr_pi),
+        ):
+            _check_positive(name, value)
+        if fixed_kappa is not None:
+            _check_positive("fixed_kappa", fixed_kappa)
+        _check_count("ot_iterations", ot_iterations, 1)
+        _check_count("discovery_epochs", discovery_epochs, 0)
+        _check_count("end_to_end_epochs", end_to_end_epochs, 0)
+        if discovery_epochs + end_to_end_epochs == 0:
+            raise _fail("end_to_end_epochs", end_to_end_epochs, "discovery_epochs + end_to_end_epochs must be >= 1")
+        if not isinstance(stage2_prototypes, bool):
+            raise _fail("stage2_prototypes", stage2_prototypes, "it must be true or false")
+        if ctx.embed_dim < 2:
+            raise ProtobenchError(f"vmfproto needs token dimension >= 2, the trunk gives {ctx.embed_dim}")
+
+        self.gating = gating
+        self.tau = float(tau)
+        self.gamma = float(gamma)
+        self.ot_epsilon = float(ot_epsilon)
+        self.ot_iterations = ot_iterations
+        self.logdet_delta = float(logdet_delta)
+        self.mu_init = mu_init
+        self.fixed_kappa = fixed_kappa
+        self.stage2_prototypes = stage2_prototypes
+        self.discovery_epochs = discovery_epochs
+        self.end_to_end_epochs = end_to_end_epochs
+        self.lrs = {"block": lr_block, "mu": lr_mu, "kappa": lr_kappa, "pi": lr_pi}
+        self.loss_weights = {"ce": 1.0, "ppd": float(lambda_ppd), "logdet": float(lambda_logdet)}
+
+        c, j, d = ctx.num_classes, ctx.prototypes_per_class, ctx.embed_dim
+        self.block = ctx.make_block()
+        # all randomness of the method comes from this generator; its state is checkpointed
+        self._generator = torch.Generator().manual_seed(ctx.seed)
+        self.mu = nn.Parameter(F.normalize(torch.randn(c, j, d, generator=self._generator), dim=-1))
+        kappa0 = kappa_init if fixed_kappa is None else fixed_kappa
+        self.rho = nn.Parameter(torch.full((c, j), math.log(kappa0)))  # κ = exp ρ
+        self.alpha = nn.Parameter(torch.zeros(c, j))  # π = softmax α, uniform at α = 0
+        self.mu.requires_grad_(stage2_prototypes)
+        self.alpha.requires_grad_(stage2_prototypes)
+        self.rho.requires_grad_(stage2_prototypes and fixed_kappa is None)
+        self.register_buffer("seen", torch.zeros(c, dtype=torch.bool))  # classes whose μ were initialised
+        self.register_buffer("fallback_images", torch.zeros((), dtype=torch.long))
+
+    # ---- state --------------------------------------------------------------------------
+    def get_extra_state(self) -> dict[str, Tensor]:
+        return {"generator": self._generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Tensor]) -> None:
+        self._generator.set_state(state["generator"].cpu())
+
+    @property
+    def gating_fallbacks(self) -> int:
+        """Images gated so far (training and evaluation) that had no foreground patch."""
+        return int(self.fallback_images.item())
+
+    # ---- mixture parameters --------------------------------------------------------------
+    @property
+    def kappa(self) -> Tensor:
+        """C×J concentrations κ = exp ρ."""
+        return self.rho.exp()
+
+    @property
+    def log_pi(self) -> Tensor:
+        """C×J log mixture weights, log softmax α."""
+        return torch.log_softmax(self.alpha, dim=-1)
+
+    def prototype_means(self) -> Tensor:
+        """C×J×D unit mean directions μ."""
+        return F.normalize(self.mu, dim=-1)
+
+    # ---- views ---------------------------------------------------------------------------
+    def trainable_tokens(self, batch: TokenBatch) -> Tensor:
+        """B×N×D unit tokens of the appended block (Eqs. block_expansion, token_normalization)."""
+        return F.normalize(self.block(batch.block_input), dim=-1)
+
+    def foreground(self, batch: TokenBatch) -> Tensor:
+        """B×N bool gate from the frozen view (gating.py); counts the fallback images."""
+        with torch.no_grad():
+            mask, fallback = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+            self.fallback_images += fallback.sum()
+        return mask
+
+    # ---- scores ----------------------------------------------------------------------------
+    def component_scores(self, tokens: Tensor) -> Tensor:
+        """``s_{i,c,j} = log C_D(κ_cj) + κ_cj μ_cjᵀ t_i`` (Eq. ot_score) for every class, B×N×C×J."""
+        mu, kappa = self.prototype_means(), self.kappa
+        log_c = log_vmf_normaliser(kappa, mu.shape[-1])
+        flat = torch.addmm(log_c.flatten(), tokens.flatten(0, 1), (kappa.unsqueeze(-1) * mu).flatten(0, 1).T)
+        return flat.view(*tokens.shape[:2], *kappa.shape)
+
+    def class_scores(self, tokens: Tensor, classes: Tensor) -> Tensor:
+        """``s_{i,c_b,j}`` of one class per image (Eq. ot_score), B×N×J."""
+        mu, kappa = self.prototype_means()[classes], self.kappa[classes]  # B×J×D, B×J
+        log_c = log_vmf_normaliser(kappa, mu.shape[-1])
+        return log_c.unsqueeze(1) + kappa.unsqueeze(1) * (tokens @ mu.transpose(1, 2))
+
+    def _logits_from_scores(self, scores: Tensor, mask: Tensor) -> Tensor:
+        log_p = torch.logsumexp(self.log_pi + scores, dim=-1)  # Eq. (logsumexp): B×N×C
+        weights = mask.to(log_p.dtype).unsqueeze(-1)
+        return (weights * log_p).sum(1) / (weights.sum(1) + LOGIT_EPS)  # Eq. (class_logit)
+
+    def logits(self, batch: TokenBatch) -> Tensor:
+        return self._logits_from_scores(self.component_scores(self.trainable_tokens(batch)), self.foreground(batch))
+
+    def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        scores = self.class_scores(self.trainable_tokens(batch), classes)  # B×N×J
+        height, width = batch.grid
+        return scores.transpose(1, 2).reshape(scores.shape[0], scores.shape[2], height, width)
+
+    # ---- optimal transport -----------------------------------------------------------------
+    def ot_labels(self, scores: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
+        """Hard OT label of every patch (Eqs. entropic_ot, ot_harden), B×N long (meaningful on
+        foreground patches). Per class c present: the M×J scores of the foreground patches of
+        its images, rows 1/M, columns π_c, solved for all classes in one padded batch."""
+        scores, log_pi = scores.detach(), self.log_pi.detach()
+        batch_size, num_patches, num_components = scores.shape
+        present, slot = torch.unique(labels, return_inverse=True)  # slot: B → row block of its class
+        patch_slot = slot.repeat_interleave(num_patches)[mask.flatten()]  # slot of each fg patch
+        order = torch.argsort(patch_slot, stable=True)
+        patch_slot = patch_slot[order]
+        patch_index = torch.nonzero(mask.flatten()).squeeze(-1)[order]  # flat index in B·N
+        counts = torch.bincount(patch_slot, minlength=present.numel())  # M_c
+        offsets = torch.cumsum(counts, 0) - counts
+        row = torch.arange(patch_slot.numel(), device=scores.device) - offsets[patch_slot]
+        rows = int(counts.max())
+        padded = scores.new_zeros(present.numel(), rows, num_components)
+        padded[patch_slot, row] = scores.flatten(0, 1)[patch_index]
+        row_marginal = scores.new_zeros(present.numel(), rows)
+        row_marginal[patch_slot, row] = 1.0 / counts[patch_slot].to(scores.dtype)
+        col_marginal = log_pi[present].exp().to(scores.dtype)  # π_c
+        plan = sinkhorn_log(padded, row_marginal, col_marginal, self.ot_epsilon, self.ot_iterations)
+        assigned = torch.zeros(batch_size * num_patches, dtype=torch.long, device=scores.device)
+        assigned[patch_index] = hard_assignment(plan)[patch_slot, row]
+        return assigned.view(batch_size, num_patches)
+
+    def ppd_loss(self, scores: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
+        """``L_ppd`` (Eqs. posterior_k, distill_loss): CE between ``softmax_j s_{i,c,j}`` and the
+        hard OT label over the foreground patches of class c, averaged per class, then over the
+        classes in the batch. ``scores``: B×N×J of each image's own class."""
+        targets = self.ot_labels(scores, mask, labels)
+        nll = -torch.log_softmax(scores, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        per_image = mask.sum(-1).to(scores.dtype)
+        per_class = torch.zeros(self.num_classes, dtype=scores.dtype, device=scores.device).index_add_(0, labels, per_image)
+        weights = mask.to(scores.dtype) / per_class[labels].unsqueeze(-1)  # 1/M_c on foreground
+        return (weights * nll).sum() / (per_class > 0).sum()
+
+    # ---- the adapter contract ------------------------------------------------------------------
+    def stages(self) -> list[Stage]:
+        schedule = []
+        if self.discovery_epochs:
+            schedule.append(Stage("discovery", self.discovery_epochs))
+        if self.end_to_end_epochs:
+            groups = [ParamGroup("block", self.block.trainable_parameters(), self.lrs["block"])]
+            if self.stage2_prototypes:
+                groups.append(ParamGroup("mu", [self.mu], self.lrs["mu"]))
+                if self.fixed_kappa is None:
+                    groups.append(ParamGroup("kappa", [self.rho], self.lrs["kappa"]))
+                groups.append(ParamGroup("pi", [self.alpha], self.lrs["pi"]))
+            schedule.append(Stage("end_to_end", self.end_to_end_epochs, groups, optimizer="adam"))
+        return schedule
+
+    def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
+        if not stage.trains:
+            return {}  # discovery: the update happens in after_step
+        mask = self.foreground(batch)
+        scores = self.component_scores(self.trainable_tokens(batch))
+        terms = {"ce": F.cross_entropy(self._logits_from_scores(scores, mask), batch.labels)}
+        if self.uses("ppd"):
+            index = batch.labels.view(-1, 1, 1, 1).expand(-1, scores.shape[1], 1, scores.shape[3])
+            terms["ppd"] = self.ppd_loss(scores.gather(2, index).squeeze(2), mask, batch.labels)
+        if self.uses("logdet"):
+            terms["logdet"] = logdet_loss(self.mu, self.kappa, self.logdet_delta)
+        return terms
+
+    @torch.no_grad()
+    def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
+        if stage.trains:
+            if self.mu.requires_grad:
+                self.mu.copy_(F.normalize(self.mu, dim=-1))  # μ renormalised after each step
+            return
+        self.discover(batch)
+
+    # ---- stage 1 ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def discover(self, batch: TokenBatch) -> None:
+        """One stage-1 step: initialise unseen classes (``mu_init="patches"``), OT-assign the
+        foreground patches of each class present, and apply Eq. (mu_momentum) to every
+        prototype that received a patch."""
+        tokens, mask, labels = self.trainable_tokens(batch), self.foreground(batch), batch.labels
+        if self.mu_init == "patches":
+            self._init_from_patches(tokens, mask, labels)
+        targets = self.ot_labels(self.class_scores(tokens, labels), mask, labels)
+        j = self.prototypes_per_class
+        prototype = (labels.unsqueeze(-1) * j + targets)[mask]
+        sums = tokens.new_zeros(self.ctx.num_prototypes, tokens.shape[-1]).index_add_(0, prototype, tokens[mask])
+        hit = torch.bincount(prototype, minlength=self.ctx.num_prototypes).view(-1, j, 1) > 0
+        mu = self.prototype_means()
+        features = F.normalize(sums.view_as(mu), dim=-1)  # F_cj = norm(Σ_i z_icj t_i)
+        updated = F.normalize(self.gamma * mu + (1.0 - self.gamma) * features, dim=-1)
+        self.mu.copy_(torch.where(hit, updated, mu))
+
+    def _init_from_patches(self, tokens: Tensor, mask: Tensor, labels: Tensor) -> None:
+        """μ of each class seen for the first time ← J random distinct foreground patches of
+        its images in this batch (cycled when it has fewer than J)."""
+        present = torch.zeros_like(self.seen).index_fill_(0, labels, True)
+        new = torch.nonzero(present & ~self.seen).squeeze(-1)
+        if new.numel() == 0:
+            return
+        patch_class = labels.repeat_interleave(tokens.shape[1])
+        eligible = mask.flatten().unsqueeze(0) & (patch_class.unsqueeze(0) == new.unsqueeze(-1))  # new×(B·N)
+        keys = torch.rand(eligible.shape, generator=self._generator).to(tokens.device)
+        order = torch.where(eligible, keys, -1.0).argsort(dim=-1, descending=True)
+        pick = torch.arange(self.prototypes_per_class, device=tokens.device) % eligible.sum(-1, keepdim=True)
+        self.mu[new] = tokens.flatten(0, 1)[order.gather(-1, pick)]
+        self.seen[new] = True

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Start a single-node SLURM cluster on this machine (Debian's slurm-wlm + munge, as root, no
+# systemd): munged, slurmctld and slurmd, with two fake GPUs so --gpus-per-node schedules.
+# Records the pids it started in $STATE/started.pids so slurm-down.sh stops exactly those.
+# Usage: slurm/slurm-up.sh            (needs: apt-get install -y slurm-wlm munge)
+set -euo pipefail
+STATE=${PROTOBENCH_SLURM_STATE:-/run/protobench-slurm}
+mkdir -p "$STATE" /run/munge /run/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /etc/slurm
+: > "$STATE/started.pids"
+
+if sinfo -h >/dev/null 2>&1; then echo "slurm-up: a cluster already answers; leaving it alone"; exit 0; fi
+
+ncpu=$(nproc)
+mem_mb=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 * 8 / 10 ))
+
+# munge: one key, daemon as the munge user
+chown munge:munge /run/munge && chmod 0755 /run/munge
+if [[ ! -s /etc/munge/munge.key ]]; then
+  mungekey --create --keyfile=/etc/munge/munge.key
+  chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
+fi
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  su -s /bin/sh munge -c /usr/sbin/munged
+  for _ in $(seq 50); do [[ -s /run/munge/munged.pid ]] && break; sleep 0.1; done
+  cat /run/munge/munged.pid >> "$STATE/started.pids"
+fi
+
+# fake GPUs: character devices that gres can hand out
+mkdir -p /run/fakegpu
+for i in 0 1; do [[ -e /run/fakegpu/nvidia$i ]] || mknod /run/fakegpu/nvidia$i c 1 3; done
+echo 'NodeName=localhost Name=gpu File=/run/fakegpu/nvidia[0-1]' > /etc/slurm/gres.conf
+
+# Settings for fast tests: short credential expiry, 1 s backfill, short kill wait, jobs
+# remembered for an hour (so scontrol can answer for them without accounting).
+cat > /etc/slurm/slurm.conf <<CONF
+ClusterName=protobench
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=cred_expire=10
+MpiDefault=none
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=5
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+KillWait=5
+MinJobAge=3600
+GresTypes=gpu
+NodeName=localhost NodeHostname=localhost CPUs=${ncpu} Sockets=1 CoresPerSocket=${ncpu} ThreadsPerCore=1 RealMemory=${mem_mb} Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+CONF
+
+/usr/sbin/slurmctld
+/usr/sbin/slurmd
+for _ in $(seq 50); do [[ -s /run/slurm/slurmctld.pid && -s /run/slurm/slurmd.pid ]] && break; sleep 0.1; done
+cat /run/slurm/slurmctld.pid /run/slurm/slurmd.pid >> "$STATE/started.pids"
+for _ in $(seq 100); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 0.2; done
+sinfo

@@ -1,0 +1,57 @@
+"""``protobench report`` as the CLI mounts it: add_report_arguments + run_report."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from benchmark.errors import ProtobenchError
+from reports.cli import add_report_arguments, run_report
+from reports.layouts import LAYOUTS
+from reports.load import load_csv, load_results
+from reports.render import render_report
+from test_reports_support import PAPER_CSV, RUNS
+
+
+def report(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="protobench report")
+    add_report_arguments(parser)
+    return run_report(parser.parse_args(list(argv)))
+
+
+def test_list_names_every_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert report("--list") == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == list(LAYOUTS)
+
+
+def test_markdown_to_stdout_and_missing_cells_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert report(str(RUNS), "--layout", "gating") == 0
+    out, err = capsys.readouterr()
+    assert out == render_report(load_results([RUNS]), "gating", "markdown").text
+    assert err.splitlines() == [
+        "4 cell(s) of layout gating have no result:",
+        *(f"  Attention only | {m}" for m in ("Con.", "Sta.", "Dis.", "Acc.")),
+    ]
+
+
+def test_latex_against_paper_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "tables" / "cub_main.tex"
+    csv = PAPER_CSV / "cub_main.csv"
+    args = (str(RUNS), "--layout", "cub_main", "--format", "latex", "--against", str(csv), "--decimals", "2")
+    assert report(*args, "--out", str(out)) == 0
+    expected = render_report(load_results([RUNS]), "cub_main", "latex", against=load_csv(csv), decimals=2)
+    assert out.read_text(encoding="utf-8") == expected.text
+    assert capsys.readouterr().out == ""
+
+
+def test_usage_mistakes_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(ProtobenchError, match="--layout NAME"):
+        report(str(RUNS))
+    with pytest.raises(ProtobenchError, match="Unknown layout 'nope'"):
+        report(str(tmp_path / "not-there"), "--layout", "nope")
+    with pytest.raises(ProtobenchError, match="at least one RUNS_DIR"):
+        report("--layout", "cub_main")
+    with pytest.raises(ProtobenchError, match="does not exist"):
+        report(str(RUNS), "--layout", "cub_main", "--against", str(tmp_path / "paper.csv"))

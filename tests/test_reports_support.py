@@ -1,0 +1,55 @@
+"""Shared helpers of the reports tests (no tests here): fixture paths, a LaTeX check, table parsers."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "tests" / "fixtures" / "reports" / "runs"
+PAPER_CSV = REPO / "reports" / "paper"
+GOLDEN = REPO / "tests" / "golden" / "reports"
+PAPER_TEX = REPO.parent / "shared" / "paper" / "vmfproto.tex"
+
+_UNESCAPED_AMP = re.compile(r"(?<!\\)&")
+_MULTICOLUMN = re.compile(r"^\\multicolumn\{(\d+)\}")
+
+
+def check_latex(source: str) -> None:
+    """Assert that ``source`` would compile in spirit: balanced groups, rows as wide as the spec."""
+    depth = 0
+    for ch in re.sub(r"\\[{}$&%#_]", "", source):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        assert depth >= 0, "a } closes nothing"
+    assert depth == 0, "unclosed {"
+    for env in ("table", "table*", "tabular"):
+        assert source.count(f"\\begin{{{env}}}") == source.count(f"\\end{{{env}}}")
+    spec = re.search(r"\\begin\{tabular\}\{([^}]*)\}", source).group(1)
+    width = len(re.sub(r"[^lcr]", "", spec))
+    body = source.split(spec + "}", 1)[1].split("\\end{tabular}", 1)[0]
+    rows = 0
+    for line in (line.strip() for line in body.strip().splitlines()):
+        if line in ("\\toprule", "\\midrule", "\\bottomrule"):
+            continue
+        assert line.endswith("\\\\"), f"not a row or rule: {line}"
+        cells = _UNESCAPED_AMP.split(line[:-2])
+        spans = [int(m.group(1)) if (m := _MULTICOLUMN.match(c.strip())) else 1 for c in cells]
+        assert sum(spans) == width, f"{sum(spans)} columns, spec has {width}: {line}"
+        assert all(len(re.findall(r"(?<!\\)\$", c)) % 2 == 0 for c in cells), f"odd $ in {line}"
+        rows += 1
+    assert rows > 0
+
+
+def latex_rows(source: str) -> list[list[str]]:
+    """Cells of the tabular's data rows (header rows and full-width headings excluded)."""
+    body = source.split("\\midrule", 1)[1].split("\\bottomrule", 1)[0]
+    return [
+        [c.strip() for c in _UNESCAPED_AMP.split(line.strip()[:-2])]
+        for line in body.splitlines()
+        if line.strip().endswith("\\\\") and not line.strip().startswith("\\multicolumn")
+    ]
+
+
+def markdown_rows(source: str) -> list[list[str]]:
+    """Cells of every table line below the ``|---|`` separator."""
+    lines = [line for line in source.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]

@@ -1,0 +1,244 @@
+"""The vMFProto adapter: contract, stages, ablation switches, stage-1 momentum, determinism,
+and a training smoke test on synthetic tokens."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmark.errors import ProtobenchError
+from methods.base import MethodContext, Stage, TokenBatch
+from methods.registry import build_method, method_hyperparameters
+from methods.vmfproto import VMFProto
+
+
+class IdentityNormBlock(nn.Module):
+    """Stand-in for the appended block: zero-initialised residual Linear, then LayerNorm;
+    B×(P+N)×D → B×N×D (prefix dropped). The identity (up to the norm) at initialisation."""
+
+    def __init__(self, dim: int, prefix: int) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.proj = nn.Linear(dim, dim)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.proj(x))[:, self.prefix :]
+
+
+class DropPrefix(nn.Module):
+    """A parameter-free block for hand-computed examples: T = the patch tokens themselves."""
+
+    def __init__(self, prefix: int) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, self.prefix :]
+
+
+def _context(classes: int, per_class: int, dim: int, grid: tuple[int, int], block: str = "norm", seed: int = 0) -> MethodContext:
+    prefix = 1
+    make = (lambda: IdentityNormBlock(dim, prefix)) if block == "norm" else (lambda: DropPrefix(prefix))
+    return MethodContext(classes, per_class, dim, grid, prefix, depth=4, make_block=make, seed=seed)
+
+
+class SyntheticParts:
+    """Class-separable, DINO-like tokens: a foreground patch (the middle rows of the grid) is a
+    shared "object" direction plus one of the J part directions of the image's class, a
+    background patch a shared "background" direction plus one of three clutter directions;
+    the CLS attention is peaked on the foreground."""
+
+    def __init__(self, classes: int, parts: int, dim: int, grid: tuple[int, int], seed: int) -> None:
+        self.g = torch.Generator().manual_seed(seed)
+        self.parts = F.normalize(torch.randn(classes, parts, dim, generator=self.g), dim=-1)
+        self.clutter = F.normalize(torch.randn(3, dim, generator=self.g), dim=-1)
+        self.object, self.background = F.normalize(torch.randn(2, dim, generator=self.g), dim=-1)
+        self.grid = grid
+        height, width = grid
+        fg = torch.zeros(height, width, dtype=torch.bool)
+        fg[height // 4 : height - height // 4] = True
+        self.fg = fg.flatten()
+
+    def batch(self, labels: list[int]) -> TokenBatch:
+        y = torch.tensor(labels)
+        b, n, (c, j, d) = len(labels), self.fg.numel(), self.parts.shape
+        part = 3.0 * self.object + 2.0 * self.parts[y.unsqueeze(-1), torch.randint(j, (b, n), generator=self.g)]
+        clutter = 3.0 * self.background + 2.0 * self.clutter[torch.randint(3, (b, n), generator=self.g)]
+        patches = torch.where(self.fg.view(1, n, 1), part, clutter) + 0.3 * torch.randn(b, n, d, generator=self.g)
+        block_input = torch.cat([torch.randn(b, 1, d, generator=self.g), patches], dim=1)
+        attention = torch.where(self.fg, 1.0, 0.1) + 0.05 * torch.rand(b, n, generator=self.g)
+        tokens = F.layer_norm(patches, (d,))  # the frozen final-norm view
+        return TokenBatch(tokens, block_input, attention, y, torch.arange(b), self.grid)
+
+
+def test_registry_signature_and_validation() -> None:
+    ctx = _context(3, 2, 8, (2, 2))
+    assert isinstance(build_method("vmfproto", ctx), VMFProto)
+    assert method_hyperparameters(VMFProto) == {
+        "gating": "attention_pca", "tau": 0.5, "gamma": 0.99, "ot_epsilon": 0.05, "ot_iterations": 10,
+        "lambda_ppd": 0.8, "lambda_logdet": 1.0, "logdet_delta": 1e-4, "kappa_init": 5.0, "mu_init": "patches",
+        "fixed_kappa": None, "stage2_prototypes": True, "discovery_epochs": 1, "end_to_end_epochs": 19,
+        "lr_block": 1e-4, "lr_mu": 5e-4, "lr_kappa": 1.2e-3, "lr_pi": 1e-5,
+    }
+    bad = [
+        ("gating", "saliency"), ("tau", 1.5), ("tau", -0.1), ("gamma", 1.0), ("ot_epsilon", 0.0),
+        ("ot_iterations", 0), ("lambda_ppd", -1.0), ("kappa_init", 0.0), ("mu_init", "kmeans"),
+        ("fixed_kappa", -5.0), ("discovery_epochs", -1), ("end_to_end_epochs", 2.5), ("lr_mu", 0.0),
+    ]
+    for name, value in bad:
+        with pytest.raises(ProtobenchError, match=name):
+            build_method("vmfproto", ctx, **{name: value})
+
+
+def test_stages_and_ablation_switches() -> None:
+    ctx = _context(3, 2, 8, (2, 2))
+    discovery, end_to_end = build_method("vmfproto", ctx).stages()
+    assert (discovery.name, discovery.epochs, discovery.trains) == ("discovery", 1, False)
+    assert (end_to_end.name, end_to_end.epochs, end_to_end.optimizer) == ("end_to_end", 19, "adam")
+    assert {g.name: g.lr for g in end_to_end.param_groups} == {"block": 1e-4, "mu": 5e-4, "kappa": 1.2e-3, "pi": 1e-5}
+
+    frozen = build_method("vmfproto", ctx, stage2_prototypes=False)
+    assert [g.name for g in frozen.stages()[1].param_groups] == ["block"]
+    assert not (frozen.mu.requires_grad or frozen.rho.requires_grad or frozen.alpha.requires_grad)
+
+    fixed = build_method("vmfproto", ctx, fixed_kappa=1.0, kappa_init=7.0)
+    assert [g.name for g in fixed.stages()[1].param_groups] == ["block", "mu", "pi"]
+    assert torch.allclose(fixed.kappa, torch.ones(3, 2)) and not fixed.rho.requires_grad
+
+    only_ce = build_method("vmfproto", ctx, lambda_ppd=0.0, lambda_logdet=0.0, discovery_epochs=0)
+    assert [s.name for s in only_ce.stages()] == ["end_to_end"]
+    data = SyntheticParts(3, 2, 8, (2, 2), seed=0)
+    assert set(only_ce.loss_terms(data.batch([0, 1, 2]), only_ce.stages()[0], 0)) == {"ce"}
+    full = build_method("vmfproto", ctx)
+    terms = full.loss_terms(data.batch([0, 1, 2, 2]), full.stages()[1], 1)
+    assert set(terms) == {"ce", "ppd", "logdet"} and all(torch.isfinite(v) for v in terms.values())
+    assert full.loss_terms(data.batch([0, 1]), full.stages()[0], 0) == {}
+
+
+def test_stage1_momentum_hand_example() -> None:
+    gamma = 0.9
+    model = build_method("vmfproto", _context(2, 2, 3, (1, 4), block="plain"), gating="none", mu_init="random", gamma=gamma)
+    e = torch.eye(3)
+    with torch.no_grad():
+        model.mu.copy_(torch.stack([e[:2], e[1:]]))  # class 0: μ = (e0, e1); class 1: (e1, e2)
+    mu_class1 = model.prototype_means()[1].clone()
+    t = F.normalize(torch.tensor([[1.0, 0.2, 0.0], [1.0, -0.1, 0.3], [0.1, 1.0, 0.0], [-0.2, 1.0, 0.2]]), dim=-1)
+    batch = TokenBatch(t.unsqueeze(0), torch.cat([torch.zeros(1, 1, 3), t.unsqueeze(0)], 1), torch.ones(1, 4), torch.tensor([0]), torch.tensor([0]), (1, 4))
+    model.after_step(batch, Stage("discovery", 1), 0)
+    f0, f1 = F.normalize(t[0] + t[1], dim=0), F.normalize(t[2] + t[3], dim=0)  # OT puts 2 patches on each
+    expected = F.normalize(torch.stack([gamma * e[0] + (1 - gamma) * f0, gamma * e[1] + (1 - gamma) * f1]), dim=-1)
+    torch.testing.assert_close(model.prototype_means()[0], expected)
+    torch.testing.assert_close(model.prototype_means()[1], mu_class1)  # class 1 absent: unchanged
+
+    # patches all near component 0 and π_0 = (0.98, 0.02): every hard label is 0, so
+    # component 1 has no patch and keeps its μ
+    with torch.no_grad():
+        model.alpha[0] = torch.tensor([2.0, -2.0])
+    t = F.normalize(torch.tensor([[1.0, 0.2, 0.0], [1.0, -0.1, 0.3], [1.0, 0.0, -0.2], [1.0, 0.1, 0.1]]), dim=-1)
+    batch = TokenBatch(t.unsqueeze(0), torch.cat([torch.zeros(1, 1, 3), t.unsqueeze(0)], 1), torch.ones(1, 4), torch.tensor([0]), torch.tensor([0]), (1, 4))
+    before = model.prototype_means()[0].clone()
+    model.after_step(batch, Stage("discovery", 1), 0)
+    after = model.prototype_means()[0]
+    torch.testing.assert_close(after[1], before[1])
+    f_all = F.normalize(t.sum(0), dim=0)
+    torch.testing.assert_close(after[0], F.normalize(gamma * before[0] + (1 - gamma) * f_all, dim=0))
+
+
+def test_mu_from_patches_and_resume_determinism() -> None:
+    ctx = _context(3, 2, 16, (4, 4), seed=5)
+    data = SyntheticParts(3, 2, 16, (4, 4), seed=1)
+    first, second = data.batch([0, 0, 1]), data.batch([2, 1, 0])
+    stage = Stage("discovery", 1)
+    model = build_method("vmfproto", ctx, gamma=0.999)
+    model.after_step(first, stage, 0)
+    assert model.seen.tolist() == [True, True, False]
+    tokens = model.trainable_tokens(first).detach()
+    mask = model.foreground(first)
+    for c in (0, 1):  # each μ sits on a distinct foreground patch of its own class
+        own = tokens[first.labels == c][mask[first.labels == c]]
+        cosine = model.prototype_means()[c].detach() @ own.T
+        nearest = cosine.argmax(-1)
+        assert cosine.max(-1).values.min() > 0.99 and nearest[0] != nearest[1]
+
+    saved = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    saved["_extra_state"] = model.state_dict()["_extra_state"]
+    resumed = build_method("vmfproto", ctx, gamma=0.999)
+    resumed.load_state_dict(saved)
+    assert resumed.seen.tolist() == [True, True, False]
+    model.after_step(second, stage, 0)
+    resumed.after_step(second, stage, 0)  # class 2 is new: the generator must be where it was
+    assert torch.equal(model.mu, resumed.mu)
+    replay = build_method("vmfproto", ctx, gamma=0.999)
+    replay.after_step(first, stage, 0)
+    replay.after_step(second, stage, 0)
+    assert torch.equal(model.mu, replay.mu)
+
+
+def test_gating_fallback_is_counted() -> None:
+    model = build_method("vmfproto", _context(2, 2, 8, (2, 2)))
+    tokens = torch.ones(2, 4, 8)
+    batch = TokenBatch(tokens, torch.ones(2, 5, 8), torch.full((2, 4), 0.25), torch.tensor([0, 1]), torch.arange(2), (2, 2))
+    assert model.foreground(batch).all()
+    assert model.gating_fallbacks == 2
+
+
+def test_training_smoke_on_synthetic_tokens() -> None:
+    torch.manual_seed(0)
+    classes, per_class, dim, grid = 4, 2, 32, (4, 4)
+    data = SyntheticParts(classes, per_class, dim, grid, seed=0)
+    model = build_method("vmfproto", _context(classes, per_class, dim, grid), end_to_end_epochs=3)
+    train = [data.batch([i % classes for i in range(k, k + 16)]) for k in range(0, 64, 16)]
+    test = data.batch([i % classes for i in range(40)])
+    discovery, end_to_end = model.stages()
+    for batch in train:
+        assert model.loss_terms(batch, discovery, 0) == {}
+        model.after_step(batch, discovery, 0)
+    assert model.seen.all()
+    optimiser = torch.optim.Adam([{"params": g.params, "lr": g.lr} for g in end_to_end.param_groups])
+    losses = []
+    for epoch in range(1, 1 + end_to_end.epochs):
+        for batch in train:
+            terms = model.loss_terms(batch, end_to_end, epoch)
+            loss = sum(model.loss_weights[name] * value for name, value in terms.items())
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            model.after_step(batch, end_to_end, epoch)
+            losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses)
+    assert torch.allclose(model.mu.norm(dim=-1), torch.ones(classes, per_class))
+    assert model.block.proj.weight.abs().sum() > 0  # the block trained
+    with torch.no_grad():
+        accuracy = (model.logits(test).argmax(-1) == test.labels).float().mean().item()
+        maps = model.activation_maps(test, test.labels)
+    assert accuracy >= 0.9  # chance is 0.25
+    assert maps.shape == (40, per_class, *grid)
+    fg = data.fg.view(grid)
+    best = maps.amax(1)  # the best prototype of the true class fires on the object
+    assert (best[:, fg].mean() > best[:, ~fg].mean()).item()
+    assert model.gating_fallbacks == 0
+
+
+def test_stage2_prototypes_off_freezes_the_mixture() -> None:
+    classes, dim, grid = 3, 16, (4, 4)
+    data = SyntheticParts(classes, 2, dim, grid, seed=3)
+    model = build_method("vmfproto", _context(classes, 2, dim, grid), stage2_prototypes=False)
+    discovery, end_to_end = model.stages()
+    model.after_step(data.batch([0, 1, 2]), discovery, 0)
+    mixture = [p.detach().clone() for p in (model.mu, model.rho, model.alpha)]
+    optimiser = torch.optim.Adam([{"params": g.params, "lr": 1e-2} for g in end_to_end.param_groups])
+    for _ in range(2):
+        batch = data.batch([0, 1, 2, 0])
+        loss = sum(model.loss_weights[k] * v for k, v in model.loss_terms(batch, end_to_end, 1).items())
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        model.after_step(batch, end_to_end, 1)
+    assert all(torch.equal(a, b) for a, b in zip(mixture, (model.mu, model.rho, model.alpha)))
+    assert model.block.proj.weight.abs().sum() > 0
