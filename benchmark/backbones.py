@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import pickle
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import huggingface_hub
 import timm
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from timm.layers import Attention
 from timm.layers.pos_embed_sincos import apply_rot_embed_cat
 from timm.models import Eva, VisionTransformer
@@ -324,10 +326,10 @@ def create_backbone(
             model = timm.create_model(
                 spec.timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(weights_file)), **kwargs
             )
-        except (RuntimeError, KeyError, ValueError) as error:
+        except (RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ProtobenchError(
-                f"The weights file {weights_file} does not fit {key} ({spec.timm_name}): {first_line}; "
+                f"The weights file {weights_file} cannot be loaded into {key} ({spec.timm_name}): {first_line}; "
                 f"pass a checkpoint of that model."
             ) from error
         source = str(weights_file)

@@ -5,8 +5,13 @@ import argparse
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
+
+if TYPE_CHECKING:
+    from benchmark.config import RunSpec
+    from benchmark.grid import GridSpec
 
 
 def _demo_grid() -> Path:
@@ -38,13 +43,49 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs_root = _runs_root(args, grid.runs_dir)
     cache_root = Path(args.cache_dir) if args.cache_dir else runs_root / ".token-cache"
     if args.executor != "local":
-        from benchmark.slurm_submit import submit_grid
-
-        return submit_grid(grid, runs, runs_root, cache_root, args)
+        return _submit(grid, runs, runs_root, cache_root, args)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed)
     print_status(runs_root / grid.name)
     failed = [o for o in outcomes if o.state == "failed"]
+    for o in failed:
+        print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, args: argparse.Namespace) -> int:
+    """``run --executor submitit-local|debug|slurm``: one job array per job shape."""
+    from benchmark.cluster import ClusterProfile, load_profile
+    from benchmark.executors import submit_runs, wait_for
+    from benchmark.status import print_status
+
+    if args.executor == "slurm" and not args.profile:
+        raise ProtobenchError("--executor slurm needs --profile: a cluster profile TOML "
+                              "(slurm/profiles/example.toml to adapt, slurm/profiles/local.toml for the test cluster)")
+    profile = load_profile(args.profile) if args.profile else ClusterProfile()
+    device = None if args.device or not args.profile else profile.device
+    submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
+                             device=device, retry_failed=args.retry_failed)
+    done = sum(o.state == "skipped" for o in submission.settled)
+    print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
+    for o in submission.settled:
+        if o.state != "skipped":
+            print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
+    for array in submission.arrays:
+        ids = array.job_ids
+        print(f"submitted {len(ids)} run(s) as job(s) {ids[0]}{f' … {ids[-1]}' if len(ids) > 1 else ''} "
+              f"[{array.shape.describe()}]")
+    if submission.snapshot:
+        print(f"code snapshot: {submission.snapshot}")
+    if not submission.arrays:
+        print("nothing to submit")
+        return 0
+    if args.executor == "slurm":
+        print(f"job logs: {submission.folder}\nfollow with `protobench status {runs_root / grid.name}`, "
+              f"stop with `protobench cancel {runs_root / grid.name}`")
+        return 0
+    failed = [o for o in wait_for(submission) if o.state == "failed"]
+    print_status(runs_root / grid.name)
     for o in failed:
         print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
     return 1 if failed else 0
@@ -55,13 +96,58 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from benchmark.status import print_status
-
-    root = Path(args.runs_dir)
+def _runs_dir(path: str) -> Path:
+    root = Path(path)
     if not root.exists():
         raise ProtobenchError(f"runs directory {str(root)!r} does not exist; give the directory `protobench run` wrote to")
-    print_status(root)
+    return root
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from benchmark.jobs import latest_job, run_states
+    from benchmark.scheduler import slurm_available
+    from benchmark.status import print_status
+    from benchmark.store import find_run_dirs
+
+    root = _runs_dir(args.runs_dir)
+    dirs = find_run_dirs(root)
+    queued = [rd for rd in dirs if not rd.is_complete and (job := latest_job(rd.path)) and job.executor == "slurm"]
+    if queued and not slurm_available():
+        print(f"note: {len(queued)} unfinished run(s) were submitted to SLURM, but SLURM commands are not on PATH here; "
+              "showing their directories only")
+        queued = []
+    states = run_states(dirs) if queued else {}
+    print_status(root, extra_states={str(path): state.label for path, state in states.items()})
+    for state in states.values():
+        if state.label.startswith("failed (") and state.job:
+            print(f"{state.label}: job {state.job.job_id}, log {state.job.log_paths[1]}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from benchmark.jobs import run_states
+    from benchmark.scheduler import cancel_jobs
+    from benchmark.store import find_run_dirs
+
+    root = _runs_dir(args.runs_dir)
+    live = [state.job.job_id for state in run_states(find_run_dirs(root)).values() if state.live and state.job]
+    if not live:
+        print(f"no pending or running SLURM job under {root}")
+        return 0
+    cancel_jobs(live)
+    print(f"cancelled {len(live)} job(s): {' '.join(live)}; `protobench run --retry-failed` submits them again")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from benchmark.cluster import ClusterProfile, load_profile
+    from benchmark.grid import load_grid
+    from benchmark.plan import load_perf, make_plan, paper_costs, print_plan
+
+    grid = load_grid(args.grid, overrides=_grid_overrides(args))
+    profile = load_profile(args.profile) if args.profile else ClusterProfile()
+    costs = load_perf(args.perf) if args.perf else paper_costs()
+    print_plan(make_plan(grid, profile, costs))
     return 0
 
 
@@ -164,9 +250,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.set_defaults(func=cmd_perf)
 
-    p = sub.add_parser("status", help="table of the runs under a runs directory")
+    p = sub.add_parser("status", help="table of the runs under a runs directory, with their SLURM job states")
     p.add_argument("runs_dir")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("cancel", help="scancel the SLURM jobs of the unfinished runs under a runs directory")
+    p.add_argument("runs_dir")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
+    p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/cub_main.toml")
+    p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
+    p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
+                                  "(default: the paper's runtime table)")
+    p.add_argument("--data-root", help="dataset root for every run (overrides the grid)")
+    p.set_defaults(func=cmd_plan)
 
     from reports.cli import add_report_arguments, run_report
 

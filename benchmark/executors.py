@@ -1,21 +1,40 @@
-"""Executors: where the runs of a grid execute. ``local`` runs them in this process, one after
-another (the default)."""
+"""Executors: where the runs of a grid execute.
+
+- ``local`` (default): in this process, one run after another.
+- ``submitit-local``, ``debug``, ``slurm``: through submitit (``AutoExecutor`` with the
+  cluster named explicitly). Runs are grouped by job shape (cluster profile); each group is
+  one job array (``executor.batch()``) of :class:`benchmark.jobs.RunJob` callables, ordered so
+  that runs reading the same token caches are neighbours. Runs that share a cache entry and
+  start together do not build it twice: the cache's per-entry ``flock`` makes all but one wait,
+  then they read the published entry. ``submitit-local`` and ``debug`` wait for their jobs;
+  ``slurm`` returns once the arrays are queued.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import submitit
+
+from benchmark.cluster import ClusterProfile, JobShape
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
+from benchmark.jobs import JobRecord, RunJob, add_job_record, run_states
 from benchmark.runner import execute_run, load_split, load_trunk
-from benchmark.store import RunDir
+from benchmark.snapshot import code_snapshot, snapshot_path
+from benchmark.store import RunDir, atomic_write_json
+
+SUBMITIT_CLUSTERS = {"submitit-local": "local", "debug": "debug", "slurm": "slurm"}
+SUBMITIT_DIR = ".submitit"
 
 
 @dataclass(frozen=True)
 class Outcome:
     spec: RunSpec
-    state: str  # "done" | "skipped" | "failed" | "skipped-failed"
+    state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" | "submitted"
     detail: str = ""
 
 
@@ -64,4 +83,141 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
             outcomes.append(Outcome(spec, "failed", str(err)))
         except Exception as err:  # recorded in failure.json by execute_run
             outcomes.append(Outcome(spec, "failed", f"{type(err).__name__}: {err}"))
+    return outcomes
+
+
+# ---- submitit executors ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArraySubmission:
+    """One job array: runs of one job shape."""
+
+    shape: JobShape
+    specs: tuple[RunSpec, ...]
+    jobs: tuple[submitit.Job, ...]
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [job.job_id for job in self.jobs]
+
+
+@dataclass
+class Submission:
+    folder: Path  # submitit's folder: pickles and job logs
+    arrays: list[ArraySubmission] = field(default_factory=list)
+    settled: list[Outcome] = field(default_factory=list)  # not submitted: done, queued, failed before
+    snapshot: Path | None = None
+
+
+def runs_to_submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
+                   retry_failed: bool) -> tuple[list[RunSpec], list[Outcome]]:
+    """Split runs into those to submit and those settled: done, still pending or running in
+    the scheduler, or failed (a failure.json, or a SLURM job that ended without a result)
+    unless ``retry_failed``."""
+    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in runs]
+    states = run_states(dirs)
+    todo, settled = [], []
+    for spec, rd in zip(runs, dirs):
+        state = states[rd.path]
+        if state.label == "done":
+            settled.append(Outcome(spec, "skipped", "already done"))
+        elif state.live:
+            settled.append(Outcome(spec, "queued", f"job {state.job.job_id if state.job else '?'} is {state.label}"))
+        elif state.failed and not retry_failed:
+            reason = (rd.failure() or {}).get("reason", "") if state.label == "failed" else state.label
+            settled.append(Outcome(spec, "skipped-failed", f"failed before: {reason} (use --retry-failed)"))
+        else:
+            todo.append(spec)
+    return todo, settled
+
+
+def cache_order(spec: RunSpec) -> tuple[str, ...]:
+    """Sort key that puts runs reading the same token caches next to each other."""
+    return (spec.dataset, spec.data_root, str(spec.image_size), spec.backbone, spec.weights,
+            repr(sorted(spec.backbone_args.items())), spec.cache_dtype, spec.augmentation)
+
+
+def group_by_shape(runs: list[RunSpec], profile: ClusterProfile) -> list[tuple[JobShape, list[RunSpec]]]:
+    """One group per job shape (in first-seen order), runs ordered by :func:`cache_order`."""
+    groups: dict[JobShape, list[RunSpec]] = {}
+    for spec in sorted(runs, key=cache_order):
+        groups.setdefault(profile.shape_for(spec), []).append(spec)
+    return list(groups.items())
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve()) if path else path
+
+
+def job_spec(spec: RunSpec, device: str | None) -> RunSpec:
+    """The spec a job receives: paths absolute (jobs start in the snapshot directory) and the
+    profile's device; both are operational fields, so the run id is unchanged."""
+    weights = spec.weights if spec.weights in ("hf-cache", "random") else _absolute(spec.weights)
+    spec = spec.with_overrides(data_root=_absolute(spec.data_root), weights=weights)
+    return spec.with_overrides(device=device) if device else spec
+
+
+def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name: str) -> submitit.AutoExecutor:
+    """A submitit executor for ``executor`` ∈ submitit-local | debug | slurm, the cluster named
+    explicitly (``AutoExecutor`` would pick SLURM whenever ``srun`` exists)."""
+    if executor not in SUBMITIT_CLUSTERS:
+        raise ProtobenchError(f"unknown executor {executor!r}; choose local, {', '.join(SUBMITIT_CLUSTERS)}")
+    ex = submitit.AutoExecutor(folder=folder, cluster=SUBMITIT_CLUSTERS[executor],
+                               slurm_max_num_timeout=profile.max_requeues)
+    ex.update_parameters(name=job_name, **profile.slurm_parameters())
+    return ex
+
+
+def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *, executor: str,
+                profile: ClusterProfile, device: str | None = None, retry_failed: bool = False) -> Submission:
+    """Submit the runs still to do as one job array per job shape; record each run's job in
+    its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device."""
+    todo, settled = runs_to_submit(grid, runs, runs_root, retry_failed=retry_failed)
+    runs_root = runs_root.resolve()
+    result = Submission(runs_root / SUBMITIT_DIR / grid.name, settled=settled)
+    if not todo:
+        return result
+    preflight(todo)
+    use_snapshot = executor == "slurm" and profile.snapshot
+    result.snapshot = snapshot_path(runs_root) if use_snapshot else None
+    ex = make_executor(executor, result.folder, profile, job_name=f"protobench-{grid.name}")
+    cache_root = cache_root.resolve()
+    with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
+        for shape, specs in group_by_shape(todo, profile):
+            ex.update_parameters(**shape.submitit_parameters())
+            job_specs = [job_spec(spec, device) for spec in specs]
+            with ex.batch():
+                jobs = [ex.submit(RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot))
+                        for spec in job_specs]
+            array = ArraySubmission(shape, tuple(job_specs), tuple(jobs))
+            _record(grid, runs_root, array, executor, result, profile)
+            result.arrays.append(array)
+    return result
+
+
+def _record(grid: GridSpec, runs_root: Path, array: ArraySubmission, executor: str, submission: Submission,
+            profile: ClusterProfile) -> None:
+    """Write each run's spec (so status lists it while queued) and its job record."""
+    submitted = time.strftime("%Y-%m-%dT%H:%M:%S")
+    for spec, job in zip(array.specs, array.jobs):
+        rd = RunDir(grid.run_dir(runs_root, spec))
+        atomic_write_json(rd.spec_path, spec.to_json())
+        array_id, _, task = job.job_id.partition("_")
+        add_job_record(rd.path, JobRecord(
+            executor=executor, job_id=job.job_id, submitted=submitted, submitit_folder=str(submission.folder),
+            array_job_id=array_id if task else "", array_task_id=int(task) if task.isdigit() else None,
+            snapshot=str(submission.snapshot or ""), profile=profile.source,
+        ))
+
+
+def wait_for(submission: Submission) -> list[Outcome]:
+    """Block until every job of a submitit-local/debug submission ends; one outcome per run."""
+    outcomes = []
+    for array in submission.arrays:
+        for spec, job in zip(array.specs, array.jobs):
+            try:
+                job.result()
+                outcomes.append(Outcome(spec, "done"))
+            except Exception as err:  # the job's traceback is in its submitit log and failure.json
+                lines = str(err).strip().splitlines()
+                outcomes.append(Outcome(spec, "failed", lines[-1] if lines else type(err).__name__))
     return outcomes

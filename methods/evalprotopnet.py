@@ -5,7 +5,8 @@ orthogonality cost; score aggregation instead of a last layer,
 ``logit_c = Σ_j softmax(w_c)_j · J · max_grid ⟨z, b̂_cj⟩`` with ``w`` initialised to 1;
 ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 Orth + 0.5 SDFA`` (SDFA from the end of warm-up, margin
 0.1). Epochs 0–4 warm (add-on 3e-3, basis 3e-3, aggregation weights 1e-6), 5–19 joint
-(StepLR(3, 0.2), scripts/train.sh). No push.
+(StepLR(3, 0.2) of scripts/train.sh, stepped before each joint epoch as in main.py: ×0.2 from
+global epochs 7, 10, 13, 16, 19). No push.
 
 **Decision** (methods.md): the trunk is frozen, so SDFA's deep self-similarity is taken on the
 add-on output z and the shallow one (detached) on the tokens of frozen block ⌊depth/4⌋
@@ -94,7 +95,7 @@ class EvalProtoPNet(PrototypeMethod):
         expanded: bool = False,
     ) -> None:
         super().__init__(ctx)
-        name = "evalprotopnet"
+        name = self.name
         check_count(name, minimum=1, basis_dim=basis_dim, joint_lr_step=joint_lr_step)
         check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs)
         check_positive(name, add_on_lr=add_on_lr, basis_lr=basis_lr, aggregation_lr=aggregation_lr,
@@ -114,7 +115,7 @@ class EvalProtoPNet(PrototypeMethod):
                              "sdfa": sdfa_weight}
 
         self.block, self._block_trainable = make_block(ctx, expanded)
-        self.add_on = make_add_on((ctx.embed_dim, basis_dim), final=torch.nn.Sigmoid)
+        self.add_on = make_add_on((ctx.embed_dim, basis_dim))  # Linear(D→K) → Sigmoid
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.aggregation_weights = torch.nn.Parameter(torch.ones(ctx.num_classes, ctx.prototypes_per_class))
 
@@ -166,9 +167,9 @@ class EvalProtoPNet(PrototypeMethod):
                 raise ProtobenchError("evalprotopnet: SDFA needs the early block's tokens (batch.early_tokens); "
                                       "build the token cache with this method in the grid so it stores them")
             J = self.prototypes_per_class
-            own = projection.view(len(batch), self.num_classes, J, -1)[torch.arange(len(batch)), batch.labels]
-            terms["sdfa"] = sdfa_cost(latent, batch.early_tokens.to(latent.dtype), own.argmax(dim=-1),
-                                      self.sdfa_margin)
+            images = torch.arange(len(batch), device=projection.device)
+            own = projection.view(len(batch), self.num_classes, J, -1)[images, batch.labels]  # B×J×N
+            terms["sdfa"] = sdfa_cost(latent, batch.early_tokens, own.argmax(dim=-1), self.sdfa_margin)
         return terms
 
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:

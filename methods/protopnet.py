@@ -3,8 +3,9 @@
 methods.md, "ProtoPNet": add-on ``Linear(D→128) → ReLU → Linear(128→128) → Sigmoid``, prototypes
 C·J × 128, squared L2 distances on the grid, ``log((d + 1)/(d + 1e-4))`` of the min distance,
 a last layer. ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 L1``. Epochs 0–4 warm, 5–19 joint
-(StepLR(5, 0.1)); a push at the end of epoch 10 and of epoch 19, each followed by 20
-last-layer-only epochs on the fixed pooled similarities.
+(StepLR(5, 0.1), stepped before each joint epoch as main.py does: ×0.1 from global epochs 9, 14,
+19); a push at the end of epoch 10 and of epoch 19, each followed by 20 last-layer-only epochs
+on the fixed pooled similarities.
 
 Schedule as main.py of the official code: ``for epoch …: train; if epoch >= push_start and
 epoch in push_epochs: push; 20 × last-layer`` with ``push_start = 10``, so "push at epoch 10"
@@ -91,7 +92,7 @@ class ProtoPNet(PrototypeMethod):
         expanded: bool = False,
     ) -> None:
         super().__init__(ctx)
-        name = "protopnet"
+        name = self.name
         check_count(name, minimum=1, prototype_dim=prototype_dim, joint_lr_step=joint_lr_step,
                     last_layer_batch_size=last_layer_batch_size)
         check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs, last_layer_epochs=last_layer_epochs)
@@ -162,11 +163,14 @@ class ProtoPNet(PrototypeMethod):
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         if epoch not in self.push_epochs:
             return
+        training = self.training
+        self.eval()  # push.py runs the network in eval mode
         self.push(data)
         last_layer_phase(self.last_layer, data, self.pooled_similarities,
                          prototypes_per_class=self.prototypes_per_class, epochs=self.last_layer_epochs,
                          lr=self.last_layer_lr, batch_size=self.last_layer_batch_size,
                          l1_weight=self.loss_weights["l1"])
+        self.train(training)
 
     def _latent_and_closeness(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         latent = self.latent(batch)
@@ -176,7 +180,6 @@ class ProtoPNet(PrototypeMethod):
     def push(self, data: TrainData) -> None:
         """Replace every prototype by its nearest latent patch among training images of its class
         (push.py), recording the image index and grid position in ``push_image``/``push_position``."""
-        self.eval()
         result = push_prototypes(data, self._latent_and_closeness, self.prototypes_per_class)
         found = result.image_index >= 0
         self.prototypes.copy_(torch.where(found[:, None], result.vectors, self.prototypes))

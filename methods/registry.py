@@ -18,7 +18,9 @@ M = TypeVar("M", bound=type[PrototypeMethod])
 _REGISTRY: dict[str, type[PrototypeMethod]] = {}
 
 # Modules whose import fills the registry with the suite's own methods.
-_BUILTIN_MODULES: tuple[str, ...] = ("methods.vmfproto",)
+_BUILTIN_MODULES: tuple[str, ...] = (
+    "methods.vmfproto", "methods.protopnet", "methods.deformable", "methods.tesnet", "methods.evalprotopnet",
+)
 
 
 def register_method(name: str) -> Callable[[M], M]:

@@ -4,7 +4,8 @@ methods.md, "TesNet": add-on ``Linear(D→64) → ReLU → Linear(64→64) → S
 concept vectors (64-d), L2-renormalised after every optimiser step; logits from the last layer
 on ``max_grid ⟨z, b̂⟩``; cluster/separation on ``−cos(z, b̂)``;
 ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 L1 + 1e-4 Orth − 1e-7 SubSep``. Epochs 0–4 warm (last layer
-frozen), 5–19 joint (StepLR(5, 0.1)); one push at the end of global epoch 10 (settings_CUB.py:
+frozen), 5–19 joint (StepLR(5, 0.1) stepped before each joint epoch as in main.py: ×0.1 from
+global epochs 9, 14, 19); one push at the end of global epoch 10 (settings_CUB.py:
 ``push_start = 10``, ``push_epochs = {0, 10}`` for 20 epochs) followed by 20 last-layer epochs,
 after which joint training continues.
 """
@@ -72,8 +73,8 @@ def subspace_separation(basis: Tensor, prototypes_per_class: int) -> Tensor:
     cross = gram.pow(2).sum(dim=(1, 3))  # C×C: ‖B_c B_c'ᵀ‖²_F
     self_terms = cross.diagonal()
     squared = self_terms[:, None] + self_terms[None, :] - 2 * cross
-    off_diagonal = ~torch.eye(classes, dtype=torch.bool, device=basis.device)
-    distances = squared.clamp_min(1e-12).sqrt().masked_fill(~off_diagonal, 0.0)
+    same_class = torch.eye(classes, dtype=torch.bool, device=basis.device)
+    distances = squared.clamp_min(1e-12).sqrt().masked_fill(same_class, 0.0)
     return 0.5 * distances.sum() / math.sqrt(2.0)
 
 
@@ -113,7 +114,7 @@ class TesNet(PrototypeMethod):
         expanded: bool = False,
     ) -> None:
         super().__init__(ctx)
-        name = "tesnet"
+        name = self.name
         check_count(name, minimum=1, basis_dim=basis_dim, joint_lr_step=joint_lr_step,
                     last_layer_batch_size=last_layer_batch_size)
         check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs, last_layer_epochs=last_layer_epochs)
@@ -197,11 +198,14 @@ class TesNet(PrototypeMethod):
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         if epoch not in self.push_epochs:
             return
+        training = self.training
+        self.eval()  # push.py runs the network in eval mode
         self.push(data)
         last_layer_phase(self.last_layer, data, self.pooled_projections,
                          prototypes_per_class=self.prototypes_per_class, epochs=self.last_layer_epochs,
                          lr=self.last_layer_lr, batch_size=self.last_layer_batch_size,
                          l1_weight=self.loss_weights["l1"])
+        self.train(training)
 
     def _latent_and_projection(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         latent = self.latent(batch)
@@ -213,7 +217,6 @@ class TesNet(PrototypeMethod):
         images of its class (push.py: ``push_forward`` distances are ``−⟨z, b̂⟩``), renormalised
         at once (the official code renormalises after the next optimiser step; every output
         reads b̂, so nothing differs), recording image index and grid position."""
-        self.eval()
         result = push_prototypes(data, self._latent_and_projection, self.prototypes_per_class)
         found = result.image_index >= 0
         self.basis.copy_(F.normalize(torch.where(found[:, None], result.vectors, self.basis), dim=1))

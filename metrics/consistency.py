@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_bool, check_labels, check_maps
-from .maps import DEFAULT_CHUNK, peak_positions
+from .maps import peak_positions
 from .parts import PartGroundTruth, part_vectors
 
 PART_THRESHOLD = 0.8  # EvalProtoPNet evaluate_consistency(part_thresh=0.8)
@@ -90,7 +90,7 @@ def consistency(
     num_classes: int,
     *,
     map_pool: int = 1,
-    chunk_size: int = DEFAULT_CHUNK,
+    chunk_size: int | None = None,
     threshold: float = PART_THRESHOLD,
 ) -> float:
     """Consistency (%) from the (N, J, h, w) maps of each image's ground-truth class prototypes.

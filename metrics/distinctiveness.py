@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_maps
-from .maps import DEFAULT_CHUNK, peak_positions, select_topk_maps
+from .maps import peak_positions, select_topk_maps
 
 BOX_SIZE = 72  # NPPP evaluate_distinctiveness(box_size=72)
 
@@ -63,7 +63,7 @@ def distinctiveness(
     maps: Tensor,
     *,
     map_pool: int = 1,
-    chunk_size: int = DEFAULT_CHUNK,
+    chunk_size: int | None = None,
     topk: int | None = None,
 ) -> float | None:
     """Distinctiveness (%) from the (N, J, h, w) maps of each image's ground-truth class prototypes.

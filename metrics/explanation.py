@@ -14,7 +14,6 @@ from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mas
 from .consistency import consistency_score
 from .distinctiveness import distinctiveness_score
 from .maps import (
-    DEFAULT_CHUNK,
     argmax_positions,
     iter_chunks,
     map_scale,
@@ -37,7 +36,7 @@ def explanation_metrics(
     *,
     map_pool: int = 1,
     masks: Tensor | None = None,
-    chunk_size: int = DEFAULT_CHUNK,
+    chunk_size: int | None = None,
     topk: int | None = None,
 ) -> dict[str, float | None]:
     """Consistency, stability, distinctiveness and comprehensiveness, in percent.
@@ -48,8 +47,8 @@ def explanation_metrics(
         the 224 frame (:func:`metrics.parts.map_parts_to_frame`).
     map_pool: 1 (native grid) or 2 (NPPP's 2x2 average pooling), applied to every metric.
     masks: optional (N, 224, 224) foreground masks for comprehensiveness.
-    chunk_size: images upsampled at once (memory bound). topk: NPPP's top-k map selection for
-        dis/comp only (default None = all J, as metrics.md).
+    chunk_size: images upsampled at once (memory bound; None: 64 on CUDA, 4 on CPU).
+    topk: NPPP's top-k map selection for dis/comp only (default None = all J, as metrics.md).
 
     Returns ``{"con", "sta", "dis", "comp"}``; a value is ``None`` when undefined or not
     computable: ``sta`` without noisy maps or without any class with images, ``dis`` for
@@ -83,7 +82,7 @@ def explanation_metrics(
     centres_dis = torch.empty((n, j_dis, 2), dtype=torch.int64, device=dev) if want_dis else None
     ious = torch.empty(n, dtype=torch.float64, device=dev) if masks is not None else None
 
-    for sl in iter_chunks(n, chunk_size):
+    for sl in iter_chunks(n, chunk_size, dev):
         raw = clean_maps[sl].to(device=dev, dtype=torch.float64)
         clean = pool_maps(raw, map_pool)
         # metrics.md "Shared core" 1-2: bicubic upsampling, first argmax (EvalProtoPNet)

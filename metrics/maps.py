@@ -29,14 +29,20 @@ from ._checks import check_maps, check_positive_int
 from .parts import FRAME_SIZE
 
 TIE_RTOL = 1e-12  # values within 1e-12 * max|map| of the maximum count as tied (first one wins)
-DEFAULT_CHUNK = 64  # images upsampled at once: 64 x 7 x 224 x 224 float64 = 180 MB
+CHUNK_CPU = 4  # images upsampled at once on CPU: cache-friendly (4 x 7 maps x 400 KB = 11 MB), measured fastest
+CHUNK_CUDA = 64  # on GPU: 64 x 7 x 224 x 224 float64 = 180 MB per upsampled batch
 
 _MODES = ("bicubic", "bilinear")
 _CUBIC_A = -0.75  # Keys' a of cv2.INTER_CUBIC and torch's bicubic
 
 
-def iter_chunks(n: int, chunk_size: int) -> Iterator[slice]:
-    """Slices ``[s, s + chunk_size)`` covering ``range(n)``; bounds the upsampling memory."""
+def iter_chunks(n: int, chunk_size: int | None, device: torch.device | None = None) -> Iterator[slice]:
+    """Slices ``[s, s + chunk_size)`` covering ``range(n)``; bounds the upsampling memory.
+
+    ``chunk_size=None``: 64 images on CUDA, 4 on CPU (measured fastest there: cache-resident).
+    """
+    if chunk_size is None:
+        chunk_size = CHUNK_CUDA if device is not None and device.type == "cuda" else CHUNK_CPU
     check_positive_int("chunk_size", chunk_size)
     for start in range(0, n, chunk_size):
         yield slice(start, min(n, start + chunk_size))
@@ -120,11 +126,9 @@ def argmax_positions(maps: Tensor, tie_rtol: float = TIE_RTOL, scale: Tensor | N
     """
     h, w = maps.shape[-2:]
     flat = maps.reshape(*maps.shape[:-2], h * w)
+    hi = flat.amax(dim=-1)
     if scale is None:
-        lo, hi = torch.aminmax(flat, dim=-1)
-        scale = torch.maximum(lo.abs(), hi.abs())
-    else:
-        hi = flat.amax(dim=-1)
+        scale = torch.maximum(flat.amin(dim=-1).abs(), hi.abs())
     tol = tie_rtol * scale.to(flat.dtype)
     is_max = flat >= (hi - tol).unsqueeze(-1)
     index = is_max.to(torch.uint8).argmax(dim=-1)  # torch.argmax returns the first maximal index
@@ -160,7 +164,7 @@ def peak_positions(
     *,
     map_pool: int = 1,
     size: int = FRAME_SIZE,
-    chunk_size: int = DEFAULT_CHUNK,
+    chunk_size: int | None = None,
 ) -> Tensor:
     """``(N, J, h, w)`` maps -> ``(N, J, 2)`` argmax ``(row, col)`` in the ``size`` frame.
 
@@ -170,7 +174,7 @@ def peak_positions(
     check_maps("maps", maps)
     n, j = maps.shape[:2]
     out = torch.empty((n, j, 2), dtype=torch.int64, device=maps.device)
-    for sl in iter_chunks(n, chunk_size):
+    for sl in iter_chunks(n, chunk_size, maps.device):
         pooled = pool_maps(maps[sl].to(torch.float64), map_pool)
         out[sl] = argmax_positions(upsample_maps(pooled, size=size, mode=mode), scale=map_scale(pooled))
     return out

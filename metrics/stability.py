@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_bool, check_labels, check_maps
-from .maps import DEFAULT_CHUNK, peak_positions
+from .maps import peak_positions
 from .parts import PartGroundTruth, part_vectors
 
 
@@ -61,13 +61,15 @@ def stability(
     num_classes: int,
     *,
     map_pool: int = 1,
-    chunk_size: int = DEFAULT_CHUNK,
+    chunk_size: int | None = None,
 ) -> float | None:
     """Stability (%) from the clean and noisy (N, J, h, w) maps of the ground-truth class prototypes."""
     check_maps("clean_maps", clean_maps)
     check_maps("noisy_maps", noisy_maps)
     if noisy_maps.shape != clean_maps.shape:
-        raise ValueError(f"noisy_maps: shape {tuple(noisy_maps.shape)} differs from clean_maps {tuple(clean_maps.shape)}")
+        raise ValueError(
+            f"noisy_maps: shape {tuple(noisy_maps.shape)} differs from clean_maps {tuple(clean_maps.shape)}"
+        )
     if parts.num_images != clean_maps.shape[0]:
         raise ValueError(f"parts: has {parts.num_images} images, clean_maps has {clean_maps.shape[0]}")
     parts = parts.to(clean_maps.device)

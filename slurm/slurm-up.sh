@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Start a single-node SLURM cluster on this machine (Debian's slurm-wlm + munge, as root, no
 # systemd): munged, slurmctld and slurmd, with two fake GPUs so --gpus-per-node schedules.
-# Records the pids it started in $STATE/started.pids so slurm-down.sh stops exactly those.
+# Records the pids it started in $STATE/started.pids so slurm-down.sh stops exactly those
+# ($PROTOBENCH_SLURM_STATE, default /run/protobench-slurm; give each starter its own).
 # Usage: slurm/slurm-up.sh            (needs: apt-get install -y slurm-wlm munge)
 set -euo pipefail
 STATE=${PROTOBENCH_SLURM_STATE:-/run/protobench-slurm}
+
+for bin in munged slurmctld slurmd sinfo; do
+  command -v "$bin" >/dev/null || [[ -x /usr/sbin/$bin ]] || {
+    echo "slurm-up: $bin not found; install the packages: apt-get install -y slurm-wlm munge" >&2; exit 1; }
+done
+# A cluster that already answers is left alone, and so is the pid record of whoever started it.
+if sinfo -h >/dev/null 2>&1; then echo "slurm-up: a cluster already answers; leaving it alone"; exit 0; fi
+[[ $(id -u) -eq 0 ]] || { echo "slurm-up: must run as root (writes /etc/slurm, starts daemons)" >&2; exit 1; }
+
 mkdir -p "$STATE" /run/munge /run/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /etc/slurm
 : > "$STATE/started.pids"
-
-if sinfo -h >/dev/null 2>&1; then echo "slurm-up: a cluster already answers; leaving it alone"; exit 0; fi
 
 ncpu=$(nproc)
 mem_mb=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 * 8 / 10 ))
@@ -20,6 +28,7 @@ if [[ ! -s /etc/munge/munge.key ]]; then
   chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
 fi
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  rm -f /run/munge/munged.pid  # stale: no munged answers
   su -s /bin/sh munge -c /usr/sbin/munged
   for _ in $(seq 50); do [[ -s /run/munge/munged.pid ]] && break; sleep 0.1; done
   cat /run/munge/munged.pid >> "$STATE/started.pids"
@@ -65,9 +74,11 @@ NodeName=localhost NodeHostname=localhost CPUs=${ncpu} Sockets=1 CoresPerSocket=
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
 
+rm -f /run/slurm/slurmctld.pid /run/slurm/slurmd.pid  # stale: no cluster answers
 /usr/sbin/slurmctld
 /usr/sbin/slurmd
 for _ in $(seq 50); do [[ -s /run/slurm/slurmctld.pid && -s /run/slurm/slurmd.pid ]] && break; sleep 0.1; done
 cat /run/slurm/slurmctld.pid /run/slurm/slurmd.pid >> "$STATE/started.pids"
 for _ in $(seq 100); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 0.2; done
+sinfo -h -o %T 2>/dev/null | grep -qx idle || { echo "slurm-up: the node did not become idle; see /var/log/slurm/" >&2; exit 1; }
 sinfo

@@ -6,7 +6,6 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
 from timm.layers.pos_embed_sincos import apply_rot_embed_cat
 
@@ -161,8 +160,12 @@ def test_weights_file_errors_name_the_file(tmp_path: Path) -> None:
         create_backbone("dinov2_vits14", weights="weights.txt", **TINY)
     wrong = tmp_path / "deeper.safetensors"
     save_file(dict(tiny_trunk("dinov2_vits14", depth=3).model.state_dict()), wrong)
-    with pytest.raises(ProtobenchError, match="deeper.safetensors does not fit dinov2_vits14"):
+    with pytest.raises(ProtobenchError, match="deeper.safetensors cannot be loaded into dinov2_vits14"):
         create_backbone("dinov2_vits14", weights=wrong, **TINY)
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"not a checkpoint")
+    with pytest.raises(ProtobenchError, match="corrupt.safetensors cannot be loaded"):
+        create_backbone("dinov2_vits14", weights=corrupt, **TINY)
 
 
 def test_hf_cache_is_read_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,26 +20,26 @@ def train(tmp_path_factory: pytest.TempPathFactory):
 
 def test_length_labels_and_shapes(train) -> None:
     aug = OfflineAugmentedDataset(train, copies_per_op=2, seed=0)
-    assert len(aug) == len(train) * 3 * 2 == 24
+    assert len(aug) == len(train) * 4 * 2 == 32
     assert aug.num_classes == train.num_classes and aug.class_names == train.class_names
-    assert aug.labels.tolist() == np.repeat(train.labels, 6).tolist()
+    assert aug.labels.tolist() == np.repeat(train.labels, 8).tolist()
     image, label, index = aug[13]
     assert image.shape == (3, 32, 32) and image.dtype == torch.float32
-    assert (label, index) == (int(train.labels[13 // 6]), 13)
-    assert aug.load_image(13).size == train.load_image(2).size  # augmented at the cropped size
+    assert (label, index) == (int(train.labels[13 // 8]), 13)
+    assert aug.load_image(13).size == train.load_image(1).size  # augmented at the cropped size
     with pytest.raises(IndexError):
-        aug[24]
+        aug[32]
 
 
 def test_default_recipe_is_ten_copies_per_operation(train) -> None:
-    assert OPERATIONS == ("rotate", "skew", "shear")
-    assert len(OfflineAugmentedDataset(train)) == len(train) * 30
+    assert OPERATIONS == ("rotate", "skew", "shear", "flip")
+    assert len(OfflineAugmentedDataset(train)) == len(train) * 40
 
 
 def test_items_depend_only_on_seed_and_index(train) -> None:
     a = OfflineAugmentedDataset(train, copies_per_op=2, seed=3)
     b = OfflineAugmentedDataset(train, copies_per_op=2, seed=3)
-    order = [7, 0, 23, 7, 12]
+    order = [1, 0, 20, 1, 12]  # rotate, rotate, shear, shear (flip copies do not depend on the seed)
     first = {i: a[i][0] for i in order}
     for i in reversed(order):
         assert torch.equal(b[i][0], first[i])

@@ -118,6 +118,7 @@ def test_a_missing_image_is_named_before_decoding(tiny_cub: Path) -> None:
     [
         ("bounding_boxes.txt", 2, "2 5.0 3.0 31.0", "expected"),
         ("bounding_boxes.txt", 3, "3 0.0 zero 16.0 16.0", "numbers"),
+        ("bounding_boxes.txt", 3, "3 0.0 nan 16.0 16.0", "numbers"),
         ("bounding_boxes.txt", 1, "1 2.7 1.2 0.5 6.5", "width, height >= 1"),
         ("image_class_labels.txt", 2, "2 7", "class id 7"),
         ("train_test_split.txt", 2, "2 2", "1 \\(train\\) or 0"),
@@ -133,6 +134,12 @@ def test_a_malformed_line_is_named_with_file_and_line(tiny_cub: Path, file: str,
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ProtobenchError, match=f"{file.split('/')[-1]}, line {line}: .*{why}"):
         load_dataset("cub", tiny_cub, "train")
+
+
+def test_a_box_outside_its_image_is_named(tiny_cub: Path) -> None:
+    (tiny_cub / "bounding_boxes.txt").write_text("1 25.0 1.0 8.0 6.0\n2 5.0 3.0 31.0 20.0\n3 0.0 0.0 16.0 16.0\n")
+    with pytest.raises(ProtobenchError, match="red_1.png starts outside the 20×12 image"):
+        load_dataset("cub", tiny_cub, "train")[0]
 
 
 def test_inconsistent_ids_are_reported(tiny_cub: Path) -> None:
@@ -198,3 +205,15 @@ def test_fingerprint_tracks_the_image_set(tmp_path: Path) -> None:
     split.write_text(split.read_text().replace("2 0\n", "2 1\n"))  # image 2 moves to train
     moved = load_dataset("synthbirds", root, "train")
     assert len(moved) == 5 and moved.fingerprint() != first
+
+
+def test_fingerprint_does_not_depend_on_where_the_dataset_lives(tiny_cub: Path, tmp_path: Path) -> None:
+    mask = tiny_cub.parent / "segmentations" / "002.Noise" / "noise_2.png"
+    mask.parent.mkdir(parents=True)
+    Image.new("L", (40, 30)).save(mask)
+    first = load_dataset("cub", tiny_cub.parent, "test").fingerprint()
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    for name in ("CUB_200_2011", "segmentations"):
+        (tiny_cub.parent / name).rename(moved / name)
+    assert load_dataset("cub", moved, "test").fingerprint() == first

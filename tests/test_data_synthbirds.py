@@ -201,3 +201,23 @@ def test_interrupted_generation_leaves_nothing_that_looks_complete(tmp_path: Pat
 def test_rejects_bad_arguments(tmp_path: Path, kwargs: dict) -> None:
     with pytest.raises(ProtobenchError, match="generate_synthbirds"):
         generate_synthbirds(tmp_path / "sb", **kwargs)
+
+
+def test_a_concurrent_identical_generation_is_kept(tmp_path: Path, monkeypatch) -> None:
+    """Two jobs generating the same missing dataset: the second to finish keeps the first's files."""
+    out = tmp_path / "sb"
+    write = synthbirds._write_dataset
+    raced = []
+
+    def racing(*args, **kwargs):
+        if not raced:
+            raced.append(1)
+            generate_synthbirds(out, classes=2, images_per_class=2, seed=0)  # the other job finishes first
+            raced.append((out / "images.txt").stat().st_mtime_ns)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(synthbirds, "_write_dataset", racing)
+    generate_synthbirds(out, classes=2, images_per_class=2, seed=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sb"]
+    assert len(load_dataset("synthbirds", out, "train")) == 2
+    assert (out / "images.txt").stat().st_mtime_ns == raced[1]

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import set_trainable, train
-from methods.base import TokenBatch, TrainData
+from benchmark.training import TrainingInterrupted, make_optimizer, set_trainable, train
+from methods.base import MethodContext, TokenBatch, TrainData
 from methods.contract import check_method
 from methods.deformable import DeformableProtoPNet
 from methods.deformable.functional import (
@@ -21,24 +21,32 @@ from methods.deformable.functional import (
     within_class_orthogonality,
 )
 from methods.deformable.model import FEATURE_SCALE
+from methods.registry import build_method
 from methods.testing import SyntheticTokens, TinyAppendedBlock
 
 CPU = torch.device("cpu")
-NAME = "methods.deformable:DeformableProtoPNet"
+NAME = "deformable_protopnet"
+
+
+def build(ctx: MethodContext, **overrides: object) -> DeformableProtoPNet:
+    method = build_method(NAME, ctx, **overrides)
+    assert isinstance(method, DeformableProtoPNet)
+    return method
 
 
 class ListData(TrainData):
-    """The training split of a SyntheticTokens source, in order, in batches."""
+    """The training split of a SyntheticTokens source, in order, in batches of ``size`` images
+    whatever the caller asks (so a small split still spans several batches)."""
 
-    def __init__(self, source: SyntheticTokens) -> None:
-        self.source = source
+    def __init__(self, source: SyntheticTokens, size: int = 4) -> None:
+        self.source, self.size = source, size
 
     def __len__(self) -> int:
         return len(self.source)
 
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
-        for start in range(0, len(self.source), batch_size):
-            yield self.source.batch(torch.arange(start, min(start + batch_size, len(self.source))))
+        for start in range(0, len(self.source), self.size):
+            yield self.source.batch(torch.arange(start, min(start + self.size, len(self.source))))
 
 
 def bilinear_corners(row: float, col: float, height: int, width: int) -> list[tuple[int, int, float]]:
@@ -94,7 +102,8 @@ def test_norm_preserving_sample_is_the_root_of_interpolated_squares_and_keeps_no
         assert torch.allclose(samples[b, :, k, y, x].double(), expected, atol=1e-5)
         norm_sq = sum(w * features[b, :, r, c].double().square().sum()
                       for r, c, w in bilinear_corners(row, col, height, width))
-        assert math.isclose(samples[b, :, k, y, x].double().square().sum().item(), float(norm_sq), rel_tol=1e-5, abs_tol=1e-7)
+        got_sq = samples[b, :, k, y, x].double().square().sum().item()
+        assert math.isclose(got_sq, float(norm_sq), rel_tol=1e-5, abs_tol=1e-7)
     # features of one common length keep it at every in-grid fractional position
     unit = F.normalize(features, dim=1)
     inside = torch.stack((torch.rand(2, 4, 3, 2, generator=g) * (height - 1),
@@ -141,27 +150,27 @@ def loop_activation(unit: torch.Tensor, prototypes: torch.Tensor, offsets: torch
 
 def test_zero_offsets_give_the_plain_dilated_mean_cosine():
     source = SyntheticTokens(num_classes=3, images_per_class=2, dim=8, grid=(5, 6))
-    method = DeformableProtoPNet(source.context(2))
+    method = build(source.context(2))
     with torch.no_grad():
         method.prototypes.copy_(torch.randn(method.prototypes.shape, generator=torch.Generator().manual_seed(1)))
         batch = source.batch(torch.arange(3))
         expected = loop_activation(method.unit_features(batch), method.prototypes)
         got = method.prototype_activations(batch)
         assert (got == 0).any() and (got > 0).any()  # negative cosines are cut by the ReLU
-        assert torch.allclose(got.double(), expected, atol=1e-5)
+        assert torch.allclose(got.double(), expected, atol=1e-6)
         maps = method.activation_maps(batch, torch.tensor([2, 0, 1]))
         assert torch.allclose(maps, got.view(3, 3, 2, 5, 6)[torch.arange(3), torch.tensor([2, 0, 1])], atol=1e-6)
 
 
 def test_offsets_read_parts_at_deformed_positions_with_norm_preserving_interpolation():
     source = SyntheticTokens(num_classes=2, images_per_class=1, dim=6, grid=(4, 5))
-    method = DeformableProtoPNet(source.context(1))
+    method = build(source.context(1))
     offsets = torch.tensor([[0.3, -0.6], [-0.25, 0.7], [0.5, 0.5], [-1.2, 0.1]])
     set_constant_offsets(method, offsets)
     with torch.no_grad():
         batch = source.batch(torch.arange(2))
         expected = loop_activation(method.unit_features(batch), method.prototypes, offsets)
-        assert torch.allclose(method.prototype_activations(batch).double(), expected, atol=1e-5)
+        assert torch.allclose(method.prototype_activations(batch).double(), expected, atol=1e-6)
 
 
 # ---- margin and logits --------------------------------------------------------------------------
@@ -174,7 +183,7 @@ def test_subtractive_margin_hand_values():
 
 def test_margin_only_on_wrong_classes_in_training_and_never_in_logits():
     source = SyntheticTokens(num_classes=3, images_per_class=2, dim=8)
-    method = DeformableProtoPNet(source.context(2))
+    method = build(source.context(2))
     batch = source.batch(torch.arange(6))
     with torch.no_grad():
         plain = method.prototype_activations(batch)
@@ -201,7 +210,7 @@ def test_margin_only_on_wrong_classes_in_training_and_never_in_logits():
 
 def test_last_layer_is_fixed_plus_one_minus_half():
     source = SyntheticTokens(num_classes=3)
-    method = DeformableProtoPNet(source.context(2))
+    method = build(source.context(2))
     expected = torch.full((3, 6), -0.5)
     for c in range(3):
         expected[c, 2 * c:2 * c + 2] = 1.0
@@ -218,7 +227,7 @@ def test_orthogonality_hand_example_is_within_class():
     # class 1: parts e1, 5(e1 + e2)/√2, e3, e4 (one pair at 45°)
     class1 = torch.stack((e[0], 5 * (e[0] + e[1]) / math.sqrt(2), e[2], e[3]), dim=1).view(4, 2, 2)
     prototypes = torch.stack((class0, class1))
-    # ‖G0 − I‖² = 1² + 1² = 2, ‖G1 − I‖² = 2 · (1/√2)² = 1; e1 shared across classes is not penalised
+    # ‖G0 − I‖² = 1² + 1² = 2, ‖G1 − I‖² = 2 · (1/√2)² = 1; e1, shared across classes, costs nothing
     assert math.isclose(within_class_orthogonality(prototypes, 1).item(), math.sqrt(3), rel_tol=1e-6)
     orthonormal = torch.eye(8).view(8, 2, 4).permute(1, 0, 2).reshape(2, 8, 2, 2)  # J = 2, parts e1..e8
     repeated = torch.cat((orthonormal, orthonormal))  # class 1 repeats class 0
@@ -228,7 +237,7 @@ def test_orthogonality_hand_example_is_within_class():
 # ---- push ----------------------------------------------------------------------------------------
 def test_push_copies_the_best_same_class_deformed_parts_and_records_them():
     source = SyntheticTokens(num_classes=3, images_per_class=3, dim=8, grid=(5, 5), seed=2)
-    method = DeformableProtoPNet(source.context(2), push_epochs=(3,), push_batch_size=4)
+    method = build(source.context(2), push_epochs=(3,))
     offsets = torch.tensor([[0.4, -0.3], [0.1, 0.6], [-0.7, 0.2], [0.25, -0.45]])
     set_constant_offsets(method, offsets)
     everything = source.batch(torch.arange(len(source)))
@@ -251,31 +260,36 @@ def test_push_copies_the_best_same_class_deformed_parts_and_records_them():
         best = scores.flatten().argmax().item()
         b, y, x = best // 25, (best % 25) // 5, best % 5
         assert labels[method.push_image[m]] == m // 2  # never another class's image
-        assert (method.push_image[m].item(), *method.push_cell[m].tolist()) == (b, y, x)
-        assert method.push_activation[m].item() == pytest.approx(scores.max().item())
+        assert (method.push_image[m].item(), method.push_position[m].item()) == (b, y * 5 + x)
         for k, (i, j) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
             row, col = y - 1 + 2 * i + offsets[k, 0].item(), x - 1 + 2 * j + offsets[k, 1].item()
             assert method.push_part_positions[m, k].tolist() == pytest.approx([row, col], abs=1e-6)
             expected = FEATURE_SCALE * sample_by_definition(unit[b], row, col)
             assert torch.allclose(method.prototypes[m, :, i, j].double(), expected, atol=1e-4)
     with torch.no_grad():  # a pushed prototype scores at least as high on its source cell
-        after = method.prototype_activations(everything)
-    sources = after[method.push_image, torch.arange(6), method.push_cell[:, 0], method.push_cell[:, 1]]
-    assert (sources >= method.push_activation - 1e-6).all()
+        after = method.prototype_activations(everything).flatten(2)
+    at_source = after[method.push_image, torch.arange(6), method.push_position]
+    assert (at_source >= before.flatten(2)[method.push_image, torch.arange(6), method.push_position] - 1e-6).all()
 
 
 # ---- stages, expanded variant, validation ----------------------------------------------------------
 def test_stages_follow_the_official_schedule():
     source = SyntheticTokens()
-    method = DeformableProtoPNet(source.context(2))
+    method = build(source.context(2))
     assert method.loss_weights == {"ce": 1.0, "clst": -0.8, "sep": 0.08, "orth": 0.1}
     warm, joint = method.stages()
     assert (warm.name, warm.epochs, joint.name, joint.epochs) == ("warm", 5, "joint", 15)
-    assert [(g.name, g.lr, g.weight_decay) for g in warm.param_groups] == [("add_on", 3e-3, 1e-3), ("prototypes", 3e-3, 0.0)]
+    assert [(g.name, g.lr, g.weight_decay) for g in warm.param_groups] == [
+        ("add_on", 3e-3, 1e-3), ("prototypes", 3e-3, 0.0)]
     assert [(g.name, g.lr) for g in joint.param_groups] == [("add_on", 3e-3), ("prototypes", 3e-3), ("offsets", 1e-4)]
-    optimizer = torch.optim.Adam([p for g in joint.param_groups for p in g.params], lr=1.0)
+    optimizer = make_optimizer(joint)
     scheduler = joint.scheduler(optimizer)
-    assert (scheduler.step_size, scheduler.gamma) == (5, 0.2)
+    lrs = []  # the loop steps the scheduler after each epoch, as main.py does after tnt.train
+    for _ in range(joint.epochs):
+        lrs.append(optimizer.param_groups[2]["lr"])
+        optimizer.step()  # no gradients: nothing moves
+        scheduler.step()
+    assert lrs == pytest.approx([1e-4] * 5 + [2e-5] * 5 + [4e-6] * 5)
     assert method.push_epochs == (10, 19)
     assert all((p == 0).all() for p in method.offset_net.parameters())
     method.on_stage_start(joint, 5, ListData(source))
@@ -297,10 +311,10 @@ def test_expanded_variant_trains_the_appended_block_in_the_joint_stage_only():
         return block
 
     ctx = dataclasses.replace(source.context(2), make_block=block_with_frozen_norm)
-    method = DeformableProtoPNet(ctx, expanded=True)
+    method = build(ctx, expanded=True)
     batch = source.batch(torch.arange(8))
     with torch.no_grad():  # the block starts as the identity: same head, same logits as the frozen variant
-        assert torch.allclose(method.logits(batch), DeformableProtoPNet(source.context(2)).logits(batch), atol=1e-5)
+        assert torch.allclose(method.logits(batch), build(source.context(2)).logits(batch), atol=1e-5)
     warm, joint = method.stages()
     set_trainable(method, warm)  # every requires_grad flag off but the warm groups'
     warm, joint = method.stages()
@@ -319,13 +333,13 @@ def test_expanded_variant_trains_the_appended_block_in_the_joint_stage_only():
 
 
 @pytest.mark.parametrize("kwargs, named", [
-    ({"margin": -0.1}, "margin"), ({"push_epochs": (20,)}, "push_epochs"), ({"lr_offsets": 0.0}, "lr_offsets"),
+    ({"margin": -0.1}, "margin"), ({"push_epochs": (20,)}, "push_epochs"), ({"offset_lr": 0.0}, "offset_lr"),
     ({"warm_epochs": -1}, "warm_epochs"), ({"offset_channels": 0}, "offset_channels"),
-    ({"push_epochs": 10}, "push_epochs"), ({"offset_init_std": -1.0}, "offset_init_std"),
+    ({"push_epochs": [10.5]}, "push_epochs"), ({"offset_init_std": -1.0}, "offset_init_std"),
 ])
 def test_bad_hyperparameters_are_named(kwargs, named):
     with pytest.raises(ProtobenchError, match=named):
-        DeformableProtoPNet(SyntheticTokens().context(2), **kwargs)
+        build(SyntheticTokens().context(2), **kwargs)
 
 
 # ---- contract, determinism, round trip, training ----------------------------------------------------
@@ -335,12 +349,12 @@ def test_adapter_contract():
 
 def test_state_dict_round_trip_keeps_pushed_prototypes_and_records():
     source = SyntheticTokens()
-    method = DeformableProtoPNet(source.context(2), warm_epochs=1, joint_epochs=1, push_epochs=(1,))
+    method = build(source.context(2), warm_epochs=1, joint_epochs=1, push_epochs=(1,))
     train(method, source, seed=0, batch_size=16, device=CPU, checkpoint_path=None, log=lambda line: None)
     assert (method.push_image >= 0).all()
-    restored = DeformableProtoPNet(source.context(2, seed=9), warm_epochs=1, joint_epochs=1, push_epochs=(1,))
+    restored = build(source.context(2, seed=9), warm_epochs=1, joint_epochs=1, push_epochs=(1,))
     restored.load_state_dict(copy.deepcopy(method.state_dict()))
-    for name in ("push_image", "push_cell", "push_part_positions", "push_activation"):
+    for name in ("push_image", "push_position", "push_part_positions"):
         assert torch.equal(getattr(method, name), getattr(restored, name))
     batch = source.batch(torch.arange(10))
     with torch.no_grad():
@@ -351,15 +365,29 @@ def test_same_seed_same_run():
     source = SyntheticTokens()
     runs = []
     for _ in range(2):
-        method = DeformableProtoPNet(source.context(2, seed=4), warm_epochs=1, joint_epochs=2, push_epochs=(2,))
+        method = build(source.context(2, seed=4), warm_epochs=1, joint_epochs=2, push_epochs=(2,))
         train(method, source, seed=4, batch_size=16, device=CPU, checkpoint_path=None, log=lambda line: None)
         runs.append(method.state_dict())
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
+def test_run_resumed_at_the_joint_stage_start_equals_the_uninterrupted_run(tmp_path):
+    source = SyntheticTokens()
+    schedule = {"warm_epochs": 1, "joint_epochs": 2, "push_epochs": (2,)}
+    straight = build(source.context(2), **schedule)
+    train(straight, source, seed=1, batch_size=16, device=CPU, checkpoint_path=None, log=lambda line: None)
+    with pytest.raises(TrainingInterrupted):  # stops after the warm stage, before the offsets' re-initialisation
+        train(build(source.context(2), **schedule), source, seed=1, batch_size=16, device=CPU,
+              checkpoint_path=tmp_path / "run.pt", log=lambda line: None, stop_after_epoch=1)
+    resumed = build(source.context(2), **schedule)
+    train(resumed, source, seed=1, batch_size=16, device=CPU, checkpoint_path=tmp_path / "run.pt",
+          log=lambda line: None)
+    assert all(torch.equal(value, resumed.state_dict()[key]) for key, value in straight.state_dict().items())
+
+
 def test_trains_to_high_accuracy_on_synthetic_tokens_with_pushed_prototypes_of_their_class():
     source = SyntheticTokens()
-    method = DeformableProtoPNet(source.context(3))
+    method = build(source.context(2))
     train(method, source, seed=0, batch_size=16, device=CPU, checkpoint_path=None, log=lambda line: None)
     batch = source.batch(torch.arange(len(source)))
     with torch.no_grad():

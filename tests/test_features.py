@@ -211,7 +211,6 @@ def test_noise_view_depends_on_seed_and_index_only(tmp_path: Path) -> None:
 
 def _build_in_child(cache_dir: str, barrier, results) -> None:
     """One of two processes racing to build the same entry."""
-    torch.set_num_threads(1)
     trunk = tiny_trunk()
     counter = CountingTrunk(trunk)
     barrier.wait()
@@ -220,7 +219,9 @@ def _build_in_child(cache_dir: str, barrier, results) -> None:
 
 
 def test_two_processes_build_one_entry(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
+    # fork: the children start without re-importing torch and timm; each opens its own lock file
+    # description, so flock excludes them exactly as it excludes two jobs on a node
+    context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(2), context.Queue()
     workers = [context.Process(target=_build_in_child, args=(str(tmp_path), barrier, results)) for _ in range(2)]
     for worker in workers:

@@ -172,8 +172,9 @@ def _oracle(
         for a in range(j):
             for b in range(a + 1, j):
                 # xyxy boxes, unclipped; continuous areas
-                ba = [centres[a][1] - BOX / 2, centres[a][0] - BOX / 2, centres[a][1] + BOX / 2, centres[a][0] + BOX / 2]
-                bb = [centres[b][1] - BOX / 2, centres[b][0] - BOX / 2, centres[b][1] + BOX / 2, centres[b][0] + BOX / 2]
+                (ra, ca), (rb, cb) = centres[a], centres[b]
+                ba = [ca - BOX / 2, ra - BOX / 2, ca + BOX / 2, ra + BOX / 2]
+                bb = [cb - BOX / 2, rb - BOX / 2, cb + BOX / 2, rb + BOX / 2]
                 iw = max(0.0, min(ba[2], bb[2]) - max(ba[0], bb[0]))
                 ih = max(0.0, min(ba[3], bb[3]) - max(ba[1], bb[1]))
                 inter = iw * ih

@@ -29,7 +29,8 @@ def _planted(seed: int, flip: bool = False) -> tuple[torch.Tensor, torch.Tensor,
 def test_attention_pca_recovers_planted_foreground_for_either_sign() -> None:
     tokens, attention, fg = _planted(0)
     flipped, _, _ = _planted(0, flip=True)
-    mask, fallback = foreground_mask(torch.stack([tokens, flipped]), torch.stack([attention, attention]), "attention_pca", 0.5)
+    both = torch.stack([tokens, flipped])
+    mask, fallback = foreground_mask(both, torch.stack([attention, attention]), "attention_pca", 0.5)
     assert torch.equal(mask[0], fg) and torch.equal(mask[1], fg)
     assert not fallback.any()
     # the attention prior alone is wrong on the artefacts; the PCA refinement fixes them

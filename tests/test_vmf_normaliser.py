@@ -15,7 +15,8 @@ KAPPAS = tuple(float(k) for k in np.logspace(-4, 5, 12))
 
 
 def _log_bessel_quadrature(nu: mpmath.mpf, k: mpmath.mpf) -> mpmath.mpf:
-    """``log I_ν(κ)`` from DLMF 10.32.2, ``I_ν(κ) = (κ/2)^ν / (√π Γ(ν+½)) ∫_{−1}^{1} (1−t²)^{ν−½} e^{κt} dt``,
+    """``log I_ν(κ)`` from DLMF 10.32.2,
+    ``I_ν(κ) = (κ/2)^ν / (√π Γ(ν+½)) ∫_{−1}^{1} (1−t²)^{ν−½} e^{κt} dt``,
     by mpmath quadrature split at the peak ``t*`` of the integrand (ν ≥ 1)."""
     a = nu - mpmath.mpf(1) / 2
     peak = (mpmath.sqrt(a * a + k * k) - a) / k  # root of κt² + 2at − κ = 0
@@ -23,7 +24,8 @@ def _log_bessel_quadrature(nu: mpmath.mpf, k: mpmath.mpf) -> mpmath.mpf:
     width = mpmath.sqrt(a) / k
     points = [-1, max(peak - 10 * width, (peak - 1) / 2), peak, min(peak + 10 * width, (peak + 1) / 2), 1]
     integral = mpmath.quad(lambda t: mpmath.exp(a * mpmath.log1p(-t * t) + k * t - log_peak), points)
-    return nu * mpmath.log(k / 2) - mpmath.log(mpmath.pi) / 2 - mpmath.loggamma(nu + mpmath.mpf(1) / 2) + log_peak + mpmath.log(integral)
+    prefactor = nu * mpmath.log(k / 2) - mpmath.log(mpmath.pi) / 2 - mpmath.loggamma(nu + mpmath.mpf(1) / 2)
+    return prefactor + log_peak + mpmath.log(integral)
 
 
 def _log_bessel(nu: mpmath.mpf, k: mpmath.mpf) -> mpmath.mpf:

@@ -22,7 +22,8 @@ def _problem(seed: int, rows: int = 9, cols: int = 4) -> tuple[torch.Tensor, tor
 def test_fixed_iterations_match_pot(iterations: int, epsilon: float) -> None:
     # POT's Sinkhorn–Knopp does one column then one row scaling per iteration, like ours
     scores, a, b = _problem(iterations)
-    expected = ot.sinkhorn(a.numpy(), b.numpy(), -scores.numpy(), epsilon, numItermax=iterations, stopThr=0.0, warn=False)
+    expected = ot.sinkhorn(a.numpy(), b.numpy(), -scores.numpy(), epsilon,
+                           numItermax=iterations, stopThr=0.0, warn=False)
     plan = sinkhorn_log(scores, a, b, epsilon, iterations)
     np.testing.assert_allclose(plan.numpy(), expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(plan.sum(1), a)  # the row marginal holds after every iteration
@@ -31,7 +32,8 @@ def test_fixed_iterations_match_pot(iterations: int, epsilon: float) -> None:
 def test_converged_plan_matches_pot_log_solver() -> None:
     scores, a, b = _problem(7, rows=12, cols=5)
     a = torch.softmax(torch.randn(12, generator=torch.Generator().manual_seed(1), dtype=torch.float64), 0)
-    expected = ot.bregman.sinkhorn_log(a.numpy(), b.numpy(), -scores.numpy(), 0.05, numItermax=5000, stopThr=1e-14, warn=False)
+    expected = ot.bregman.sinkhorn_log(a.numpy(), b.numpy(), -scores.numpy(), 0.05,
+                                       numItermax=5000, stopThr=1e-14, warn=False)
     plan = sinkhorn_log(scores, a, b, 0.05, 5000)
     np.testing.assert_allclose(plan.numpy(), expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(plan.sum(0), b)

@@ -51,7 +51,8 @@ def test_logdet_prefers_separated_components() -> None:
     dim, j = 16, 4
     separated = torch.eye(dim, dtype=torch.float64)[:j]
     g = torch.Generator().manual_seed(1)
-    overlapping = F.normalize(torch.ones(j, dim, dtype=torch.float64) + 0.05 * torch.randn(j, dim, generator=g, dtype=torch.float64), dim=-1)
+    jitter = 0.05 * torch.randn(j, dim, generator=g, dtype=torch.float64)
+    overlapping = F.normalize(torch.ones(j, dim, dtype=torch.float64) + jitter, dim=-1)
     kappa = torch.full((j,), 20.0, dtype=torch.float64)
     mu = torch.stack([separated, overlapping])  # two "classes", C×J×D
     per_class = [logdet_loss(mu[c : c + 1], kappa.unsqueeze(0), 1e-4) for c in range(2)]

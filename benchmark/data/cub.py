@@ -19,6 +19,7 @@ present) before any image is decoded; errors name the file and line.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,19 +65,21 @@ class _TableFile:
     def error(self, lineno: int, why: str) -> ProtobenchError:
         return ProtobenchError(f"{self.path}, line {lineno}: {why}; fix that line or {self.fix}.")
 
+    def _lines(self) -> list[tuple[int, str]]:
+        """``(line number, line)`` of every non-blank line."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ProtobenchError(f"{self.path} is not UTF-8 text; {self.fix}.") from err
+        return [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
     def rows(self, types: tuple[Callable[[str], Any], ...], *, rest: bool = False) -> Iterator[tuple[int, list[Any]]]:
         """Yield ``(line number, converted fields)`` of every non-blank line.
 
         ``rest``: the last field takes the remainder of the line (names with spaces).
         """
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ProtobenchError(f"{self.path} is not UTF-8 text; {self.fix}.") from err
         n = len(types)
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
+        for lineno, line in self._lines():
             fields = line.split(maxsplit=n - 1) if rest else line.split()
             if len(fields) != n:
                 raise self.error(lineno, f"expected '{self.expected}', got {line.strip()!r}")
@@ -84,6 +87,25 @@ class _TableFile:
                 yield lineno, [convert(field) for convert, field in zip(types, fields)]
             except ValueError:
                 raise self.error(lineno, f"expected '{self.expected}' with numbers, got {line.strip()!r}") from None
+
+    def matrix(self, columns: int) -> np.ndarray:
+        """An all-numeric table as an N×columns float array, parsed in C (part_locs.txt has
+        176,820 lines); on any bad line, the line-numbered error of :meth:`rows`."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # numpy warns about an empty file
+            try:
+                values = np.loadtxt(self.path, dtype=np.float64, ndmin=2, comments=None)
+            except ValueError:
+                values = None
+        if values is not None and values.shape[1] == columns and np.isfinite(values).all():
+            return values
+        for _ in self.rows((_finite,) * columns):
+            pass
+        raise ProtobenchError(f"{self.path} holds no '{self.expected}' lines; {self.fix}.")
+
+    def row_error(self, row: int, why: str) -> ProtobenchError:
+        """:meth:`error` for the ``row``-th non-blank line (0-based) of the file."""
+        return self.error(self._lines()[row][0], why)
 
 
 def find_cub_dir(root: Path, name: str) -> Path:
@@ -127,6 +149,54 @@ def _check_same_ids(table: _TableFile, ids: dict[int, Any], images: dict[int, An
             f"{table.path} has no line for image id {missing[0]} ({len(missing)} ids missing in all); "
             f"{table.fix}."
         )
+
+
+def _read_part_locs(
+    table: _TableFile, image_ids: list[int], split_ids: list[int], num_parts: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``part_xy`` (N×P×2, ``int(float(·))``, 0 where hidden) and ``part_visible`` (N×P) of the
+    split's images; every (image, part) pair of the dataset must appear exactly once."""
+    locs = table.matrix(5)
+    ints = locs[:, [0, 1, 4]]
+    bad = np.flatnonzero((ints != np.trunc(ints)).any(axis=1))
+    if bad.size:
+        raise table.row_error(bad[0], "image id, part id and visibility must be integers")
+    image_id, part_id, visible = (ints[:, c].astype(np.int64) for c in range(3))
+    bad = np.flatnonzero(~np.isin(image_id, image_ids))
+    if bad.size:
+        raise table.row_error(bad[0], f"image id {image_id[bad[0]]} is not listed in images.txt")
+    bad = np.flatnonzero((part_id < 1) | (part_id > num_parts))
+    if bad.size:
+        raise table.row_error(bad[0], f"part id {part_id[bad[0]]} is not listed in parts/parts.txt")
+    bad = np.flatnonzero((visible != 0) & (visible != 1))
+    if bad.size:
+        raise table.row_error(bad[0], f"the visibility flag must be 0 or 1, got {visible[bad[0]]}")
+
+    index = np.searchsorted(image_ids, image_id)  # image_ids is sorted and holds every image_id
+    pair = index * num_parts + part_id - 1
+    order = np.argsort(pair, kind="stable")
+    repeated = order[1:][pair[order][1:] == pair[order][:-1]]
+    if repeated.size:
+        row = repeated.min()
+        raise table.row_error(row, f"image {image_id[row]} part {part_id[row]} already has a location")
+    seen = np.zeros(len(image_ids) * num_parts, dtype=bool)
+    seen[pair] = True
+    if not seen.all():
+        k, p = divmod(int(np.flatnonzero(~seen)[0]), num_parts)
+        raise ProtobenchError(
+            f"{table.path} has no line for image {image_ids[k]} part {p + 1} "
+            f"({int((~seen).sum())} (image, part) pairs missing in all); {table.fix}."
+        )
+
+    row_of = np.full(len(image_ids), -1, dtype=np.int64)
+    row_of[np.searchsorted(image_ids, split_ids)] = np.arange(len(split_ids))
+    row = row_of[index]
+    keep = (row >= 0) & (visible == 1)
+    part_xy = np.zeros((len(split_ids), num_parts, 2), dtype=np.int64)
+    part_xy[row[keep], part_id[keep] - 1] = locs[keep][:, 2:4].astype(np.int64)  # truncation toward zero
+    part_visible = np.zeros((len(split_ids), num_parts), dtype=bool)
+    part_visible[row[keep], part_id[keep] - 1] = True
+    return part_xy, part_visible
 
 
 def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int = 224) -> ImageDataset:
@@ -180,35 +250,10 @@ def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int
     ids = sorted(key for key, (_, (flag,)) in is_train.items() if flag == want)
     if not ids:
         raise ProtobenchError(f"{t_split.path} marks no image as {split}; {fix}.")
-    row_of = {key: row for row, key in enumerate(ids)}
 
-    num_parts = len(parts)
-    part_xy = np.zeros((len(ids), num_parts, 2), dtype=np.int64)
-    part_visible = np.zeros((len(ids), num_parts), dtype=bool)
-    seen = np.zeros((len(images), num_parts), dtype=bool)
-    image_index = {key: k for k, key in enumerate(sorted(images))}
-    t_locs = table("parts/part_locs.txt", "<image_id> <part_id> <x> <y> <visible 0/1>")
-    for lineno, (image_id, part_id, x, y, visible) in t_locs.rows((int, int, _finite, _finite, int)):
-        if image_id not in images:
-            raise t_locs.error(lineno, f"image id {image_id} is not listed in images.txt")
-        if not 1 <= part_id <= num_parts:
-            raise t_locs.error(lineno, f"part id {part_id} is not listed in parts/parts.txt")
-        if visible not in (0, 1):
-            raise t_locs.error(lineno, f"the visibility flag must be 0 or 1, got {visible}")
-        k = image_index[image_id]
-        if seen[k, part_id - 1]:
-            raise t_locs.error(lineno, f"image {image_id} part {part_id} already has a location")
-        seen[k, part_id - 1] = True
-        row = row_of.get(image_id)
-        if row is not None and visible:
-            part_xy[row, part_id - 1] = (int(x), int(y))
-            part_visible[row, part_id - 1] = True
-    if not seen.all():
-        k, p = np.argwhere(~seen)[0]
-        raise ProtobenchError(
-            f"{t_locs.path} has no line for image {sorted(images)[k]} part {p + 1} "
-            f"({int((~seen).sum())} (image, part) pairs missing in all); {fix}."
-        )
+    part_xy, part_visible = _read_part_locs(
+        table("parts/part_locs.txt", "<image_id> <part_id> <x> <y> <visible 0/1>"), sorted(images), ids, len(parts)
+    )
 
     relpaths = [images[key][1][0] for key in ids]
     image_paths = [cub / "images" / rel for rel in relpaths]

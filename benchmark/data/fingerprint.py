@@ -7,6 +7,7 @@ removed or replaced by a file of another size, and never decodes an image.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,10 +15,9 @@ FINGERPRINT_CHARS = 16
 
 
 def _relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
+    """Path relative to the dataset root (``../`` for masks stored next to it), so the
+    fingerprint does not depend on where the dataset lives."""
+    return Path(os.path.relpath(path, root)).as_posix()
 
 
 def split_fingerprint(

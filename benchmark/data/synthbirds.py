@@ -379,7 +379,7 @@ def _part_locations(drawing: _Drawing) -> list[tuple[float, float, int]]:
             out.append((0.0, 0.0, 0))
             continue
         key = kind if side == near else part
-        x, y = (float(f"{v:.1f}") for v in drawing.keypoints[key])
+        x, y = (float(f"{v:.1f}") + 0.0 for v in drawing.keypoints[key])  # + 0.0: no "-0.0"
         col, row = int(x), int(y)
         inside = 0 <= x and 0 <= y and col < size and row < size
         if inside and drawing.layers[row, col] in PART_LAYERS[key]:
@@ -429,6 +429,15 @@ def _write_dataset(out: Path, classes: int, images_per_class: int, seed: int, im
         (out / rel).write_text("".join(f"{line}\n" for line in content), encoding="utf-8")
 
 
+def _marker(out: Path) -> dict | None:
+    """The generation record of a previous synthbirds output in ``out``, if readable."""
+    try:
+        record = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def generate_synthbirds(
     out: str | Path, *, classes: int, images_per_class: int, seed: int, image_size: int = 256
 ) -> Path:
@@ -454,17 +463,30 @@ def generate_synthbirds(
         if not out.is_dir():
             raise ProtobenchError(f"{out} is a file, not a folder; choose a new or empty folder for synthbirds.")
         if any(out.iterdir()):
-            try:
-                previous = json.loads((out / MARKER).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                previous = None
-            if not isinstance(previous, dict) or previous.get("generator") != record["generator"]:
+            previous = _marker(out)
+            if previous is None or previous.get("generator") != record["generator"]:
                 raise ProtobenchError(
                     f"{out} is not empty and is not a synthbirds dataset (no valid {MARKER}); "
                     f"choose a new or empty folder."
                 )
             if previous == record:
                 return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+    tmp, old = out.with_name(f".{out.name}.partial-{tag}"), out.with_name(f".{out.name}.old-{tag}")
+    tmp.mkdir()
+    try:
+        _write_dataset(tmp, classes, images_per_class, seed, image_size)
+        (tmp / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        if out.exists() and _marker(out) != record:  # another process may have finished the same dataset
+            os.replace(out, old)
+        if not out.exists():
+            os.replace(tmp, out)
+    finally:
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+    return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp, old = out.with_name(f".{out.name}.partial-{tag}"), out.with_name(f".{out.name}.old-{tag}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torchvision import transforms as T
 
 from benchmark.errors import ProtobenchError
@@ -63,6 +63,7 @@ def open_rgb(path: Path) -> Image.Image:
             f"Image file {path} does not exist; re-download or regenerate the dataset."
         ) from err
     except (OSError, SyntaxError, ValueError) as err:
+        reason = "not a recognised image format" if isinstance(err, UnidentifiedImageError) else str(err)
         raise ProtobenchError(
-            f"Image file {path} could not be decoded ({err}); re-download or regenerate the dataset."
+            f"Image file {path} could not be decoded ({reason}); re-download or regenerate the dataset."
         ) from err

@@ -68,12 +68,13 @@ def check_epochs_in_schedule(method: str, argument: str, epochs: Sequence[int], 
 # ---- the head's input: frozen tokens or the appended block's output ---------------------------
 def make_block(ctx: MethodContext, expanded: bool) -> tuple[nn.Module | None, tuple[str, ...]]:
     """The appended trainable block of protocol.md ("block expansion") when ``expanded``, with the
-    names of its trainable parameters, read now: the training loop rewrites ``requires_grad``
-    stage by stage, so it cannot be read again later (the block's frozen final norm stays out)."""
+    names of its ``trainable_parameters()`` (MethodContext: the frozen final norm stays out), so a
+    stage can list them with ``parameters_named`` whatever ``requires_grad`` the loop left."""
     if not expanded:
         return None, ()
     block = ctx.make_block()
-    return block, tuple(name for name, p in block.named_parameters() if p.requires_grad)
+    trainable = {id(p) for p in block.trainable_parameters()}
+    return block, tuple(name for name, p in block.named_parameters() if id(p) in trainable)
 
 
 def parameters_named(module: nn.Module, names: Sequence[str]) -> list[nn.Parameter]:
@@ -92,15 +93,19 @@ def block_groups(block: nn.Module | None, trainable: Sequence[str], lr: float, w
 
 
 def step_lr(step_size: int, gamma: float) -> SchedulerFactory:
-    """``StepLR(step_size, gamma)``, stepped by the training loop after every epoch of the stage."""
-    return lambda optimizer: torch.optim.lr_scheduler.StepLR(optimizer, step_size=step_size, gamma=gamma)
+    """``StepLR(step_size, gamma)`` as the lineage's main.py drives it: ``joint_lr_scheduler.step()``
+    is called *before* each joint epoch, so joint epoch k (0-based) trains at
+    ``lr · gamma^⌊(k + 1)/step_size⌋`` and the first decay comes after ``step_size − 1`` epochs.
+    The training loop steps after each epoch, hence the ``k + 1`` here."""
+    return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda k: gamma ** ((k + 1) // step_size))
 
 
 def warm_joint_stages(warm: list[ParamGroup], joint_extra: list[ParamGroup], *, warm_epochs: int,
                       joint_epochs: int, lr_step: int, lr_gamma: float) -> list[Stage]:
     """The two stages of the lineage's main.py: ``warm`` (``warm_only``), then ``joint`` with the
     warm groups plus ``joint_extra`` (the trunk's layers there, the appended block here) and
-    ``StepLR(lr_step, lr_gamma)`` on the joint optimiser."""
+    ``step_lr(lr_step, lr_gamma)`` on the joint optimiser."""
     return [
         Stage("warm", warm_epochs, list(warm)),
         Stage("joint", joint_epochs, [*warm, *joint_extra], scheduler=step_lr(lr_step, lr_gamma)),
@@ -255,6 +260,8 @@ def train_last_layer(last_layer: nn.Linear, features: Tensor, labels: Tensor, *,
 def last_layer_phase(last_layer: nn.Linear, data: TrainData, pooled: PooledScores, *, prototypes_per_class: int,
                      epochs: int, lr: float, batch_size: int, l1_weight: float) -> None:
     """Pooled scores over the training split once (after a push), then ``train_last_layer``."""
+    if epochs == 0:
+        return
     features, labels = pooled_features(data, pooled)
     train_last_layer(last_layer, features, labels, prototypes_per_class=prototypes_per_class, epochs=epochs,
                      lr=lr, batch_size=batch_size, l1_weight=l1_weight)

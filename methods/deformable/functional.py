@@ -42,8 +42,8 @@ def norm_preserving_sample(features: Tensor, positions: Tensor) -> Tensor:
     (B×K×H'×W'×2, (row, col) in grid units).
 
     Per channel ``s = sqrt(Σ_corners w · x²)`` with the bilinear corner weights w (Donnelly et
-    al. 2022, Sec. 3 "norm-preserving interpolation"; the official
-    ``norm_preserve_deform_conv_cuda.cu`` squares the input, interpolates, takes the root), so
+    al. 2022's norm-preserving interpolation; the official ``norm_preserve_deform_conv_cuda.cu``
+    squares the input, interpolates, takes the root), so
     ``‖s‖² = Σ w ‖x_corner‖²``: samples of features of one common length keep that length.
     Corners outside the grid contribute 0 (official ``zero_padding=True``).
 
@@ -65,7 +65,7 @@ def norm_preserving_sample(features: Tensor, positions: Tensor) -> Tensor:
     grid = (2 * corners.flip(-1) + 1) / size - 1
     squared = F.grid_sample(features.square(), grid.view(batch, 4 * parts * out_h, out_w, 2),
                             mode="nearest", padding_mode="zeros", align_corners=False)
-    squared = torch.einsum("bdckhw,bckhw->bdkhw", squared.view(batch, channels, 4, parts, out_h, out_w), weights)
+    squared = (squared.view(batch, channels, 4, parts, out_h, out_w) * weights.unsqueeze(1)).sum(dim=2)
     positive = squared > _SQRT_FLOOR
     return torch.where(positive, torch.where(positive, squared, 1.0).sqrt(), 0.0)
 
@@ -83,9 +83,10 @@ def part_cosine(samples: Tensor, prototypes: Tensor) -> Tensor:
     ``prototypes``: M×D×2×2 shared by every image, or B×M×D×2×2 chosen per image. Official
     cos_activation: features scaled to 64/√K, parts to 1/√K, dot product / (64 · 1.01).
     """
-    parts = unit_parts(prototypes)
-    pattern = "bdkhw,mdk->bmhw" if parts.dim() == 3 else "bdkhw,bmdk->bmhw"
-    return torch.einsum(pattern, samples, parts) / (NUM_PARTS * ACTIVATION_DIVISOR)
+    batch, _, _, height, width = samples.shape
+    parts = unit_parts(prototypes).flatten(-2)  # (B×)M×(D·K), the (d, k) order of the samples
+    scores = parts @ samples.reshape(batch, -1, height * width)  # B×M×(H·W), no transpose of the samples
+    return scores.view(batch, -1, height, width) / (NUM_PARTS * ACTIVATION_DIVISOR)
 
 
 def subtractive_margin(activations: Tensor, wrong: Tensor, margin: float) -> Tensor:

@@ -19,8 +19,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.common.lineage import (
+    block_groups,
+    check_arg,
+    check_count,
+    check_epochs_in_schedule,
+    check_finite,
+    check_non_negative,
+    check_positive,
+    head_input,
+    make_add_on,
+    make_block,
+    make_last_layer,
+    own_class_mask,
+    push_prototypes,
+)
 from methods.deformable.functional import (
     KERNEL,
     NUM_PARTS,
@@ -37,28 +51,19 @@ from methods.registry import register_method
 FEATURE_SCALE = 64.0 / math.sqrt(NUM_PARTS)
 
 
-def _require(condition: bool, name: str, requirement: str, value: object) -> None:
-    if not condition:
-        raise ProtobenchError(f"deformable_protopnet: {name} must be {requirement}, got {value!r}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @register_method("deformable_protopnet")
 class DeformableProtoPNet(PrototypeMethod):
-    """Deformable ProtoPNet head (methods.md, "Deformable ProtoPNet").
+    """Deformable ProtoPNet head on the frozen trunk's tokens (or the appended block's, ``expanded``).
 
-    Hyperparameters (official defaults): ``margin`` subtractive angular margin on wrong-class
-    prototypes in the training logits; ``incorrect_class_connection`` fixed last-layer weight to
-    other classes; ``clst_coef``/``sep_coef``/``orth_coef`` signed loss coefficients (official
-    ``coefs``: −0.8, 0.08, 0.1); ``warm_epochs``/``joint_epochs`` stage lengths; ``push_epochs``
-    global 0-based epochs after whose training a push runs; learning rates and weight decays
-    of the Adam groups; ``lr_step``/``lr_gamma`` the joint StepLR; ``offset_channels`` and
-    ``offset_init_std`` the offset net's hidden width and its re-initialisation at the start of
-    joint training; ``push_batch_size`` images per batch during push; ``expanded`` runs the head
-    on the appended trainable block (protocol.md), which trains in the joint stage.
+    Loss terms (``loss_weights``, signed as the official ``coefs``): ``ce`` cross-entropy of the
+    margin logits, ``clst`` (−0.8) and ``sep`` (+0.08) on the max-pooled training activations,
+    ``orth`` (+0.1, joint stage only) within-class orthogonality of the prototype parts.
+    ``margin``: subtractive angular margin on wrong-class prototypes in the training logits;
+    ``incorrect_class_connection``: the fixed last-layer weight to other classes; ``push_epochs``:
+    0-based global epochs after whose training a push runs; ``offset_channels`` and
+    ``offset_init_std``: the offset net's hidden width and its N(0, std²) re-initialisation at the
+    start of joint training; ``expanded``: the head reads the appended block (protocol.md), which
+    trains in the joint stage at ``block_lr``.
     """
 
     def __init__(
@@ -67,94 +72,77 @@ class DeformableProtoPNet(PrototypeMethod):
         *,
         margin: float = 0.1,
         incorrect_class_connection: float = -0.5,
-        clst_coef: float = -0.8,
-        sep_coef: float = 0.08,
-        orth_coef: float = 0.1,
+        clst_weight: float = -0.8,
+        sep_weight: float = 0.08,
+        orth_weight: float = 0.1,
         warm_epochs: int = 5,
         joint_epochs: int = 15,
         push_epochs: Sequence[int] = (10, 19),
-        lr_add_on: float = 3e-3,
-        lr_prototypes: float = 3e-3,
-        lr_offsets: float = 1e-4,
-        lr_block: float = 1e-4,
+        add_on_lr: float = 3e-3,
+        prototype_lr: float = 3e-3,
+        offset_lr: float = 1e-4,
         add_on_weight_decay: float = 1e-3,
-        block_weight_decay: float = 1e-3,
-        lr_step: int = 5,
-        lr_gamma: float = 0.2,
+        joint_lr_step: int = 5,
+        joint_lr_gamma: float = 0.2,
         offset_channels: int = 128,
         offset_init_std: float = 2e-5,
-        push_batch_size: int = 128,
+        block_lr: float = 1e-4,
+        block_weight_decay: float = 1e-3,
         expanded: bool = False,
     ) -> None:
         super().__init__(ctx)
-        _require(0 <= margin < math.pi / 2, "margin", "in [0, π/2) radians", margin)
-        for name, count in (("warm_epochs", warm_epochs), ("joint_epochs", joint_epochs)):
-            _require(_is_int(count) and count >= 0, name, "an integer ≥ 0", count)
-        total_epochs = warm_epochs + joint_epochs
-        _require(isinstance(push_epochs, (list, tuple)) and all(_is_int(e) and 0 <= e < total_epochs for e in push_epochs),
-                 "push_epochs", f"a list of 0-based global epochs below the {total_epochs} training epochs", push_epochs)
-        for name, rate in (("lr_add_on", lr_add_on), ("lr_prototypes", lr_prototypes), ("lr_offsets", lr_offsets),
-                           ("lr_block", lr_block), ("lr_gamma", lr_gamma)):
-            _require(rate > 0, name, "> 0", rate)
-        for name, count in (("lr_step", lr_step), ("offset_channels", offset_channels),
-                            ("push_batch_size", push_batch_size)):
-            _require(_is_int(count) and count > 0, name, "an integer > 0", count)
-        for name, value in (("add_on_weight_decay", add_on_weight_decay), ("block_weight_decay", block_weight_decay),
-                            ("offset_init_std", offset_init_std)):
-            _require(value >= 0, name, "≥ 0", value)
-        _require(min(ctx.grid) >= KERNEL, "the token grid", "at least 2×2", ctx.grid)
-
+        name = self.name
+        check_arg(isinstance(margin, (int, float)) and 0 <= margin < math.pi / 2, name, "margin",
+                  "in [0, π/2) radians", margin)
+        check_count(name, minimum=1, joint_lr_step=joint_lr_step, offset_channels=offset_channels)
+        check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs)
+        check_positive(name, add_on_lr=add_on_lr, prototype_lr=prototype_lr, offset_lr=offset_lr,
+                       joint_lr_gamma=joint_lr_gamma, block_lr=block_lr)
+        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay,
+                           offset_init_std=offset_init_std)
+        check_finite(name, incorrect_class_connection=incorrect_class_connection, clst_weight=clst_weight,
+                     sep_weight=sep_weight, orth_weight=orth_weight)
+        check_arg(min(ctx.grid) >= KERNEL, name, "the token grid", "at least 2×2", ctx.grid)
+        self.push_epochs = check_epochs_in_schedule(name, "push_epochs", push_epochs, warm_epochs + joint_epochs)
         self.margin = margin
         self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
-        self.push_epochs = tuple(push_epochs)
-        self.lr_add_on, self.lr_prototypes, self.lr_offsets, self.lr_block = lr_add_on, lr_prototypes, lr_offsets, lr_block
-        self.add_on_weight_decay, self.block_weight_decay = add_on_weight_decay, block_weight_decay
-        self.lr_step, self.lr_gamma = lr_step, lr_gamma
+        self.add_on_lr, self.prototype_lr, self.offset_lr = add_on_lr, prototype_lr, offset_lr
+        self.add_on_weight_decay = add_on_weight_decay
+        self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
         self.offset_init_std = offset_init_std
-        self.push_batch_size = push_batch_size
-        self.loss_weights = {"ce": 1.0, "clst": clst_coef, "sep": sep_coef, "orth": orth_coef}
+        self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
+        self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "orth": orth_weight}
 
         dim, num_prototypes = ctx.embed_dim, ctx.num_prototypes
-        with torch.random.fork_rng(devices=[]):  # initialisation is a function of ctx.seed alone
+        with torch.random.fork_rng(devices=[]):  # the initialisation is a function of ctx.seed alone
             torch.manual_seed(ctx.seed)
-            self.add_on = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.Sigmoid())
-            for layer in (self.add_on[0], self.add_on[2]):  # official _initialize_weights
-                nn.init.kaiming_normal_(layer.weight, mode="fan_out", nonlinearity="relu")
-                nn.init.zeros_(layer.bias)
-            # methods.md: prototypes init uniform [0, 1)
+            self.add_on = make_add_on((dim, dim, dim))
+            # methods.md: prototypes uniform [0, 1), here C·J × D × 2 × 2
             self.prototypes = nn.Parameter(torch.rand(num_prototypes, dim, KERNEL, KERNEL))
             # official conv_offset with deformable_conv_hidden_channels=128: kernel (2+2)×(2+2) then 2×2,
-            # both padding 1, so the offset map is H×W, aligned with the activation map; zero init.
+            # both padding 1, so the offset map is H×W, aligned with the activation map
             self.offset_net = nn.Sequential(
                 nn.Conv2d(dim, offset_channels, kernel_size=KERNEL + 2, padding=1), nn.ReLU(),
                 nn.Conv2d(offset_channels, 2 * NUM_PARTS, kernel_size=KERNEL, padding=1),
             )
-            for conv in (self.offset_net[0], self.offset_net[2]):
-                nn.init.zeros_(conv.weight)
-                nn.init.zeros_(conv.bias)
-            self.last_layer = nn.Linear(num_prototypes, ctx.num_classes, bias=False).requires_grad_(False)
-            own = F.one_hot(self.prototype_class_identity(), ctx.num_classes).T.float()  # C×M
-            with torch.no_grad():  # official set_last_layer_incorrect_connection; never trains
-                self.last_layer.weight.copy_(own + incorrect_class_connection * (1 - own))
-            self.block = ctx.make_block() if expanded else None  # last: the head's init is the same either way
-        # the block's trainable parameters, fixed now (the training loop toggles requires_grad later)
-        self._block_param_names = ([] if self.block is None else
-                                   [n for n, p in self.block.named_parameters() if p.requires_grad])
-
-        self.register_buffer("prototype_class", self.prototype_class_identity(), persistent=False)
-        # push records: source image (index in the training split, −1 = never pushed), activation-map
-        # cell (row, col), the deformed (row, col) grid positions of the K parts, and the activation
+            self.block, self._block_trainable = make_block(ctx, expanded)  # last: same head init either way
+        for conv in (self.offset_net[0], self.offset_net[2]):  # official: zero init
+            nn.init.zeros_(conv.weight)
+            nn.init.zeros_(conv.bias)
+        # official run.sh: last_layer_fixed=True, incorrect_class_connection=-0.5; in no param group
+        self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class,
+                                          incorrect_class_connection).requires_grad_(False)
+        # push records: source image (index in the training split, −1 = never pushed), flat cell
+        # row·W + col of the activation map, the deformed (row, col) grid positions of the K parts
         self.register_buffer("push_image", torch.full((num_prototypes,), -1, dtype=torch.long))
-        self.register_buffer("push_cell", torch.full((num_prototypes, 2), -1, dtype=torch.long))
+        self.register_buffer("push_position", torch.full((num_prototypes,), -1, dtype=torch.long))
         self.register_buffer("push_part_positions", torch.zeros(num_prototypes, NUM_PARTS, 2))
-        self.register_buffer("push_activation", torch.zeros(num_prototypes))
 
     # ---- forward pieces ------------------------------------------------------------------------
     def unit_features(self, batch: TokenBatch) -> Tensor:
         """B×D×H×W add-on features scaled to unit length per cell (sigmoid ⇒ non-negative)."""
-        tokens = batch.tokens if self.block is None else self.block(batch.block_input)
         height, width = batch.grid
-        z = F.normalize(self.add_on(tokens), dim=-1)
+        z = F.normalize(self.add_on(head_input(batch, self.block)), dim=-1)
         return z.transpose(1, 2).reshape(len(batch), -1, height, width)
 
     def deformed_parts(self, unit: Tensor) -> tuple[Tensor, Tensor]:
@@ -169,92 +157,83 @@ class DeformableProtoPNet(PrototypeMethod):
         samples, _ = self.deformed_parts(self.unit_features(batch))
         activations = part_cosine(samples, self.prototypes)
         if labels is not None and self.margin > 0:
-            wrong = self.prototype_class[None, :] != labels[:, None]
+            wrong = ~own_class_mask(labels, self.ctx.num_prototypes, self.prototypes_per_class)
             activations = subtractive_margin(activations, wrong, self.margin)
         return activations.relu()
 
-    # ---- the adapter interface -----------------------------------------------------------------
-    def stages(self) -> list[Stage]:
-        def head() -> list[ParamGroup]:
-            return [ParamGroup("add_on", list(self.add_on.parameters()), self.lr_add_on, self.add_on_weight_decay),
-                    ParamGroup("prototypes", [self.prototypes], self.lr_prototypes)]
+    def logits(self, batch: TokenBatch) -> Tensor:
+        """Marginless: max over the grid, then the fixed last layer (official ``marginless_logits``)."""
+        return self.last_layer(self.prototype_activations(batch).amax(dim=(-2, -1)))
 
-        joint = [*head(), ParamGroup("offsets", list(self.offset_net.parameters()), self.lr_offsets)]
-        if self.block is not None:
-            named = dict(self.block.named_parameters())
-            joint.append(ParamGroup("block", [named[n] for n in self._block_param_names], self.lr_block,
-                                    self.block_weight_decay))
+    def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """The marginless ReLU'd mean part cosine of the J prototypes of ``classes[b]``."""
+        samples, _ = self.deformed_parts(self.unit_features(batch))
+        chosen = self.prototypes.view(self.num_classes, self.prototypes_per_class, *self.prototypes.shape[1:])
+        return part_cosine(samples, chosen[classes]).relu()
+
+    # ---- training ------------------------------------------------------------------------------
+    def stages(self) -> list[Stage]:
+        """main.py: warm = add-on (wd 1e-3) + prototypes; joint = the same + offsets (+ the block at
+        ``block_lr``, wd 1e-3, in place of the trunk's features), StepLR stepped after each joint
+        epoch (main.py calls ``joint_lr_scheduler.step()`` after ``tnt.train``)."""
+        warm = [ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
+                ParamGroup("prototypes", [self.prototypes], self.prototype_lr)]
+        joint = [*warm, ParamGroup("offsets", list(self.offset_net.parameters()), self.offset_lr),
+                 *block_groups(self.block, self._block_trainable, self.block_lr, self.block_weight_decay)]
         return [
-            Stage("warm", self.warm_epochs, head()),
-            Stage("joint", self.joint_epochs, joint,
-                  scheduler=partial(torch.optim.lr_scheduler.StepLR, step_size=self.lr_step, gamma=self.lr_gamma)),
+            Stage("warm", self.warm_epochs, warm),
+            Stage("joint", self.joint_epochs, joint, scheduler=partial(
+                torch.optim.lr_scheduler.StepLR, step_size=self.joint_lr_step, gamma=self.joint_lr_gamma)),
         ]
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         pooled = self.prototype_activations(batch, batch.labels).amax(dim=(-2, -1))  # B×M, max over the grid
-        terms = {"ce": F.cross_entropy(self.last_layer(pooled), batch.labels)}
-        own = self.prototype_class[None, :] == batch.labels[:, None]
-        # official train_and_test.py: max over own / other-class prototypes of the (margin) activations
+        own = own_class_mask(batch.labels, self.ctx.num_prototypes, self.prototypes_per_class)
+        terms: dict[str, Tensor] = {}
+        if self.uses("ce"):
+            terms["ce"] = F.cross_entropy(self.last_layer(pooled), batch.labels)
+        # official train_and_test.py: max of (margin) activations × own / other-class mask, activations ≥ 0
         if self.uses("clst"):
             terms["clst"] = torch.where(own, pooled, 0.0).amax(dim=1).mean()
         if self.uses("sep"):
             terms["sep"] = torch.where(own, 0.0, pooled).amax(dim=1).mean()
-        if stage.name == "joint" and self.uses("orth"):
+        if stage.name == "joint" and self.uses("orth"):  # main.py: use_ortho_loss=True in joint epochs only
             terms["orth"] = within_class_orthogonality(self.prototypes, self.prototypes_per_class)
         return terms
 
-    def logits(self, batch: TokenBatch) -> Tensor:
-        return self.last_layer(self.prototype_activations(batch).amax(dim=(-2, -1)))
-
-    def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        samples, _ = self.deformed_parts(self.unit_features(batch))
-        chosen = self.prototypes.view(self.num_classes, self.prototypes_per_class, *self.prototypes.shape[1:])[classes]
-        return part_cosine(samples, chosen).relu()
-
     def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:
-        if stage.name == "joint":  # official initialize_offset_weights
-            with torch.no_grad():
-                for conv in (self.offset_net[0], self.offset_net[2]):
-                    nn.init.normal_(conv.weight, mean=0.0, std=self.offset_init_std)
-                    nn.init.zeros_(conv.bias)
+        if stage.name == "joint":  # official initialize_offset_weights at the first joint epoch
+            for conv in (self.offset_net[0], self.offset_net[2]):
+                nn.init.normal_(conv.weight, mean=0.0, std=self.offset_init_std)
+                nn.init.zeros_(conv.bias)
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
-        if epoch in self.push_epochs:
+        if epoch in self.push_epochs:  # no last-layer phase: the last layer is fixed
             self.push(data)
 
-    # ---- push -----------------------------------------------------------------------------------
+    # ---- push ----------------------------------------------------------------------------------
+    def _cells_and_activations(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
+        """Per cell, the K deformed parts at ``FEATURE_SCALE`` and their K (row, col) positions,
+        packed as B×N×(D·K + 2K); and the marginless activations B×M×N (official push_forward)."""
+        samples, positions = self.deformed_parts(self.unit_features(batch))
+        activations = part_cosine(samples, self.prototypes).relu().flatten(2)
+        parts = FEATURE_SCALE * samples.flatten(1, 2).flatten(2).transpose(1, 2)  # B×N×(D·K)
+        return torch.cat((parts, positions.permute(0, 2, 3, 1, 4).flatten(3).flatten(1, 2)), dim=-1), activations
+
     @torch.no_grad()
     def push(self, data: TrainData) -> None:
-        """Replace each prototype by the deformed parts at the most activated cell of the training
-        images of its own class (marginless activation, strict improvement over earlier batches as
-        official push.py), copied at ``FEATURE_SCALE``; record image, cell and part positions.
-        Prototypes of a class without training images stay as they are."""
-        was_training = self.training
-        self.eval()
-        num_prototypes = self.ctx.num_prototypes
-        device = self.prototypes.device
-        best = torch.full((num_prototypes,), -math.inf, device=device)
-        parts = self.prototypes.detach().flatten(2).clone()  # M×D×K
-        image, cell = self.push_image.clone(), self.push_cell.clone()
-        part_positions = self.push_part_positions.clone()
-        for batch in data.batches(self.push_batch_size, shuffle=False):
-            samples, positions = self.deformed_parts(self.unit_features(batch))
-            activations = part_cosine(samples, self.prototypes).relu()  # B×M×H×W
-            height, width = activations.shape[-2:]
-            same_class = self.prototype_class[None, :] == batch.labels[:, None]  # B×M
-            scores = activations.flatten(2).masked_fill(~same_class[..., None], -math.inf)
-            value, flat = scores.transpose(0, 1).reshape(num_prototypes, -1).max(dim=1)  # over (image, cell)
-            b, position = flat // (height * width), flat % (height * width)
-            y, x = position // width, position % width
-            better = value > best
-            best = torch.where(better, value, best)
-            parts[better] = FEATURE_SCALE * samples[b, :, :, y, x][better]
-            image[better] = batch.indices[b][better].to(image.dtype)
-            cell[better] = torch.stack((y, x), dim=1)[better]
-            part_positions[better] = positions[b, :, y, x][better]
-        self.prototypes.copy_(parts.view_as(self.prototypes))
-        self.push_image.copy_(image)
-        self.push_cell.copy_(cell)
-        self.push_part_positions.copy_(part_positions)
-        self.push_activation.copy_(torch.where(best > -math.inf, best, self.push_activation))
-        self.train(was_training)
+        """Replace each prototype by the deformed parts at the most activated cell among training
+        images of its class (push.py), and record image, cell and part positions. The parts are the
+        norm-preserving samples the activation compares with, copied at ``FEATURE_SCALE``."""
+        training = self.training
+        self.eval()  # push.py runs the network in eval mode
+        result = push_prototypes(data, self._cells_and_activations, self.prototypes_per_class)
+        found = result.image_index >= 0
+        dim = self.ctx.embed_dim
+        parts = result.vectors[:, :dim * NUM_PARTS].view_as(self.prototypes)
+        self.prototypes.copy_(torch.where(found[:, None, None, None], parts, self.prototypes))
+        self.push_image.copy_(torch.where(found, result.image_index, self.push_image))
+        self.push_position.copy_(torch.where(found, result.position, self.push_position))
+        positions = result.vectors[:, dim * NUM_PARTS:].view(-1, NUM_PARTS, 2)
+        self.push_part_positions.copy_(torch.where(found[:, None, None], positions, self.push_part_positions))
+        self.train(training)

@@ -8,7 +8,9 @@ changed only by EM and push); ``L = CE + 0.2 L_mine`` (mining from ``mine_start_
 every step the top-1 features of the ground-truth prototypes enter a per-class FIFO memory bank;
 from ``em_start_epoch``, once every class's bank is full, the classes of the batch run EM on
 their banks. Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based
-pruning to ``prune_top_m`` prototypes per class after the last epoch when J is larger.
+pruning to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The
+Proxy-Anchor auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen
+trunk it cannot reach the prototypes (methods.md **Decision**).
 
 The 120-epoch official schedule is compressed to 20 epochs (methods.md **Decision**): every
 official epoch milestone e is mapped to ⌈e·20/120⌉ — EM from 35 → 6, mining from 40 → 7, pushes
@@ -26,6 +28,7 @@ from torch import Tensor
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
     PASS_BATCH_SIZE,
+    block_groups,
     check_arg,
     check_count,
     check_epochs_in_schedule,
@@ -34,7 +37,6 @@ from methods.common.lineage import (
     head_input,
     make_add_on,
     make_block,
-    parameters_named,
 )
 from methods.mgproto.memory import ClassMemoryBank, unique_top1_features
 from methods.mgproto.mixture import (
@@ -155,10 +157,8 @@ class MGProto(PrototypeMethod):
 
     # ---- training ----------------------------------------------------------------------------
     def stages(self) -> list[Stage]:
-        groups = [ParamGroup("add_on", list(self.add_on.parameters()), self.lr_add_on, self.add_on_weight_decay)]
-        if self.block is not None:
-            groups.append(ParamGroup("block", parameters_named(self.block, self._block_params), self.lr_block,
-                                     self.block_weight_decay))
+        groups = [ParamGroup("add_on", list(self.add_on.parameters()), self.lr_add_on, self.add_on_weight_decay),
+                  *block_groups(self.block, self._block_params, self.lr_block, self.block_weight_decay)]
         milestones, gamma = list(self.lr_milestones), self.lr_gamma
 
         def scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:

@@ -45,7 +45,7 @@ def top_eigenvector(x: Tensor) -> Tensor:
 def attention_region(attention: Tensor) -> Tensor:
     """R of Eq. (refine_pca): B×N bool, normalised attention ≥ 0.5, or the top 25% when |R| < 2."""
     region = minmax_normalise(attention) >= REGION_THRESHOLD
-    top_k = max(2, math.ceil(REGION_TOP_FRACTION * attention.shape[-1]))
+    top_k = min(attention.shape[-1], max(2, math.ceil(REGION_TOP_FRACTION * attention.shape[-1])))
     top = torch.zeros_like(region).scatter_(-1, attention.topk(top_k, dim=-1).indices, True)
     return torch.where((region.sum(-1) < 2).unsqueeze(-1), top, region)
 
@@ -58,8 +58,11 @@ def foreground_scores(tokens: Tensor, attention: Tensor, variant: str) -> Tensor
     if variant == "attention":
         return minmax_normalise(attention)  # Eq. (attn_gating)
     if variant == "attention_pca":
-        region = attention_region(attention).unsqueeze(-1)
-        v = top_eigenvector(tokens * region)  # Eq. (refine_pca), uncentred
+        region = attention_region(attention)
+        # the R rows of each image first, zero rows as padding up to the largest |R| of the batch
+        order = region.to(torch.uint8).argsort(dim=-1, descending=True, stable=True)[:, : int(region.sum(-1).max())]
+        rows = tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+        v = top_eigenvector(rows * region.gather(1, order).unsqueeze(-1))  # Eq. (refine_pca), uncentred
         m = (tokens @ v.unsqueeze(-1)).squeeze(-1)
         covariance = ((m - m.mean(-1, keepdim=True)) * (attention - attention.mean(-1, keepdim=True))).sum(-1)
         m = torch.where((covariance < 0).unsqueeze(-1), -m, m)  # sign: corr(vᵀt, m_attn) ≥ 0

@@ -93,7 +93,8 @@ class VMFProto(PrototypeMethod):
         _check_count("discovery_epochs", discovery_epochs, 0)
         _check_count("end_to_end_epochs", end_to_end_epochs, 0)
         if discovery_epochs + end_to_end_epochs == 0:
-            raise _fail("end_to_end_epochs", end_to_end_epochs, "discovery_epochs + end_to_end_epochs must be >= 1")
+            raise _fail("end_to_end_epochs", end_to_end_epochs,
+                        "discovery_epochs + end_to_end_epochs must be >= 1")
         if not isinstance(stage2_prototypes, bool):
             raise _fail("stage2_prototypes", stage2_prototypes, "it must be true or false")
         if ctx.embed_dim < 2:
@@ -121,9 +122,6 @@ class VMFProto(PrototypeMethod):
         kappa0 = kappa_init if fixed_kappa is None else fixed_kappa
         self.rho = nn.Parameter(torch.full((c, j), math.log(kappa0)))  # κ = exp ρ
         self.alpha = nn.Parameter(torch.zeros(c, j))  # π = softmax α, uniform at α = 0
-        self.mu.requires_grad_(stage2_prototypes)
-        self.alpha.requires_grad_(stage2_prototypes)
-        self.rho.requires_grad_(stage2_prototypes and fixed_kappa is None)
         self.register_buffer("seen", torch.zeros(c, dtype=torch.bool))  # classes whose μ were initialised
         self.register_buffer("fallback_images", torch.zeros((), dtype=torch.long))
 
@@ -171,7 +169,8 @@ class VMFProto(PrototypeMethod):
         """``s_{i,c,j} = log C_D(κ_cj) + κ_cj μ_cjᵀ t_i`` (Eq. ot_score) for every class, B×N×C×J."""
         mu, kappa = self.prototype_means(), self.kappa
         log_c = log_vmf_normaliser(kappa, mu.shape[-1])
-        flat = torch.addmm(log_c.flatten(), tokens.flatten(0, 1), (kappa.unsqueeze(-1) * mu).flatten(0, 1).T)
+        weights = (kappa.unsqueeze(-1) * mu).flatten(0, 1)  # (C·J)×D rows κ_cj μ_cj
+        flat = torch.addmm(log_c.flatten(), tokens.flatten(0, 1), weights.T)
         return flat.view(*tokens.shape[:2], *kappa.shape)
 
     def class_scores(self, tokens: Tensor, classes: Tensor) -> Tensor:
@@ -186,7 +185,8 @@ class VMFProto(PrototypeMethod):
         return (weights * log_p).sum(1) / (weights.sum(1) + LOGIT_EPS)  # Eq. (class_logit)
 
     def logits(self, batch: TokenBatch) -> Tensor:
-        return self._logits_from_scores(self.component_scores(self.trainable_tokens(batch)), self.foreground(batch))
+        scores = self.component_scores(self.trainable_tokens(batch))
+        return self._logits_from_scores(scores, self.foreground(batch))
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         scores = self.class_scores(self.trainable_tokens(batch), classes)  # B×N×J
@@ -225,9 +225,9 @@ class VMFProto(PrototypeMethod):
         classes in the batch. ``scores``: B×N×J of each image's own class."""
         targets = self.ot_labels(scores, mask, labels)
         nll = -torch.log_softmax(scores, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        per_image = mask.sum(-1).to(scores.dtype)
-        per_class = torch.zeros(self.num_classes, dtype=scores.dtype, device=scores.device).index_add_(0, labels, per_image)
-        weights = mask.to(scores.dtype) / per_class[labels].unsqueeze(-1)  # 1/M_c on foreground
+        per_class = torch.zeros(self.num_classes, dtype=torch.long, device=scores.device)
+        per_class.index_add_(0, labels, mask.sum(-1))  # M_c (integer sums: deterministic)
+        weights = mask.to(scores.dtype) / per_class[labels].unsqueeze(-1).to(scores.dtype)  # 1/M_c on foreground
         return (weights * nll).sum() / (per_class > 0).sum()
 
     # ---- the adapter contract ------------------------------------------------------------------
@@ -236,6 +236,7 @@ class VMFProto(PrototypeMethod):
         if self.discovery_epochs:
             schedule.append(Stage("discovery", self.discovery_epochs))
         if self.end_to_end_epochs:
+            # the block's trainables are decided by its structure (methods/base.py, MethodContext)
             groups = [ParamGroup("block", self.block.trainable_parameters(), self.lrs["block"])]
             if self.stage2_prototypes:
                 groups.append(ParamGroup("mu", [self.mu], self.lrs["mu"]))
@@ -261,7 +262,7 @@ class VMFProto(PrototypeMethod):
     @torch.no_grad()
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
         if stage.trains:
-            if self.mu.requires_grad:
+            if self.stage2_prototypes:
                 self.mu.copy_(F.normalize(self.mu, dim=-1))  # μ renormalised after each step
             return
         self.discover(batch)
@@ -276,13 +277,14 @@ class VMFProto(PrototypeMethod):
         if self.mu_init == "patches":
             self._init_from_patches(tokens, mask, labels)
         targets = self.ot_labels(self.class_scores(tokens, labels), mask, labels)
-        j = self.prototypes_per_class
-        prototype = (labels.unsqueeze(-1) * j + targets)[mask]
-        sums = tokens.new_zeros(self.ctx.num_prototypes, tokens.shape[-1]).index_add_(0, prototype, tokens[mask])
-        hit = torch.bincount(prototype, minlength=self.ctx.num_prototypes).view(-1, j, 1) > 0
         mu = self.prototype_means()
-        features = F.normalize(sums.view_as(mu), dim=-1)  # F_cj = norm(Σ_i z_icj t_i)
-        updated = F.normalize(self.gamma * mu + (1.0 - self.gamma) * features, dim=-1)
+        # Σ_i z_icj t_i as two matmuls (deterministic on GPU, unlike scatter-adds): per image, then per class
+        z = F.one_hot(targets, self.prototypes_per_class).to(tokens.dtype) * mask.unsqueeze(-1)  # B×N×J
+        images_of_class = F.one_hot(labels, self.num_classes).to(tokens.dtype).T  # C×B
+        sums = (images_of_class @ (z.transpose(1, 2) @ tokens).flatten(1)).view_as(mu)
+        hit = (images_of_class @ z.sum(1)).unsqueeze(-1) > 0  # C×J×1: prototypes that got a patch
+        features = F.normalize(sums, dim=-1)  # F_cj = norm(Σ_i z_icj t_i)
+        updated = F.normalize(self.gamma * mu + (1.0 - self.gamma) * features, dim=-1)  # Eq. (mu_momentum)
         self.mu.copy_(torch.where(hit, updated, mu))
 
     def _init_from_patches(self, tokens: Tensor, mask: Tensor, labels: Tensor) -> None:
@@ -294,8 +296,9 @@ class VMFProto(PrototypeMethod):
             return
         patch_class = labels.repeat_interleave(tokens.shape[1])
         eligible = mask.flatten().unsqueeze(0) & (patch_class.unsqueeze(0) == new.unsqueeze(-1))  # new×(B·N)
-        keys = torch.rand(eligible.shape, generator=self._generator).to(tokens.device)
-        order = torch.where(eligible, keys, -1.0).argsort(dim=-1, descending=True)
+        # one uniform key per patch: the top-J keys of a class are a uniform draw without replacement
+        keys = torch.rand(patch_class.shape, generator=self._generator).to(tokens.device)
+        order = torch.where(eligible, keys.unsqueeze(0), -1.0).argsort(dim=-1, descending=True)
         pick = torch.arange(self.prototypes_per_class, device=tokens.device) % eligible.sum(-1, keepdim=True)
         self.mu[new] = tokens.flatten(0, 1)[order.gather(-1, pick)]
         self.seen[new] = True

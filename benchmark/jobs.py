@@ -1,0 +1,146 @@
+"""Runs as scheduler jobs: the submitted callable, the job records kept in run directories,
+and the state of a run seen from both sides (its directory and the scheduler).
+
+``<run_dir>/job.json`` lists every submission of the run (executor, job id, array id,
+submission time, submitit folder, code snapshot); ``<run_dir>/attempt.json`` is written by the
+job each time it starts (job id, SLURM_RESTART_COUNT, host, the code directory it imported).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from benchmark.config import RunSpec
+from benchmark.errors import ProtobenchError
+from benchmark.scheduler import JobState, query_jobs
+from benchmark.store import RunDir, atomic_write_json, read_json
+
+JOB_FILE = "job.json"
+ATTEMPT_FILE = "attempt.json"
+
+
+def code_dir() -> Path:
+    """The directory the ``benchmark`` package of this process was imported from."""
+    import benchmark
+
+    return Path(benchmark.__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One submission of a run."""
+
+    executor: str  # "slurm" | "submitit-local" | "debug"
+    job_id: str  # "123_4" for task 4 of array 123
+    submitted: str  # ISO time
+    submitit_folder: str  # logs: <folder>/<job_id>_0_log.{out,err}
+    array_job_id: str = ""
+    array_task_id: int | None = None
+    snapshot: str = ""  # code snapshot the job imports ("" → the installed code)
+    profile: str = ""
+
+    @property
+    def log_paths(self) -> tuple[Path, Path]:
+        folder = Path(self.submitit_folder)
+        return folder / f"{self.job_id}_0_log.out", folder / f"{self.job_id}_0_log.err"
+
+
+def job_records(run_dir: Path) -> list[JobRecord]:
+    data = read_json(run_dir / JOB_FILE) or {}
+    return [JobRecord(**entry) for entry in data.get("submissions", [])]
+
+
+def latest_job(run_dir: Path) -> JobRecord | None:
+    records = job_records(run_dir)
+    return records[-1] if records else None
+
+
+def add_job_record(run_dir: Path, record: JobRecord) -> None:
+    """Append a submission to ``job.json`` (only the submitting process writes this file)."""
+    entries = [asdict(r) for r in job_records(run_dir)] + [asdict(record)]
+    atomic_write_json(run_dir / JOB_FILE, {"submissions": entries})
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """One run as a submitit job. On SIGUSR2 (time limit or preemption) submitit calls
+    ``checkpoint`` (inherited: resubmit this same callable) and requeues the job; the new
+    attempt calls ``execute_run`` again, which resumes from ``checkpoint.pt`` at the last
+    finished epoch. A job requeued from outside (``scontrol requeue``, preemption by SLURM)
+    restarts the same way."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None) -> None:
+        self.spec, self.run_dir, self.cache_root, self.snapshot = spec, run_dir, cache_root, snapshot
+
+    def __call__(self) -> dict[str, Any]:
+        from benchmark.runner import execute_run
+
+        imported = code_dir()
+        if self.snapshot is not None and imported != self.snapshot.resolve():
+            raise ProtobenchError(f"the job imported the suite from {imported}, not from its code snapshot "
+                                  f"{self.snapshot}; remove {imported} from PYTHONPATH")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        env = submitit.JobEnvironment()
+        atomic_write_json(self.run_dir / ATTEMPT_FILE, {
+            "job_id": env.job_id, "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+            "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "code_dir": str(imported),
+        })
+        try:
+            return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False)
+        except SystemExit:
+            # submitit's requeue handler exits the process after checkpointing; the run is not failed
+            RunDir(self.run_dir).failure_path.unlink(missing_ok=True)
+            raise
+
+
+# ---- a run seen from its directory and from the scheduler ------------------------------------
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands: ``label`` is what ``protobench status`` shows."""
+
+    label: str  # done | pending | running | requeued … | failed (REASON) | failed | started | new
+    live: bool  # a job of the run may still run: do not submit it again
+    failed: bool  # ended without a result: submit again only with --retry-failed
+    job: JobRecord | None = None
+
+
+def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
+    attempt = read_json(run_dir / ATTEMPT_FILE) or {}
+    recorded = attempt.get("restart_count", 0) if attempt.get("job_id") == job.job_id else 0
+    return max(recorded, scheduler.restarts if scheduler else 0)
+
+
+def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
+    """The run's state from its files and (for SLURM jobs) the scheduler's answer, None when
+    SLURM no longer knows the job. Pure: testable without a cluster."""
+    if rd.is_complete:
+        return RunState("done", live=False, failed=False, job=job)
+    if job is None or job.executor != "slurm":
+        failed = rd.state == "failed"
+        return RunState(rd.state, live=False, failed=failed, job=job)
+    if scheduler is not None and scheduler.live:
+        label = "running" if scheduler.state in ("RUNNING", "COMPLETING") else scheduler.state.lower()
+        restarts = _restarts(rd.path, job, scheduler)
+        if restarts:
+            label += f", requeued {restarts}×"
+        return RunState(label, live=True, failed=False, job=job)
+    if rd.state == "failed":  # the run recorded its own failure (failure.json holds the reason)
+        return RunState("failed", live=False, failed=True, job=job)
+    if scheduler is None:
+        return RunState(f"failed (job {job.job_id} ended without a result; SLURM no longer knows it)",
+                        live=False, failed=True, job=job)
+    return RunState(f"failed ({scheduler.state})", live=False, failed=True, job=job)
+
+
+def run_states(run_dirs: list[RunDir]) -> dict[Path, RunState]:
+    """The state of every run directory, asking SLURM once per array about unfinished runs."""
+    jobs = {rd.path: latest_job(rd.path) for rd in run_dirs}
+    asked = [j.job_id for rd, j in zip(run_dirs, jobs.values()) if j and j.executor == "slurm" and not rd.is_complete]
+    answers = query_jobs(asked) if asked else {}
+    return {rd.path: merge_state(rd, jobs[rd.path], answers.get(jobs[rd.path].job_id) if jobs[rd.path] else None)
+            for rd in run_dirs}

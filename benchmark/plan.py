@@ -1,0 +1,248 @@
+"""``protobench plan``: what a grid will cost before anything is submitted — runs, job arrays
+(one per job shape of the cluster profile), token caches to build, and GPU-hours.
+
+Nothing here reads a dataset or a weights file: dataset sizes are the official split sizes,
+epochs come from each method's stages (built on a tiny stand-in context), and per-epoch
+costs come from ``protobench perf --out`` measurements or, by default, from the paper.
+
+Default per-epoch costs — source: the paper's "Computational Cost" section
+(``paper/vmfproto.tex``, Table ``tab:supp_runtime``; also ``reports/paper/runtime.csv``):
+CUB-200-2011 (5,994 training images), DINOv2 ViT-B/14, J = 5, batch 128, mean epoch of a
+clean 10-epoch run on one NVIDIA Quadro RTX 8000: NPPP 76.9 s, vMFProto 206.8 s; forward-only
+inference NPPP 189.0 img/s, vMFProto 73.0 img/s. The paper times no other method and no
+other backbone, so the other methods are charged NPPP's epoch and every backbone ViT-B/14's
+(an over-estimate for ViT-S). A run's cost is epoch cost × (its training images / 5,994) ×
+its epochs (every epoch of every stage); a token cache costs one trunk pass over its images
+at NPPP's inference rate (trunk + a light head: an upper bound for the trunk alone).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from benchmark.cluster import ClusterProfile, JobShape
+from benchmark.config import RunSpec
+from benchmark.errors import ProtobenchError
+from benchmark.grid import GridSpec
+
+PAPER_SOURCE = ("paper Table tab:supp_runtime (CUB, DINOv2 ViT-B/14, J=5, batch 128, "
+                "Quadro RTX 8000)")
+PAPER_EPOCH_SECONDS = {"nppp": 76.9, "vmfproto": 206.8}  # CUB epoch, 5,994 training images
+PAPER_STAND_IN = "nppp"  # the cost charged to methods the paper did not time
+PAPER_TRUNK_IMAGES_PER_SECOND = 189.0  # NPPP's forward-only inference
+CUB_TRAIN_IMAGES = 5994
+
+# Official split sizes (train, test).
+SPLIT_IMAGES = {"cub": (5994, 5794), "dogs": (12000, 8580), "cars": (8144, 8041)}
+SYNTHBIRDS_DEFAULTS = {"classes": 10, "images_per_class": 20}  # benchmark.runner.load_split's defaults
+
+
+def augmentation_factor(augmentation: str) -> int:
+    """Training images per original image (offline40: 3 operations × copies_per_op copies)."""
+    if augmentation == "none":
+        return 1
+    from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset
+
+    copies = inspect.signature(OfflineAugmentedDataset).parameters["copies_per_op"].default
+    return len(OPERATIONS) * copies
+
+
+def split_images(spec: RunSpec, split: str) -> int:
+    """Images of a split, from the official sizes (synthbirds: from its generation arguments)."""
+    if spec.dataset == "synthbirds":
+        args = {**SYNTHBIRDS_DEFAULTS, **spec.dataset_args}
+        per_class = args["images_per_class"]
+        train = math.ceil(per_class / 2)  # images 1, 3, 5, … of each class train
+        return args["classes"] * (train if split == "train" else per_class - train)
+    train, test = SPLIT_IMAGES[spec.dataset]
+    return train if split == "train" else test
+
+
+@lru_cache(maxsize=None)
+def _epochs(method: str, method_args: str, prototypes_per_class: int) -> int:
+    import torch
+
+    from methods.base import MethodContext
+    from methods.registry import build_method
+    from methods.testing import TinyAppendedBlock
+
+    dim = 32
+    ctx = MethodContext(num_classes=2, prototypes_per_class=prototypes_per_class, embed_dim=dim, grid=(4, 4),
+                        num_prefix_tokens=1, depth=4, make_block=lambda: TinyAppendedBlock(dim), seed=0)
+    with torch.random.fork_rng(devices=[]):
+        method_obj = build_method(method, ctx, **json.loads(method_args))
+    return sum(stage.epochs for stage in method_obj.stages())
+
+
+def run_epochs(spec: RunSpec) -> int:
+    """Epochs of every stage of the run's method with its hyperparameters."""
+    return _epochs(spec.method, json.dumps(spec.method_args, sort_keys=True), spec.prototypes_per_class)
+
+
+# ---- per-epoch costs -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Costs:
+    """Seconds per training image per epoch, by (method, backbone) and by method, and the
+    trunk's images/s; ``source`` says where the numbers come from."""
+
+    per_image: dict[tuple[str, str], float]
+    per_image_method: dict[str, float]
+    trunk_images_per_second: float
+    source: str
+
+    def seconds_per_image(self, spec: RunSpec) -> tuple[float, str]:
+        if (spec.method, spec.backbone) in self.per_image:
+            return self.per_image[(spec.method, spec.backbone)], "measured"
+        if spec.method in self.per_image_method:
+            return self.per_image_method[spec.method], "measured (other backbone)"
+        name = spec.method if spec.method in PAPER_EPOCH_SECONDS else PAPER_STAND_IN
+        note = "paper" if name == spec.method else f"paper ({PAPER_STAND_IN}'s)"
+        return PAPER_EPOCH_SECONDS[name] / CUB_TRAIN_IMAGES, note
+
+
+def paper_costs() -> Costs:
+    return Costs({}, {}, PAPER_TRUNK_IMAGES_PER_SECOND, PAPER_SOURCE)
+
+
+def load_perf(path: str | Path) -> Costs:
+    """Costs from ``protobench perf --out FILE`` rows (label "method J=… seed=… backbone dataset")."""
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProtobenchError(f"perf file {str(path)!r} does not exist; write one with `protobench perf --out FILE`") from None
+    except json.JSONDecodeError as err:
+        raise ProtobenchError(f"perf file {str(path)!r} is not JSON ({err}); write it with `protobench perf --out`") from err
+    needed = ("run", "train_images", "epoch_seconds_from_cache", "trunk_images_per_second")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and all(k in r for k in needed) for r in rows):
+        raise ProtobenchError(f"perf file {str(path)!r} is not the output of `protobench perf --out`: "
+                              f"expected a list of rows with {', '.join(needed)}")
+    per_image: dict[tuple[str, str], float] = {}
+    per_method: dict[str, list[float]] = {}
+    for row in rows:
+        words = str(row["run"]).split()
+        if len(words) < 5:
+            raise ProtobenchError(f"perf file {str(path)!r}: run label {row['run']!r} is not "
+                                  "'method J=… seed=… backbone dataset'")
+        method, backbone = words[0], words[3]
+        cost = float(row["epoch_seconds_from_cache"]) / int(row["train_images"])
+        per_image[(method, backbone)] = cost
+        per_method.setdefault(method, []).append(cost)
+    trunk = sum(float(r["trunk_images_per_second"]) for r in rows) / len(rows)
+    devices = sorted({str(r.get("device", "?")) for r in rows})
+    return Costs(per_image, {m: sum(v) / len(v) for m, v in per_method.items()}, trunk,
+                 f"{path} (protobench perf on {', '.join(devices)}, token cache on)")
+
+
+# ---- the plan --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CacheNeed:
+    """One token-cache entry the grid reads (backbone × dataset × split × view)."""
+
+    backbone: str
+    dataset: str
+    split: str
+    view: str  # "clean" | "noise seed S" | "offline40 seed S"
+    early_tokens: bool
+    images: int
+
+
+@dataclass(frozen=True)
+class RunCost:
+    spec: RunSpec
+    shape: JobShape
+    epochs: int
+    hours: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    grid: GridSpec
+    profile: ClusterProfile
+    runs: tuple[RunCost, ...]
+    caches: tuple[tuple[CacheNeed, int], ...]  # entry, number of runs reading it
+    cache_hours: float
+    costs: Costs
+
+    @property
+    def arrays(self) -> list[tuple[JobShape, list[RunCost]]]:
+        groups: dict[JobShape, list[RunCost]] = {}
+        for run in self.runs:
+            groups.setdefault(run.shape, []).append(run)
+        return list(groups.items())
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.cache_hours
+
+
+def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
+    """The cache entries a run reads, each with the identity that decides sharing."""
+    if not spec.cache:
+        return []
+    from methods.registry import get_method_class
+
+    early = get_method_class(spec.method).needs_early_tokens
+    trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
+             spec.dataset, spec.data_root, json.dumps(spec.dataset_args, sort_keys=True), spec.image_size,
+             spec.cache_dtype, early)
+    train_view = "clean" if spec.augmentation == "none" else f"{spec.augmentation} seed {spec.seed}"
+    views = [("train", train_view, split_images(spec, "train") * augmentation_factor(spec.augmentation)),
+             ("test", "clean", split_images(spec, "test"))]
+    if spec.is_cub_format:
+        views.append(("test", f"noise seed {spec.seed}", split_images(spec, "test")))
+    return [((*trunk, split, view), CacheNeed(spec.backbone, spec.dataset, split, view, early, images))
+            for split, view, images in views]
+
+
+def make_plan(grid: GridSpec, profile: ClusterProfile, costs: Costs) -> Plan:
+    runs = []
+    readers: Counter[tuple[Any, ...]] = Counter()
+    needs: dict[tuple[Any, ...], CacheNeed] = {}
+    for spec in grid.runs:
+        epochs = run_epochs(spec)
+        per_image, source = costs.seconds_per_image(spec)
+        images = split_images(spec, "train") * augmentation_factor(spec.augmentation)
+        runs.append(RunCost(spec, profile.shape_for(spec), epochs, epochs * images * per_image / 3600, source))
+        for key, need in cache_needs(spec):
+            readers[key] += 1
+            needs.setdefault(key, need)
+    cache_hours = sum(n.images for n in needs.values()) / costs.trunk_images_per_second / 3600
+    return Plan(grid, profile, tuple(runs), tuple((needs[k], readers[k]) for k in needs), cache_hours, costs)
+
+
+def print_plan(plan: Plan) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    grid = plan.grid
+    console.print(f"grid [bold]{grid.name}[/bold] ({grid.source}): {len(plan.runs)} runs; "
+                  f"profile {plan.profile.name} ({plan.profile.source})")
+    arrays = Table(title=f"{len(plan.arrays)} job array(s), one per job shape "
+                         f"(≤ {plan.profile.array_parallelism} tasks of an array at once)")
+    for column in ("job shape", "runs (array tasks)", "epochs", "est. hours"):
+        arrays.add_column(column, justify="left" if column == "job shape" else "right")
+    for shape, runs in plan.arrays:
+        arrays.add_row(shape.describe(), str(len(runs)), str(sum(r.epochs for r in runs)),
+                       f"{sum(r.hours for r in runs):.1f}")
+    console.print(arrays)
+    caches = Table(title=f"{len(plan.caches)} token cache(s) to build (each once, shared by its runs)")
+    for column in ("backbone", "dataset", "split", "view", "early tokens", "images", "runs"):
+        caches.add_column(column, justify="right" if column in ("images", "runs") else "left")
+    for need, readers in sorted(plan.caches, key=lambda c: (c[0].backbone, c[0].dataset, c[0].split, c[0].view)):
+        caches.add_row(need.backbone, need.dataset, need.split, need.view, "yes" if need.early_tokens else "",
+                       str(need.images), str(readers))
+    console.print(caches)
+    sources = Counter(r.source for r in plan.runs)
+    console.print(f"estimate: [bold]{plan.gpu_hours:.1f} GPU-hours[/bold] "
+                  f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.cache_hours:.1f} h token caches); "
+                  f"per-epoch costs from {plan.costs.source}; runs costed by "
+                  + ", ".join(f"{source}: {n}" for source, n in sources.items()))

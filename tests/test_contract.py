@@ -1,0 +1,48 @@
+"""The adapter contract, run over every registered method and the example adapter; and proof
+that it catches a broken adapter."""
+import pytest
+import torch
+
+from example_adapter import CosinePrototypes
+from methods.contract import ContractError, check_method
+from methods.registry import list_methods
+
+
+@pytest.mark.parametrize("name", [*list_methods(), "example_adapter:CosinePrototypes"])
+def test_method_satisfies_contract(name):
+    check_method(name)
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_method_with_one_prototype_per_class(name):
+    check_method(name, prototypes_per_class=1)
+
+
+class WrongMapShape(CosinePrototypes):
+    def activation_maps(self, batch, classes):
+        return super().activation_maps(batch, classes).flatten(2)
+
+
+class LosesStateOnRoundTrip(CosinePrototypes):
+    def __init__(self, ctx, **kw):
+        super().__init__(ctx, **kw)
+        self.shift = torch.randn(())  # plain attribute: not in the state dict
+
+    def logits(self, batch):
+        return super().logits(batch) + self.shift
+
+
+class UndeclaredLossTerm(CosinePrototypes):
+    def loss_terms(self, batch, stage, epoch):
+        return {**super().loss_terms(batch, stage, epoch), "extra": torch.zeros(())}
+
+
+@pytest.mark.parametrize("cls, rule", [
+    (WrongMapShape, "activation_maps must be B×J×H×W"),
+    (LosesStateOnRoundTrip, "load_state_dict(state_dict()) must restore identical logits"),
+    (UndeclaredLossTerm, "missing from loss_weights"),
+])
+def test_contract_names_the_broken_rule(cls, rule):
+    with pytest.raises(ContractError, match=None) as err:
+        check_method(f"test_contract:{cls.__name__}")
+    assert rule in str(err.value)

@@ -1,0 +1,257 @@
+"""Grids on a real single-node SLURM cluster (slurm/slurm-up.sh): job arrays, requeue after
+preemption with exact resumption, scancel reported as a failure, resubmission that submits
+nothing, and code snapshots. Uses the running cluster when ``sinfo`` answers, else starts one
+(and stops exactly what it started); skipped, with the reason, when SLURM is not installed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import submitit
+
+from benchmark.cluster import ClusterProfile, load_profile
+from benchmark.executors import Submission, make_executor, runs_to_submit, submit_runs
+from benchmark.grid import GridSpec, parse_grid
+from benchmark.jobs import ATTEMPT_FILE, latest_job, run_states
+from benchmark.snapshot import code_snapshot
+from benchmark.store import RunDir, find_run_dirs
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "slurm" / "profiles" / "local.toml"
+DEADLINE_S = 180
+T = TypeVar("T")
+
+
+def _answers(command: list[str]) -> bool:
+    try:
+        return subprocess.run(command, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The running cluster, or one started for this session and stopped at its end."""
+    started: Path | None = None
+    if not _answers(["sinfo", "-h"]):
+        if not all(shutil.which(b) or Path(f"/usr/sbin/{b}").exists() for b in ("sbatch", "slurmctld", "slurmd", "munged")):
+            pytest.skip("slurm binaries not found: install slurm-wlm munge rsync "
+                        "(apt-get install -y slurm-wlm munge rsync, as .ci/run does)")
+        if os.geteuid() != 0:
+            pytest.skip("no SLURM cluster answers and starting one (slurm/slurm-up.sh) needs root")
+        started = tmp_path_factory.mktemp("slurm-state")
+        env = {**os.environ, "PROTOBENCH_SLURM_STATE": str(started)}
+        up = subprocess.run([str(REPO / "slurm" / "slurm-up.sh")], env=env, capture_output=True, text=True)
+        if up.returncode != 0:
+            pytest.fail(f"slurm/slurm-up.sh failed:\n{up.stdout}\n{up.stderr}")
+    if not shutil.which("rsync"):
+        pytest.skip("rsync not found (code snapshots need it): apt-get install -y rsync")
+    path = os.environ["PATH"]
+    if not _answers(["sacct", "-n", "-j", "1"]):  # no accounting: submitit's own waits need the stand-in
+        os.environ["PATH"] = f"{REPO / 'slurm' / 'bin'}{os.pathsep}{path}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = path
+        if started is not None:
+            subprocess.run([str(REPO / "slurm" / "slurm-down.sh")],
+                           env={**os.environ, "PROTOBENCH_SLURM_STATE": str(started)}, check=False)
+
+
+@pytest.fixture(scope="module")
+def profile(slurm_cluster: None) -> ClusterProfile:
+    return load_profile(PROFILE)
+
+
+def tiny_grid(name: str, data_root: Path, *, epochs: int = 2, seeds: tuple[int, ...] = (0,),
+              js: tuple[int, ...] = (2,)) -> GridSpec:
+    """vMFProto on 4 synthbirds classes × 8 images, a 2-block random trunk."""
+    return parse_grid({
+        "name": name,
+        "defaults": {
+            "dataset": "synthbirds", "data_root": str(data_root),
+            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0},
+            "backbone": "dinov2_vits14", "weights": "random",
+            "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
+            "batch_size": 8, "eval_batch_size": 16,
+        },
+        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": epochs},
+                   "prototypes_per_class": list(js), "seed": list(seeds)}],
+    }, source=f"{name} (test)")
+
+
+def squeue() -> str:
+    return subprocess.run(["squeue"], capture_output=True, text=True).stdout
+
+
+def wait_until(predicate: Callable[[], T], what: str, deadline_s: float = DEADLINE_S) -> T:
+    """Poll ``predicate`` until it is truthy; fail with the queue's state at the deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1.0)
+    pytest.fail(f"timed out after {deadline_s:.0f} s waiting for {what}\nsqueue:\n{squeue()}")
+
+
+def job_log(rd: RunDir) -> str:
+    job = latest_job(rd.path)
+    if job is None:
+        return "(no job record)"
+    return "\n".join(p.read_text()[-3000:] for p in job.log_paths if p.exists())
+
+
+def results(grid: GridSpec, runs_root: Path) -> Callable[[], bool]:
+    """A predicate: every run has its result; fails at once when a run's job failed."""
+    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in grid.runs]
+
+    def all_done() -> bool:
+        for rd, state in run_states(dirs).items():
+            if state.failed:
+                pytest.fail(f"run {rd.name} {state.label}: {(RunDir(rd).failure() or {}).get('reason', '')}\n"
+                            f"{job_log(RunDir(rd))}")
+        return all(rd.is_complete for rd in dirs)
+
+    return all_done
+
+
+def submit(grid: GridSpec, runs_root: Path, cache_root: Path, profile: ClusterProfile, **kw: bool) -> Submission:
+    return submit_runs(grid, list(grid.runs), runs_root, cache_root, executor="slurm", profile=profile,
+                       device=profile.device, **kw)
+
+
+# ---- a grid as one job array ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished_grid(profile: ClusterProfile, tmp_path_factory: pytest.TempPathFactory) -> tuple[GridSpec, Path, Submission]:
+    root = tmp_path_factory.mktemp("slurm-grid")
+    grid = tiny_grid("tiny", root / "data", js=(2, 3))
+    submission = submit(grid, root / "runs", root / "cache", profile)
+    wait_until(results(grid, root / "runs"), "every run of the tiny grid to write its result")
+    return grid, root / "runs", submission
+
+
+def test_grid_runs_as_one_job_array_and_writes_every_result(finished_grid: tuple[GridSpec, Path, Submission]) -> None:
+    grid, runs_root, submission = finished_grid
+    assert len(submission.arrays) == 1
+    ids = submission.arrays[0].job_ids
+    assert len(ids) == 2 and len({i.split("_")[0] for i in ids}) == 1, ids  # one array, two tasks
+    for spec in grid.runs:
+        rd = RunDir(grid.run_dir(runs_root, spec))
+        assert rd.result()["run_id"] == spec.run_id
+        job = latest_job(rd.path)
+        assert job.executor == "slurm" and job.job_id in ids and job.array_job_id == ids[0].split("_")[0]
+        assert Path(job.submitit_folder) == submission.folder and job.snapshot == str(submission.snapshot)
+    states = run_states(find_run_dirs(runs_root / grid.name))
+    assert {s.label for s in states.values()} == {"done"}
+
+
+def test_jobs_import_the_code_snapshot_not_the_checkout(finished_grid: tuple[GridSpec, Path, Submission]) -> None:
+    grid, runs_root, submission = finished_grid
+    assert submission.snapshot is not None and submission.snapshot.parent == runs_root.resolve() / ".snapshots"
+    assert (submission.snapshot / "benchmark" / "jobs.py").is_file()
+    assert not (submission.snapshot / "tests").exists()  # fixture runs would pollute `protobench report`
+    for spec in grid.runs:
+        attempt = json.loads((grid.run_dir(runs_root, spec) / ATTEMPT_FILE).read_text())
+        assert attempt["code_dir"] == str(submission.snapshot)
+
+
+def test_resubmitting_a_finished_grid_submits_nothing(finished_grid: tuple[GridSpec, Path, Submission],
+                                                      profile: ClusterProfile) -> None:
+    grid, runs_root, _ = finished_grid
+    again = submit(grid, runs_root, runs_root.parent / "cache", profile)
+    assert again.arrays == [] and again.snapshot is None
+    assert [o.state for o in again.settled] == ["skipped", "skipped"]
+
+
+# ---- preemption -------------------------------------------------------------------------------
+def finished_epochs(rd: RunDir) -> int:
+    import torch
+
+    try:
+        return int(torch.load(rd.checkpoint_path, map_location="cpu", weights_only=False)["global_epoch"])
+    except Exception:  # absent, or being replaced
+        return 0
+
+
+def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: ClusterProfile, tmp_path: Path) -> None:
+    grid = tiny_grid("long", tmp_path / "data", epochs=60)
+    preempted_root, reference_root = tmp_path / "preempted", tmp_path / "reference"
+    preempted = submit(grid, preempted_root, tmp_path / "cache", profile)
+    submit(grid, reference_root, tmp_path / "cache", profile)
+    rd = RunDir(grid.run_dir(preempted_root, grid.runs[0]))
+    job_id = preempted.arrays[0].job_ids[0]
+
+    wait_until(lambda: finished_epochs(rd) >= 1, "the first finished epoch in checkpoint.pt")
+    tic = time.monotonic()
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    wait_until(lambda: (json.loads((rd.path / ATTEMPT_FILE).read_text()).get("restart_count", 0) >= 1),
+               "the requeued job to start again")
+    restarted_after = time.monotonic() - tic
+    wait_until(results(grid, preempted_root), "the preempted run's result")
+    wait_until(results(grid, reference_root), "the uninterrupted run's result")
+
+    result = rd.result()
+    reference = RunDir(grid.run_dir(reference_root, grid.runs[0])).result()
+    assert result["timing"]["resumed_from_epoch"] >= 1, f"the job finished before the requeue:\n{job_log(rd)}"
+    assert "resuming at" in rd.log_path.read_text()
+    assert result["metrics"] == reference["metrics"]
+    assert reference["timing"]["resumed_from_epoch"] == 0
+    print(f"requeue round trip (scontrol requeue → job running again): {restarted_after:.1f} s")
+
+
+# ---- killed from outside ------------------------------------------------------------------------
+def test_scancelled_job_is_reported_failed_and_retried_only_on_request(profile: ClusterProfile, tmp_path: Path) -> None:
+    grid = tiny_grid("cancelled", tmp_path / "data", epochs=200)
+    runs_root = tmp_path / "runs"
+    submission = submit(grid, runs_root, tmp_path / "cache", profile)
+    rd = RunDir(grid.run_dir(runs_root, grid.runs[0]))
+    wait_until(lambda: (rd.path / ATTEMPT_FILE).exists(), "the job to start")
+    subprocess.run(["scancel", submission.arrays[0].job_ids[0]], check=True)
+
+    state = wait_until(lambda: (s := run_states([rd])[rd.path]).failed and s, "the cancelled run to read as failed", 60)
+    assert state.label == "failed (CANCELLED)" and not rd.is_complete
+    todo, settled = runs_to_submit(grid, list(grid.runs), runs_root, retry_failed=False)
+    assert todo == [] and settled[0].state == "skipped-failed" and "CANCELLED" in settled[0].detail
+    todo, _ = runs_to_submit(grid, list(grid.runs), runs_root, retry_failed=True)
+    assert todo == list(grid.runs)
+
+
+# ---- code snapshots -----------------------------------------------------------------------------
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+def test_queued_job_runs_the_code_of_submission_time(profile: ClusterProfile, tmp_path: Path) -> None:
+    repo, out = tmp_path / "repo", tmp_path / "value.txt"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "probe.py").write_text("VALUE = 'committed'\n")
+    (repo / "tests" / "result.json").write_text("{}\n")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "probe")
+    (repo / "probe.py").write_text("from helper import WORD\nVALUE = WORD\n")  # uncommitted edit …
+    (repo / "helper.py").write_text("WORD = 'at submission'\n")  # … and an untracked module
+
+    executor = make_executor("slurm", tmp_path / "submitit", profile, "snapshot-probe")
+    executor.update_parameters(slurm_additional_parameters={"hold": True}, timeout_min=5, slurm_signal_delay_s=0)
+    probe = submitit.helpers.CommandFunction(
+        [sys.executable, "-c", f"import pathlib, probe; pathlib.Path({str(out)!r}).write_text(probe.VALUE)"])
+    with code_snapshot(tmp_path / "snapshot", root=repo) as snapshot:
+        job = executor.submit(probe)
+    (repo / "helper.py").write_text("WORD = 'edited after submission'\n")
+    subprocess.run(["scontrol", "release", job.job_id], check=True)
+
+    assert wait_until(lambda: out.exists() and out.read_text(), "the held probe job's output") == "at submission"
+    assert not (snapshot / "tests").exists()
