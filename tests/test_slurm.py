@@ -184,8 +184,15 @@ def finished_epochs(rd: RunDir) -> int:
         return 0
 
 
+def restart_count(rd: RunDir) -> int:
+    attempt = rd.path / ATTEMPT_FILE
+    return json.loads(attempt.read_text())["restart_count"] if attempt.exists() else 0
+
+
 def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: ClusterProfile, tmp_path: Path) -> None:
-    grid = tiny_grid("long", tmp_path / "data", epochs=60)
+    """Requeued twice mid-training: from outside (``scontrol requeue``, as SLURM preemption
+    does) and through submitit's own handler (SIGUSR2: checkpoint, requeue, exit)."""
+    grid = tiny_grid("long", tmp_path / "data", epochs=80)
     preempted_root, reference_root = tmp_path / "preempted", tmp_path / "reference"
     preempted = submit(grid, preempted_root, tmp_path / "cache", profile)
     submit(grid, reference_root, tmp_path / "cache", profile)
@@ -195,19 +202,23 @@ def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: Cluster
     wait_until(lambda: finished_epochs(rd) >= 1, "the first finished epoch in checkpoint.pt")
     tic = time.monotonic()
     subprocess.run(["scontrol", "requeue", job_id], check=True)
-    wait_until(lambda: (json.loads((rd.path / ATTEMPT_FILE).read_text()).get("restart_count", 0) >= 1),
-               "the requeued job to start again")
-    restarted_after = time.monotonic() - tic
+    assert "requeued 1×" in wait_until(lambda: run_states([rd])[rd.path].label, "a state")
+    wait_until(lambda: restart_count(rd) >= 1, "the requeued job to start again")
+    round_trip = time.monotonic() - tic
+    resumed_at = finished_epochs(rd)
+    wait_until(lambda: finished_epochs(rd) > resumed_at, "an epoch after the restart")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)  # what SLURM sends before preempting
+    wait_until(lambda: restart_count(rd) >= 2, "the job requeued by submitit's signal handler to start again")
     wait_until(results(grid, preempted_root), "the preempted run's result")
     wait_until(results(grid, reference_root), "the uninterrupted run's result")
 
     result = rd.result()
     reference = RunDir(grid.run_dir(reference_root, grid.runs[0])).result()
-    assert result["timing"]["resumed_from_epoch"] >= 1, f"the job finished before the requeue:\n{job_log(rd)}"
-    assert "resuming at" in rd.log_path.read_text()
+    assert rd.log_path.read_text().count("resuming at") == 2, f"the job ended before a requeue:\n{job_log(rd)}"
+    assert not rd.failure_path.exists()
     assert result["metrics"] == reference["metrics"]
     assert reference["timing"]["resumed_from_epoch"] == 0
-    print(f"requeue round trip (scontrol requeue → job running again): {restarted_after:.1f} s")
+    print(f"requeue round trip (scontrol requeue → job running again): {round_trip:.1f} s")
 
 
 # ---- killed from outside ------------------------------------------------------------------------
