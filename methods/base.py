@@ -157,6 +157,11 @@ class PrototypeMethod(nn.Module, ABC):
         """B×J×H×W maps of the J prototypes of ``classes[b]`` on the token grid; higher = more
         similar. The explanation metrics read these."""
 
+    @abstractmethod
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """B×J: what each of the J prototypes of ``classes[b]`` adds to that class's logit (the
+        "why" panels of the figures). Exact where the logit is a sum over prototypes."""
+
     # ---- hooks (default: nothing) -------------------------------------------------------
     def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:
         """Called before the first epoch of ``stage`` (``epoch`` is the global epoch index)."""

@@ -61,6 +61,10 @@ def check_outputs(name: str, source: SyntheticTokens, J: int) -> None:
     _require(logits.shape == (6, source.num_classes), f"{name}: logits must be B×C, got {tuple(logits.shape)}")
     _require(maps.shape == (6, J, H, W), f"{name}: activation_maps must be B×J×H×W = {(6, J, H, W)}, got {tuple(maps.shape)}")
     _require(bool(torch.isfinite(logits).all() and torch.isfinite(maps).all()), f"{name}: logits and maps must be finite")
+    with torch.no_grad():
+        contributions = method.prototype_contributions(batch, batch.labels)
+    _require(contributions.shape == (6, J) and bool(torch.isfinite(contributions).all()),
+             f"{name}: prototype_contributions must be finite B×J = {(6, J)}, got {tuple(contributions.shape)}")
     other = (batch.labels + 1) % source.num_classes
     with torch.no_grad():
         other_maps = method.activation_maps(batch, other)

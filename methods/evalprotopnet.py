@@ -127,6 +127,13 @@ class EvalProtoPNet(PrototypeMethod):
     def logits(self, batch: TokenBatch) -> Tensor:
         return aggregate_scores(projections(self.latent(batch), self.basis).amax(dim=-1), self.aggregation_weights)
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """``softmax(w_c)_j · J · maxproj_cj`` for c = ``classes[b]``: the J terms of its logit."""
+        J = self.prototypes_per_class
+        chosen = self.basis.view(self.num_classes, J, -1)[classes]  # B×J×K
+        pooled = projections(self.latent(batch), chosen).amax(dim=-1)  # B×J
+        return F.softmax(self.aggregation_weights[classes], dim=-1) * J * pooled
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The projection ``⟨z, b̂⟩`` on the grid (methods.md), for the J basis vectors of ``classes[b]``."""
         J, (H, W) = self.prototypes_per_class, batch.grid

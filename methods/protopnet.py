@@ -130,6 +130,13 @@ class ProtoPNet(PrototypeMethod):
     def logits(self, batch: TokenBatch) -> Tensor:
         return self.last_layer(self.pooled_similarities(batch))
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """Last-layer weight × pooled score of class ``classes[b]``'s own prototypes (its J terms
+        of the logit; the other classes' prototypes add ``W[c, k] · s_k`` with negative weights)."""
+        pooled = self.pooled_similarities(batch)  # B×(C·J)
+        terms = (self.last_layer.weight[classes] * pooled).view(len(batch), self.num_classes, -1)
+        return terms[torch.arange(len(batch), device=classes.device), classes]
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The log similarity on the grid (methods.md), for the J prototypes of ``classes[b]``."""
         J, (H, W) = self.prototypes_per_class, batch.grid

@@ -33,6 +33,10 @@ class CosinePrototypes(PrototypeMethod):
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         return {"ce": F.cross_entropy(self.logits(batch), batch.labels)}
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """The logit is a sum over prototypes: each one's pooled similarity / temperature."""
+        return self.activation_maps(batch, classes).flatten(2).amax(-1) / self.temperature
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         J, (H, W) = self.prototypes_per_class, batch.grid
         sim = self._similarity(batch).view(len(batch), self.num_classes, J, H, W)

@@ -165,6 +165,13 @@ class DeformableProtoPNet(PrototypeMethod):
         """Marginless: max over the grid, then the fixed last layer (official ``marginless_logits``)."""
         return self.last_layer(self.prototype_activations(batch).amax(dim=(-2, -1)))
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """Last-layer weight × pooled score of class ``classes[b]``'s own prototypes (its J terms
+        of the logit; the other classes' prototypes add ``W[c, k] · s_k`` with negative weights)."""
+        pooled = self.prototype_activations(batch).amax(dim=(-2, -1))  # B×(C·J)
+        terms = (self.last_layer.weight[classes] * pooled).view(len(batch), self.num_classes, -1)
+        return terms[torch.arange(len(batch), device=classes.device), classes]
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The marginless ReLU'd mean part cosine of the J prototypes of ``classes[b]``."""
         samples, _ = self.deformed_parts(self.unit_features(batch))

@@ -150,6 +150,14 @@ class MGProto(PrototypeMethod):
     def logits(self, batch: TokenBatch) -> Tensor:
         return class_log_likelihoods(self._log_densities(self.latent(batch)).amax(dim=1), self.priors)
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """``log p(x|c)`` split over components by their posterior share
+        ``π_cj p_cj / Σ_j' π_cj' p_cj'`` (c = ``classes[b]``); the J terms sum to the logit."""
+        top = self._log_densities(self.latent(batch)).amax(dim=1)  # B×C×J top-1 log densities
+        rows = torch.arange(len(batch), device=classes.device)
+        joint = torch.log(self.priors[classes]) + top[rows, classes]  # B×J
+        return torch.softmax(joint, dim=-1) * torch.logsumexp(joint, dim=-1, keepdim=True)
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """``exp(−π‖z − μ‖²)`` of the J components of ``classes[b]`` on the grid (push.py's activation)."""
         dens = log_density(self.latent(batch), self.means[classes]).exp()  # B×N×J

@@ -116,6 +116,12 @@ class NPPP(PrototypeMethod):
     def logits(self, batch: TokenBatch) -> Tensor:
         return self._logits_from_cosine(self.cosine(batch))
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """``softmax(w_c)_j · J · s_cj / T`` for c = ``classes[b]``: the J terms of its logit."""
+        J = self.prototypes_per_class
+        pooled = self.activation_maps(batch, classes).flatten(2).amax(dim=-1)  # B×J max cosine
+        return torch.softmax(self.sa_weights[classes], dim=-1) * J * pooled / self.temperature
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """Cosine maps of the J prototypes of ``classes[b]`` (pnp.py ``get_attn_maps``, unpooled)."""
         protos = F.normalize(self.prototypes[classes], dim=-1)  # B×J×D

@@ -188,6 +188,16 @@ class VMFProto(PrototypeMethod):
         scores = self.component_scores(self.trainable_tokens(batch))
         return self._logits_from_scores(scores, self.foreground(batch))
 
+    def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
+        """Eq. (class_logit) split over components: ``ℓ_c = Σ_j Σ_i w̃_i r_ij log p(t_i|c)`` with
+        the responsibilities ``r_ij = softmax_j(log π_cj + s_icj)`` (Σ_j r_ij = 1, so the J
+        terms sum exactly to the logit) and ``w̃`` the normalised foreground weights."""
+        joint = self.log_pi[classes].unsqueeze(1) + self.class_scores(self.trainable_tokens(batch), classes)  # B×N×J
+        log_p = torch.logsumexp(joint, dim=-1, keepdim=True)
+        mask = self.foreground(batch).to(joint.dtype)
+        weights = (mask / (mask.sum(1, keepdim=True) + LOGIT_EPS)).unsqueeze(-1)
+        return (weights * torch.softmax(joint, dim=-1) * log_p).sum(1)
+
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         scores = self.class_scores(self.trainable_tokens(batch), classes)  # B×N×J
         height, width = batch.grid

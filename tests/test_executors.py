@@ -1,0 +1,230 @@
+"""Executors without SLURM: cluster profiles, job shapes, the submitit-local and debug
+executors on a tiny grid, job records, scheduler-state parsing and merging, code snapshots."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmark.cli import main
+from benchmark.cluster import ClusterProfile, JobShape, load_profile, parse_profile
+from benchmark.errors import ProtobenchError
+from benchmark.executors import cache_order, group_by_shape, job_spec, make_executor, submit_runs, wait_for
+from benchmark.grid import GridSpec, parse_grid
+from benchmark.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
+from benchmark.scheduler import JobState, parse_sacct, parse_scontrol
+from benchmark.snapshot import code_snapshot
+from benchmark.store import RunDir, atomic_write_json
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILES = REPO / "slurm" / "profiles"
+
+
+def tiny_grid(name: str, data_root: Path, js: tuple[int, ...] = (2,)) -> GridSpec:
+    return parse_grid({
+        "name": name,
+        "defaults": {
+            "dataset": "synthbirds", "data_root": str(data_root),
+            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0},
+            "backbone": "dinov2_vits14", "weights": "random",
+            "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
+            "batch_size": 8, "eval_batch_size": 16, "device": "cpu",
+        },
+        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": 1}, "prototypes_per_class": list(js)}],
+    }, source=f"{name} (test)")
+
+
+# ---- cluster profiles -----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["local", "example"])
+def test_shipped_profiles_load(name: str) -> None:
+    profile = load_profile(PROFILES / f"{name}.toml")
+    assert profile.name == name and profile.shape.gpus_per_node >= 1
+    params = profile.shape.submitit_parameters()
+    assert {"gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min"} <= set(params)
+
+
+def test_local_profile_matches_the_test_cluster() -> None:
+    profile = load_profile(PROFILES / "local.toml")
+    assert profile.shape.partition == "debug" and profile.shape.gpus_per_node == 1 and profile.device == "cpu"
+
+
+def test_backbone_overrides_give_their_runs_another_shape(tmp_path: Path) -> None:
+    profile = load_profile(PROFILES / "example.toml")
+    grid = parse_grid({"name": "g", "defaults": {"dataset": "synthbirds", "data_root": "x", "method": "vmfproto"},
+                       "sweep": [{"backbone": ["dinov2_vits14", "dinov2_vitb14", "dinov3_vitb16"],
+                                  "prototypes_per_class": [3, 5]}]}, source="t")
+    groups = group_by_shape(list(grid.runs), profile)
+    assert [len(specs) for _, specs in groups] == [4, 2]  # ViT-B runs (480 min) | ViT-S runs (240 min)
+    by_shape = {shape.timeout_min: specs for shape, specs in groups}
+    assert {s.backbone for s in by_shape[480]} == {"dinov2_vitb14", "dinov3_vitb16"}
+    assert {s.backbone for s in by_shape[240]} == {"dinov2_vits14"}
+    for _, specs in groups:  # neighbours share token caches
+        assert [cache_order(s) for s in specs] == sorted(cache_order(s) for s in specs)
+    assert len(group_by_shape(list(grid.runs), ClusterProfile())) == 1
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("partitoin = 'gpu'", "unknown key 'partitoin' in profile p.toml (did you mean 'partition'?)"),
+    ("[backbone.dinov2_vitb14]\ntime = 5", "unknown key 'time' in profile p.toml [backbone.dinov2_vitb14]"),
+    ("[backbone.resnet50]\ntimeout_min = 5", "[backbone.resnet50] names no backbone"),
+    ("gpus_per_node = '1'", "gpus_per_node = '1' must be of type int"),
+    ("cpus_per_task = 0", "cpus_per_task = 0 must be ≥ 1"),
+    ("snapshot = 1", "snapshot = 1 must be of type bool"),
+    ("device = 'tpu'", "device = 'tpu' must be 'auto', 'cpu' or 'cuda[:N]'"),
+    ("setup = ['module load x', 3]", "setup must be a list of shell lines"),
+    ("timeout_min = 2\nsignal_delay_s = 120", "timeout_min = 2 is not longer than signal_delay_s = 120"),
+    ("[backbone.dinov2_vitb14]\ntimeout_min = 1",
+     "p.toml [backbone.dinov2_vitb14]: timeout_min = 1 is not longer than signal_delay_s = 120"),
+    ("timeout_min = [", "is not valid TOML"),
+])
+def test_profile_mistakes_are_one_clear_error_naming_key_and_file(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ProtobenchError) as err:
+        load_profile(path)
+    assert needle.replace("p.toml", str(path)) in str(err.value)
+
+
+def test_missing_profile_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ProtobenchError, match="does not exist"):
+        load_profile(tmp_path / "nope.toml")
+
+
+def test_profile_becomes_submitit_parameters() -> None:
+    profile = parse_profile({"partition": "gpu", "account": "a", "setup": ["module load cuda"],
+                             "sbatch": {"gres": "gpu:a100:1"}, "signal_delay_s": 60}, source="s", name="s")
+    assert profile.shape == JobShape(partition="gpu", account="a")
+    assert profile.shape.submitit_parameters()["slurm_partition"] == "gpu"
+    assert "slurm_qos" not in profile.shape.submitit_parameters()
+    assert profile.slurm_parameters() == {"slurm_signal_delay_s": 60, "slurm_array_parallelism": 32,
+                                          "slurm_setup": ["module load cuda"],
+                                          "slurm_additional_parameters": {"gres": "gpu:a100:1"}}
+
+
+# ---- submitit executors ---------------------------------------------------------------------
+@pytest.mark.parametrize("executor, cluster", [("submitit-local", "local"), ("debug", "debug"), ("slurm", "slurm")])
+def test_executors_name_the_cluster_explicitly(tmp_path: Path, executor: str, cluster: str) -> None:
+    if cluster == "slurm" and not shutil.which("srun"):
+        pytest.skip("srun not found: submitit's SLURM executor refuses to start without it")
+    assert make_executor(executor, tmp_path, ClusterProfile(), "job").cluster == cluster
+
+
+def test_job_spec_makes_paths_absolute_and_keeps_the_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = tiny_grid("g", Path("data/synth")).runs[0]
+    moved = job_spec(spec, "cuda")
+    assert moved.data_root == str(tmp_path / "data" / "synth") and moved.device == "cuda"
+    assert moved.run_id == spec.run_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["debug", "submitit-local"])
+def test_submitit_executors_run_a_tiny_grid(tmp_path: Path, executor: str) -> None:
+    grid = tiny_grid("tiny", tmp_path / "data", js=(2, 3) if executor == "debug" else (2,))
+    runs_root = tmp_path / "runs"
+    submission = submit_runs(grid, list(grid.runs), runs_root, tmp_path / "cache", executor=executor,
+                             profile=ClusterProfile())
+    assert len(submission.arrays) == 1 and submission.snapshot is None
+    assert [o.state for o in wait_for(submission)] == ["done"] * len(grid.runs)
+    for spec in grid.runs:
+        rd = RunDir(grid.run_dir(runs_root, spec))
+        assert rd.result()["run_id"] == spec.run_id
+        (record,) = job_records(rd.path)
+        assert record.executor == executor and record.submitit_folder == str(submission.folder)
+        assert (rd.path / ATTEMPT_FILE).exists()
+    again = submit_runs(grid, list(grid.runs), runs_root, tmp_path / "cache", executor=executor,
+                        profile=ClusterProfile())
+    assert again.arrays == [] and {o.state for o in again.settled} == {"skipped"}
+
+
+def test_slurm_executor_needs_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = REPO / "benchmark" / "grids" / "demo.toml"
+    assert main(["run", str(grid), "--executor", "slurm", "--runs-dir", str(tmp_path)]) == 2
+    assert "--executor slurm needs --profile" in capsys.readouterr().err
+
+
+# ---- job records and states -----------------------------------------------------------------
+def record(job_id: str = "7_1", executor: str = "slurm") -> JobRecord:
+    return JobRecord(executor=executor, job_id=job_id, submitted="t", submitit_folder="/f", array_job_id="7",
+                     array_task_id=1)
+
+
+def test_job_records_accumulate_per_submission(tmp_path: Path) -> None:
+    add_job_record(tmp_path, record("7_1"))
+    add_job_record(tmp_path, record("9_0"))
+    assert [r.job_id for r in job_records(tmp_path)] == ["7_1", "9_0"]
+    assert record().log_paths == (Path("/f/7_1_0_log.out"), Path("/f/7_1_0_log.err"))
+
+
+def test_scontrol_output_is_read_per_array_task() -> None:
+    text = (
+        "JobId=1 ArrayJobId=1 ArrayTaskId=2-3%2 JobState=PENDING Reason=JobArrayTaskLimit Restarts=0 ExitCode=0:0\n"
+        "JobId=2 ArrayJobId=1 ArrayTaskId=0 JobState=PENDING Reason=BeginTime Restarts=1 ExitCode=0:0\n"
+        "JobId=3 ArrayJobId=1 ArrayTaskId=1 JobState=CANCELLED Reason=None Restarts=0 ExitCode=0:15\n"
+        "JobId=8 JobState=RUNNING Reason=None Restarts=0 ExitCode=0:0\n"
+    )
+    jobs = {j.job_id: j for j in parse_scontrol(text)}
+    assert set(jobs) == {"1_0", "1_1", "1_2", "1_3", "8"}
+    assert jobs["1_0"].restarts == 1 and jobs["1_0"].live
+    assert jobs["1_1"] == JobState("1_1", "CANCELLED", "", 0, "0:15") and not jobs["1_1"].live
+    assert jobs["1_3"].reason == "JobArrayTaskLimit"
+    assert [j.job_id for j in parse_scontrol("JobId=5 ArrayJobId=5 ArrayTaskId=1,4-5 JobState=PENDING")] == \
+        ["5_1", "5_4", "5_5"]
+
+
+def test_sacct_output_skips_steps_and_reads_states() -> None:
+    text = "12_0|COMPLETED|0:0\n12_0.batch|COMPLETED|0:0\n12_1|CANCELLED by 0|0:15\n12_[2-3]|PENDING|0:0\n"
+    assert [(j.job_id, j.state) for j in parse_sacct(text)] == [("12_0", "COMPLETED"), ("12_1", "CANCELLED")]
+
+
+def test_merged_states_of_a_run(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    job = record()
+    assert merge_state(rd, None, None).label == "new"
+    assert merge_state(rd, job, JobState("7_1", "PENDING")).label == "pending"
+    state = merge_state(rd, job, JobState("7_1", "RUNNING", restarts=2))
+    assert state.label == "running, requeued 2×" and state.live and not state.failed
+    for slurm_state in ("CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"):
+        state = merge_state(rd, job, JobState("7_1", slurm_state))
+        assert state.label == f"failed ({slurm_state})" and state.failed and not state.live
+    assert merge_state(rd, job, None).label.startswith("failed (job 7_1 ended without a result")
+    atomic_write_json(rd.failure_path, {"reason": "ValueError: x"})
+    assert merge_state(rd, job, JobState("7_1", "FAILED")).label == "failed"
+    assert merge_state(rd, job, JobState("7_1", "PENDING")).live  # a retried run: the scheduler wins
+    atomic_write_json(rd.result_path, {"run_id": "x"})
+    assert merge_state(rd, job, JobState("7_1", "CANCELLED")).label == "done"
+    local = merge_state(RunDir(tmp_path / "other"), record("123", executor="submitit-local"), None)
+    assert local.label == "new" and not local.live and not local.failed
+
+
+# ---- code snapshots ---------------------------------------------------------------------------
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not shutil.which("rsync") or not shutil.which("git"), reason="code snapshots need git and rsync")
+def test_snapshot_copies_the_working_tree_without_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    for name in ("pkg/a.py", "pkg/gone.py", "tests/result.json"):
+        (repo / name).write_text("committed\n")
+    (repo / ".gitignore").write_text("ignored.txt\n")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "c")
+    (repo / "pkg" / "a.py").write_text("edited\n")
+    (repo / "pkg" / "new.py").write_text("untracked\n")
+    (repo / "ignored.txt").write_text("ignored\n")
+    (repo / "pkg" / "gone.py").unlink()
+    monkeypatch.chdir(tmp_path)
+    with code_snapshot(tmp_path / "snap", root=repo) as snap:
+        assert Path.cwd() == snap
+    assert Path.cwd() == tmp_path
+    assert (snap / "pkg" / "a.py").read_text() == "edited\n" and (snap / "pkg" / "new.py").exists()
+    assert not (snap / "pkg" / "gone.py").exists() and not (snap / "ignored.txt").exists()
+    assert not (snap / "tests").exists()
+    assert git(snap, "describe", "--always", "--dirty").strip().endswith("-dirty")
