@@ -218,6 +218,17 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_figures(args: argparse.Namespace) -> int:
+    from benchmark.explain import explain_run
+    from reports.figures import write_figures
+
+    explanations = explain_run(Path(args.run_dir), images=args.images,
+                               cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+    written = write_figures(explanations, Path(args.out))
+    print(f"wrote {len(written)} files to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="protobench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -271,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="paper tables (LaTeX/markdown) from result.json files or a CSV")
     add_report_arguments(p)
     p.set_defaults(func=run_report)
+
+    p = sub.add_parser("figures", help="activation-map and 'why' panels for test images of a finished run")
+    p.add_argument("run_dir")
+    p.add_argument("--images", type=int, default=4, help="how many test images (spread over the split)")
+    p.add_argument("--out", required=True, help="output directory (PNG and PDF per image)")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.set_defaults(func=cmd_figures)
 
     p = sub.add_parser("make-data", help="generate a synthetic CUB-format dataset")
     p.add_argument("kind", help="synthbirds")

@@ -44,7 +44,7 @@ SYNTHBIRDS_DEFAULTS = {"classes": 10, "images_per_class": 20}  # benchmark.runne
 
 
 def augmentation_factor(augmentation: str) -> int:
-    """Training images per original image (offline40: 3 operations × copies_per_op copies)."""
+    """Training images per original image (offline40: every operation × copies_per_op copies)."""
     if augmentation == "none":
         return 1
     from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset

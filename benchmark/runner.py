@@ -86,10 +86,11 @@ class Prepared:
             num_workers=spec.num_workers, progress=progress,
         )
 
-    def train_source(self, cache_root: Path | None, *, progress: bool) -> TokenSource:
-        """Training tokens: the clean split, or its offline-augmented copies."""
+    def train_source(self, cache_root: Path | None, *, progress: bool, augmented: bool = True) -> TokenSource:
+        """Training tokens: the clean split, or (``augmented`` and the run asks for it) its
+        offline-augmented copies."""
         data: Any = self.train_set
-        if self.spec.augmentation == "offline40":
+        if augmented and self.spec.augmentation == "offline40":
             data = OfflineAugmentedDataset(self.train_set, seed=self.spec.seed)
         return self._source(data, View(), cache_root, progress)
 

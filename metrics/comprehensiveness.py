@@ -8,7 +8,7 @@ the score is the mean IoU over the test images, here times 100.
 
 Choices (metrics.md is silent):
 - a constant map (max == min) selects no pixel: NPPP divides 0/0, and NaN >= 0.6 is False;
-- the test is written ``a - min >= 0.6 * (max - min)`` (no division): identical except for
+- the test is written ``a >= min + 0.6 * (max - min)`` (no division): identical except for
   pixels within one rounding error of the threshold;
 - maps are upsampled in float64 (NPPP: float32);
 - IoU = inter / union exactly, 0 when both masks are empty (NPPP adds eps = 1e-6 to the
@@ -76,11 +76,11 @@ def foreground_union(upsampled: Tensor, threshold: float = MAP_THRESHOLD) -> Ten
     flat = upsampled.flatten(2)
     lo, hi = flat.amin(dim=-1), flat.amax(dim=-1)  # (torch.aminmax is ~10x slower on CPU)
     span = (hi - lo)[..., None, None]
-    # (a - min) / (max - min) >= t  <=>  a - min >= t * (max - min) for max > min (one pass fewer;
-    # moves only pixels within 1 ulp of the threshold). A constant map (0/0 = NaN in NPPP)
-    # selects no pixel: its threshold is +inf.
-    cut = torch.where(span > 0, threshold * span, torch.full_like(span, float("inf")))
-    return ((upsampled - lo[..., None, None]) >= cut).amax(dim=1)  # union over the J maps (any)
+    # (a - min) / (max - min) >= t  <=>  a >= min + t * (max - min) for max > min (one pass
+    # instead of three; moves only pixels within one rounding error of the threshold).
+    # A constant map (0/0 = NaN in NPPP) selects no pixel: its cut is +inf.
+    cut = torch.where(span > 0, lo[..., None, None] + threshold * span, torch.full_like(span, float("inf")))
+    return (upsampled >= cut).amax(dim=1)  # union over the J maps (any)
 
 
 def mask_iou(pred: Tensor, target: Tensor) -> Tensor:

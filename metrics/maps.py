@@ -29,7 +29,7 @@ from ._checks import check_maps, check_positive_int
 from .parts import FRAME_SIZE
 
 TIE_RTOL = 1e-12  # values within 1e-12 * max|map| of the maximum count as tied (first one wins)
-CHUNK_CPU = 4  # images upsampled at once on CPU: cache-friendly (4 x 7 maps x 400 KB = 11 MB), measured fastest
+CHUNK_CPU = 4  # images upsampled at once on CPU: cache-friendly (4 x 7 x 400 KB), measured fastest
 CHUNK_CUDA = 64  # on GPU: 64 x 7 x 224 x 224 float64 = 180 MB per upsampled batch
 
 _MODES = ("bicubic", "bilinear")

@@ -108,3 +108,23 @@ def test_missing_dataset_fails_before_compute(workdir, grid_file, capsys):
     assert main(["run", str(bad), "--runs-dir", str(workdir / "cub-runs")]) == 2
     assert "no-cub" in capsys.readouterr().err
     assert not list(Path(workdir / "cub-runs").rglob("result.json"))
+
+
+def test_figures_are_written_and_non_empty(finished, workdir):
+    out = workdir / "figures"
+    assert main(["figures", str(finished.path), "--images", "2", "--out", str(out)]) == 0
+    files = sorted(out.iterdir())
+    assert [f.suffix for f in files] == [".pdf", ".png", ".pdf", ".png"]
+    assert all(f.stat().st_size > 10_000 for f in files)
+
+
+def test_explanations_pick_own_class_training_patches(finished):
+    from benchmark.data import load_dataset
+    from benchmark.explain import explain_run
+
+    train_labels = load_dataset("synthbirds", finished.spec()["data_root"], "train").labels
+    for exp in explain_run(finished.path, images=3):
+        assert exp.gt_maps.shape == (2, 16, 16) and len(exp.top_gt) == 2
+        for ev in exp.why:
+            assert train_labels[ev.nearest_source[0]] == exp.predicted  # push rule: own class only
+            assert ev.nearest_patch.ndim == 3 and ev.nearest_patch.size > 0
