@@ -17,6 +17,7 @@ from typing import TypeVar
 import pytest
 import submitit
 
+from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.executors import Submission, make_executor, runs_to_submit, submit_runs
 from benchmark.grid import GridSpec, parse_grid
@@ -156,6 +157,13 @@ def test_grid_runs_as_one_job_array_and_writes_every_result(finished_grid: tuple
     assert {s.label for s in states.values()} == {"done"}
 
 
+def test_status_shows_the_finished_grid(finished_grid: tuple[GridSpec, Path, Submission],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    grid, runs_root, _ = finished_grid
+    assert main(["status", str(runs_root / grid.name)]) == 0
+    assert "2 runs: 2 done" in capsys.readouterr().out
+
+
 def test_jobs_import_the_code_snapshot_not_the_checkout(finished_grid: tuple[GridSpec, Path, Submission]) -> None:
     grid, runs_root, submission = finished_grid
     assert submission.snapshot is not None and submission.snapshot.parent == runs_root.resolve() / ".snapshots"
@@ -222,16 +230,20 @@ def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: Cluster
 
 
 # ---- killed from outside ------------------------------------------------------------------------
-def test_scancelled_job_is_reported_failed_and_retried_only_on_request(profile: ClusterProfile, tmp_path: Path) -> None:
+def test_scancelled_job_is_reported_failed_and_retried_only_on_request(
+        profile: ClusterProfile, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     grid = tiny_grid("cancelled", tmp_path / "data", epochs=200)
     runs_root = tmp_path / "runs"
     submission = submit(grid, runs_root, tmp_path / "cache", profile)
     rd = RunDir(grid.run_dir(runs_root, grid.runs[0]))
     wait_until(lambda: (rd.path / ATTEMPT_FILE).exists(), "the job to start")
-    subprocess.run(["scancel", submission.arrays[0].job_ids[0]], check=True)
+    assert main(["cancel", str(runs_root / grid.name)]) == 0  # scancel of the run's array task
+    assert f"cancelled 1 job(s): {submission.arrays[0].job_ids[0]}" in capsys.readouterr().out
 
     state = wait_until(lambda: (s := run_states([rd])[rd.path]).failed and s, "the cancelled run to read as failed", 60)
     assert state.label == "failed (CANCELLED)" and not rd.is_complete
+    assert main(["status", str(runs_root / grid.name)]) == 0
+    assert "1 runs: 1 failed (CANCELLED)" in capsys.readouterr().out
     todo, settled = runs_to_submit(grid, list(grid.runs), runs_root, retry_failed=False)
     assert todo == [] and settled[0].state == "skipped-failed" and "CANCELLED" in settled[0].detail
     todo, _ = runs_to_submit(grid, list(grid.runs), runs_root, retry_failed=True)
