@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmark.store import RunDir, find_run_dirs
+from benchmark.store import find_run_dirs
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 

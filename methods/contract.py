@@ -6,30 +6,19 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.base import PrototypeMethod, Stage
 from methods.registry import build_method, get_method_class, method_hyperparameters
-from methods.testing import SyntheticTokens
+from methods.testing import SyntheticTokens, SyntheticTrainData
 
 
 class ContractError(AssertionError):
     """A method breaks the adapter contract; the message says which rule and how to fix it."""
 
-
-class _SyntheticTrainData(TrainData):
-    def __init__(self, source: SyntheticTokens) -> None:
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
-        for start in range(0, len(self.source), batch_size):
-            yield self.source.batch(torch.arange(start, min(start + batch_size, len(self.source))))
 
 
 def _require(condition: bool, rule: str) -> None:
@@ -81,7 +70,7 @@ def check_stages_and_losses(name: str, source: SyntheticTokens, J: int) -> None:
     _require(len(stages) > 0, f"{name}: stages() must return at least one Stage")
     own = {id(p) for p in method.parameters()}
     batch = source.batch(torch.arange(8))
-    data = _SyntheticTrainData(source)
+    data = SyntheticTrainData(source)
     epoch = 0
     for stage in stages:
         _require(stage.epochs >= 0, f"{name}: stage {stage.name!r} has negative epochs")
@@ -120,7 +109,7 @@ def check_stages_and_losses(name: str, source: SyntheticTokens, J: int) -> None:
 
 def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> None:
     method = _build(name, source, J, 0)
-    data = _SyntheticTrainData(source)
+    data = SyntheticTrainData(source)
     stage = _training_stages(method)[0]
     batch = source.batch(torch.arange(8))
     method.on_stage_start(stage, 0, data)
@@ -141,7 +130,7 @@ def check_determinism(name: str, source: SyntheticTokens, J: int) -> None:
     for _ in range(2):
         torch.manual_seed(0)
         method = _build(name, source, J, 0)
-        data = _SyntheticTrainData(source)
+        data = SyntheticTrainData(source)
         stage = _training_stages(method)[0]
         method.on_stage_start(stage, 0, data)
         batch = source.batch(torch.arange(8))

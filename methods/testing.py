@@ -11,7 +11,9 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from methods.base import MethodContext, TokenBatch
+from collections.abc import Iterator
+
+from methods.base import MethodContext, TokenBatch, TrainData
 
 
 class TinyAppendedBlock(nn.Module):
@@ -78,3 +80,22 @@ class SyntheticTokens:
             num_classes=self.num_classes, prototypes_per_class=prototypes_per_class, embed_dim=self.dim,
             grid=self.grid, num_prefix_tokens=1, depth=4, make_block=lambda: TinyAppendedBlock(self.dim), seed=seed,
         )
+
+
+class SyntheticTrainData(TrainData):
+    """Images ``indices`` (default: all) of a SyntheticTokens source, in order, as the training
+    split a hook sees; ``batch_size`` fixes the batch size whatever the caller asks."""
+
+    def __init__(self, source: SyntheticTokens, indices: torch.Tensor | None = None,
+                 batch_size: int | None = None) -> None:
+        self.source = source
+        self.indices = torch.arange(len(source)) if indices is None else indices
+        self.fixed_batch_size = batch_size
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
+        size = self.fixed_batch_size or batch_size
+        for start in range(0, len(self.indices), size):
+            yield self.source.batch(self.indices[start:start + size])

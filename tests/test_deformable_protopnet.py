@@ -2,7 +2,6 @@
 import copy
 import dataclasses
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from torch import nn
 
 from benchmark.errors import ProtobenchError
 from benchmark.training import TrainingInterrupted, make_optimizer, set_trainable, train
-from methods.base import MethodContext, TokenBatch, TrainData
+from methods.base import MethodContext
 from methods.contract import check_method
 from methods.deformable import DeformableProtoPNet
 from methods.deformable.functional import (
@@ -22,7 +21,7 @@ from methods.deformable.functional import (
 )
 from methods.deformable.model import FEATURE_SCALE
 from methods.registry import build_method
-from methods.testing import SyntheticTokens, TinyAppendedBlock
+from methods.testing import SyntheticTokens, SyntheticTrainData, TinyAppendedBlock
 
 CPU = torch.device("cpu")
 NAME = "deformable_protopnet"
@@ -33,20 +32,6 @@ def build(ctx: MethodContext, **overrides: object) -> DeformableProtoPNet:
     assert isinstance(method, DeformableProtoPNet)
     return method
 
-
-class ListData(TrainData):
-    """The training split of a SyntheticTokens source, in order, in batches of ``size`` images
-    whatever the caller asks (so a small split still spans several batches)."""
-
-    def __init__(self, source: SyntheticTokens, size: int = 4) -> None:
-        self.source, self.size = source, size
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
-        for start in range(0, len(self.source), self.size):
-            yield self.source.batch(torch.arange(start, min(start + self.size, len(self.source))))
 
 
 def bilinear_corners(row: float, col: float, height: int, width: int) -> list[tuple[int, int, float]]:
@@ -250,9 +235,9 @@ def test_push_copies_the_best_same_class_deformed_parts_and_records_them():
         before = method.prototype_activations(everything)
     assert before[4, 0].max() > before[:3, 0].max()
     with torch.no_grad():
-        method.on_epoch_end(method.stages()[0], 2, ListData(source))  # not a push epoch
+        method.on_epoch_end(method.stages()[0], 2, SyntheticTrainData(source, batch_size=4))  # not a push epoch
         assert method.push_image.eq(-1).all()
-        method.on_epoch_end(method.stages()[1], 3, ListData(source))
+        method.on_epoch_end(method.stages()[1], 3, SyntheticTrainData(source, batch_size=4))
     labels = source.labels
     for m in range(6):
         own = labels == m // 2
@@ -292,7 +277,7 @@ def test_stages_follow_the_official_schedule():
     assert lrs == pytest.approx([1e-4] * 5 + [2e-5] * 5 + [4e-6] * 5)
     assert method.push_epochs == (10, 19)
     assert all((p == 0).all() for p in method.offset_net.parameters())
-    method.on_stage_start(joint, 5, ListData(source))
+    method.on_stage_start(joint, 5, SyntheticTrainData(source, batch_size=4))
     weights = torch.cat([method.offset_net[0].weight.flatten(), method.offset_net[2].weight.flatten()])
     assert 1e-5 < weights.std().item() < 3e-5 and weights.abs().max() < 2e-4
     batch = source.batch(torch.arange(8))

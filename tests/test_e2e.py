@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from benchmark.config import RunSpec
 from benchmark.grid import load_grid
 from benchmark.runner import execute_run
 from benchmark.store import RunDir, find_run_dirs

@@ -4,14 +4,13 @@ examples, the push, and the last-layer-only phase on fixed features."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.base import TokenBatch, TrainData
+from methods.base import TokenBatch
 from methods.common.lineage import (
     cluster_cost,
     init_prototypes,
@@ -23,22 +22,8 @@ from methods.common.lineage import (
     separation_cost,
     train_last_layer,
 )
-from methods.testing import SyntheticTokens
+from methods.testing import SyntheticTokens, SyntheticTrainData
 
-
-class SplitData(TrainData):
-    """The images ``indices`` of a SyntheticTokens source, in order, as a training split."""
-
-    def __init__(self, source: SyntheticTokens, indices: torch.Tensor | None = None) -> None:
-        self.source = source
-        self.indices = torch.arange(len(source)) if indices is None else indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
-        for start in range(0, len(self.indices), batch_size):
-            yield self.source.batch(self.indices[start:start + batch_size])
 
 
 # ---- construction ------------------------------------------------------------------------------
@@ -131,7 +116,7 @@ def test_push_copies_nearest_same_class_patch_never_another_class(batch_size: in
     # a decoy: prototype 0 (class 0) is an exact copy of a token of a class-1 image (distance 0)
     decoy_image = int(torch.nonzero(source.labels == 1)[0])
     prototypes[0] = source.tokens[decoy_image, 7]
-    result = push_prototypes(SplitData(source), _identity_latent(prototypes), J, batch_size=batch_size)
+    result = push_prototypes(SyntheticTrainData(source), _identity_latent(prototypes), J, batch_size=batch_size)
     expected = _brute_force_push(source, prototypes, J, torch.arange(len(source)))
     for p, (_, image, position) in enumerate(expected):
         assert int(result.image_index[p]) == image and int(result.position[p]) == position
@@ -144,7 +129,7 @@ def test_push_leaves_prototypes_of_absent_classes_unmatched() -> None:
     source = SyntheticTokens(num_classes=4, images_per_class=6, seed=1)
     images = torch.nonzero(source.labels != 3).squeeze(1)  # class 3 has no image in this split
     prototypes = torch.randn(4, source.dim)
-    result = push_prototypes(SplitData(source, images), _identity_latent(prototypes), 1, batch_size=7)
+    result = push_prototypes(SyntheticTrainData(source, images), _identity_latent(prototypes), 1, batch_size=7)
     assert result.image_index[3] == -1 and result.position[3] == -1 and result.score[3] == -math.inf
     assert bool((result.image_index[:3] >= 0).all())
 
@@ -178,7 +163,7 @@ def test_last_layer_phase_only_touches_the_last_layer_and_is_deterministic() -> 
         head, last = build()
         frozen = [p.clone() for p in head.parameters()]
         pooled = lambda batch: head(batch.tokens).amax(dim=1)  # noqa: E731  (B×P max over the grid)
-        data = SplitData(source)
+        data = SyntheticTrainData(source)
         features = torch.cat([pooled(b) for b in data.batches(64)])
         before = F.cross_entropy(last(features), source.labels).item()
         torch.manual_seed(1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,22 +13,11 @@ import torch
 
 from benchmark.errors import ProtobenchError
 from benchmark.training import TrainingInterrupted, train
-from methods.base import Stage, TokenBatch, TrainData
+from methods.base import Stage
 from methods.protopnet import log_similarity, squared_distances
 from methods.registry import build_method
-from methods.testing import SyntheticTokens, TinyAppendedBlock
+from methods.testing import SyntheticTokens, SyntheticTrainData, TinyAppendedBlock
 
-
-class SplitData(TrainData):
-    def __init__(self, source: SyntheticTokens) -> None:
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
-        for start in range(0, len(self.source), batch_size):
-            yield self.source.batch(torch.arange(start, min(start + batch_size, len(self.source))))
 
 
 def _accuracy(method: torch.nn.Module, source: SyntheticTokens) -> float:
@@ -83,7 +71,7 @@ def test_pushes_at_the_end_of_epochs_10_and_19_each_followed_by_the_last_layer_p
     source = SyntheticTokens(num_classes=4, images_per_class=6)
     torch.manual_seed(0)
     method = build_method("protopnet", source.context(3))
-    data = SplitData(source)
+    data = SyntheticTrainData(source)
     joint = method.stages()[1]
     before = copy.deepcopy(method.state_dict())
     with torch.no_grad():

@@ -5,29 +5,16 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from benchmark.training import train
-from methods.base import TokenBatch, TrainData
 from methods.registry import build_method
-from methods.testing import SyntheticTokens
+from methods.testing import SyntheticTokens, SyntheticTrainData
 from methods.tesnet import orthogonality_cost, projections, subspace_separation
 
-
-class SplitData(TrainData):
-    def __init__(self, source: SyntheticTokens) -> None:
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
-        for start in range(0, len(self.source), batch_size):
-            yield self.source.batch(torch.arange(start, min(start + batch_size, len(self.source))))
 
 
 def _brute_force_subsep(basis: torch.Tensor, J: int) -> torch.Tensor:
@@ -90,7 +77,7 @@ def test_single_push_at_epoch_10_copies_the_most_projected_own_class_patch() -> 
     source = SyntheticTokens(num_classes=4, images_per_class=6)
     torch.manual_seed(0)
     method = build_method("tesnet", source.context(3))
-    data, joint = SplitData(source), method.stages()[1]
+    data, joint = SyntheticTrainData(source), method.stages()[1]
     before = copy.deepcopy(method.state_dict())
     with torch.no_grad():
         for epoch in (9, 19):

@@ -76,7 +76,7 @@ class SyntheticParts:
 
     def batch(self, labels: list[int]) -> TokenBatch:
         y = torch.tensor(labels)
-        b, n, (c, j, d) = len(labels), self.fg.numel(), self.parts.shape
+        b, n, (_, j, d) = len(labels), self.fg.numel(), self.parts.shape
         part = 3.0 * self.object + 2.0 * self.parts[y.unsqueeze(-1), torch.randint(j, (b, n), generator=self.g)]
         clutter = 3.0 * self.background + 2.0 * self.clutter[torch.randint(3, (b, n), generator=self.g)]
         patches = torch.where(self.fg.view(1, n, 1), part, clutter) + 0.3 * torch.randn(b, n, d, generator=self.g)
