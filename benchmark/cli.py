@@ -44,6 +44,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cache_root = Path(args.cache_dir) if args.cache_dir else runs_root / ".token-cache"
     if args.executor != "local":
         return _submit(grid, runs, runs_root, cache_root, args)
+    if args.profile:
+        raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed)
     print_status(runs_root / grid.name)

@@ -17,6 +17,7 @@ from benchmark.data import ImageDataset
 from benchmark.features import TokenSource
 from methods.base import PrototypeMethod
 from metrics import accuracy, explanation_metrics, map_parts_to_frame
+from metrics.comprehensiveness import segmentation_to_frame
 
 
 @dataclass
@@ -45,19 +46,17 @@ def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, de
     )
 
 
-def load_segmentation_masks(dataset: ImageDataset, size: int = 224) -> torch.Tensor | None:
-    """Masks cropped to the annotated box, resized nearest to ``size``, foreground = pixel > 200
-    (NPPP's comprehensiveness protocol, metrics.md Extras). None if any mask is missing."""
+def load_segmentation_masks(dataset: ImageDataset) -> torch.Tensor | None:
+    """N×224×224 bool masks in the cropped frame (NPPP's protocol, ``segmentation_to_frame``);
+    None if any mask is missing."""
     ann = dataset.annotations
     if ann is None or any(p is None or not p.exists() for p in ann.segmentation_paths):
         return None
-    masks = np.empty((len(dataset), size, size), dtype=bool)
+    masks = []
     for i, path in enumerate(ann.segmentation_paths):
-        x1, y1, x2, y2 = (int(v) for v in ann.boxes[i])
         with Image.open(path) as im:
-            crop = im.convert("L").crop((x1, y1, x2, y2)).resize((size, size), Image.NEAREST)
-        masks[i] = np.asarray(crop) > 200
-    return torch.from_numpy(masks)
+            masks.append(segmentation_to_frame(np.asarray(im), tuple(int(v) for v in ann.boxes[i])))
+    return torch.stack(masks)
 
 
 def evaluate(

@@ -34,19 +34,26 @@ SUBMITIT_DIR = ".submitit"
 @dataclass(frozen=True)
 class Outcome:
     spec: RunSpec
-    state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" | "submitted"
+    state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" (pending or running in SLURM)
     detail: str = ""
 
 
-def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *, retry_failed: bool) -> tuple[list[RunSpec], list[Outcome]]:
-    """Split runs into those to execute and those already settled (done, or failed without --retry-failed)."""
+def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
+                 retry_failed: bool) -> tuple[list[RunSpec], list[Outcome]]:
+    """Split runs into those to execute and those settled: done, still pending or running in
+    SLURM, or failed (a failure.json, or a SLURM job that ended without a result) unless
+    ``retry_failed``. SLURM is asked only about unfinished runs that were submitted to it."""
+    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in runs]
+    states = run_states(dirs)
     todo, settled = [], []
-    for spec in runs:
-        rd = RunDir(grid.run_dir(runs_root, spec))
-        if rd.is_complete:
+    for spec, rd in zip(runs, dirs):
+        state = states[rd.path]
+        if state.label == "done":
             settled.append(Outcome(spec, "skipped", "already done"))
-        elif rd.state == "failed" and not retry_failed:
-            reason = (rd.failure() or {}).get("reason", "")
+        elif state.live:
+            settled.append(Outcome(spec, "queued", f"job {state.job.job_id if state.job else '?'} is {state.label}"))
+        elif state.failed and not retry_failed:
+            reason = (rd.failure() or {}).get("reason", "") if state.label == "failed" else state.label
             settled.append(Outcome(spec, "skipped-failed", f"failed before: {reason} (use --retry-failed)"))
         else:
             todo.append(spec)
@@ -108,28 +115,6 @@ class Submission:
     snapshot: Path | None = None
 
 
-def runs_to_submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
-                   retry_failed: bool) -> tuple[list[RunSpec], list[Outcome]]:
-    """Split runs into those to submit and those settled: done, still pending or running in
-    the scheduler, or failed (a failure.json, or a SLURM job that ended without a result)
-    unless ``retry_failed``."""
-    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in runs]
-    states = run_states(dirs)
-    todo, settled = [], []
-    for spec, rd in zip(runs, dirs):
-        state = states[rd.path]
-        if state.label == "done":
-            settled.append(Outcome(spec, "skipped", "already done"))
-        elif state.live:
-            settled.append(Outcome(spec, "queued", f"job {state.job.job_id if state.job else '?'} is {state.label}"))
-        elif state.failed and not retry_failed:
-            reason = (rd.failure() or {}).get("reason", "") if state.label == "failed" else state.label
-            settled.append(Outcome(spec, "skipped-failed", f"failed before: {reason} (use --retry-failed)"))
-        else:
-            todo.append(spec)
-    return todo, settled
-
-
 def cache_order(spec: RunSpec) -> tuple[str, ...]:
     """Sort key that puts runs reading the same token caches next to each other."""
     return (spec.dataset, spec.data_root, str(spec.image_size), spec.backbone, spec.weights,
@@ -171,7 +156,7 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
                 profile: ClusterProfile, device: str | None = None, retry_failed: bool = False) -> Submission:
     """Submit the runs still to do as one job array per job shape; record each run's job in
     its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device."""
-    todo, settled = runs_to_submit(grid, runs, runs_root, retry_failed=retry_failed)
+    todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
     runs_root = runs_root.resolve()
     result = Submission(runs_root / SUBMITIT_DIR / grid.name, settled=settled)
     if not todo:

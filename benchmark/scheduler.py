@@ -101,6 +101,8 @@ def query_jobs(job_ids: Iterable[str]) -> dict[str, JobState]:
     for array_id in sorted({j.split("_", 1)[0] for j in wanted}):
         # one call per array: it lists every task, split off or still pending
         out = _run(["scontrol", "show", "job", "-o", array_id])
+        if out.returncode != 0 and "Invalid job id" not in out.stderr:  # not "forgotten": SLURM did not answer
+            raise ProtobenchError(f"`scontrol show job {array_id}` failed: {out.stderr.strip()}")
         found.update((j.job_id, j) for j in parse_scontrol(out.stdout) if j.job_id in wanted)
     missing = sorted({j.split("_", 1)[0] for j in wanted - set(found)})
     if missing and shutil.which("sacct"):

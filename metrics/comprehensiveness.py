@@ -115,11 +115,11 @@ def comprehensiveness(
     """
     check_maps("maps", maps)
     n = maps.shape[0]
-    masks = check_masks(masks, n).to(maps.device)
+    masks = check_masks(masks, n)  # moved to the device chunk by chunk
     if n == 0:
         return None
     ious = torch.empty(n, dtype=torch.float64, device=maps.device)
     for sl in iter_chunks(n, chunk_size, maps.device):
         chunk = pool_maps(select_topk_maps(maps[sl], topk).to(torch.float64), map_pool)
-        ious[sl] = mask_iou(foreground_union(upsample_maps(chunk, mode="bilinear"), threshold), masks[sl])
+        ious[sl] = mask_iou(foreground_union(upsample_maps(chunk, mode="bilinear"), threshold), masks[sl].to(maps.device))
     return 100.0 * float(ious.mean())  # sum(IoUs) / len(IoUs)

@@ -71,7 +71,7 @@ def explanation_metrics(
         raise ValueError(f"parts: has {parts.num_images} images, clean_maps has {n}")
     parts = parts.to(dev)
     if masks is not None:
-        masks = check_masks(masks, n).to(dev)
+        masks = check_masks(masks, n)  # moved to the device chunk by chunk
 
     j_dis = j if topk is None else min(topk, j)
     want_dis = j_dis >= 2 and n > 0
@@ -97,7 +97,7 @@ def explanation_metrics(
             if centres_dis is not None:
                 centres_dis[sl] = argmax_positions(bil, scale=map_scale(chosen))
             if ious is not None:
-                ious[sl] = mask_iou(foreground_union(bil, MAP_THRESHOLD), masks[sl])
+                ious[sl] = mask_iou(foreground_union(bil, MAP_THRESHOLD), masks[sl].to(dev))
             del bil
 
     o_clean = part_vectors(peaks_clean, parts)

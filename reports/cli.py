@@ -1,6 +1,6 @@
 """``protobench report``: arguments and the command body, for the CLI to mount as a subcommand.
 
-    protobench report RUNS_DIR... --layout NAME [--format latex|markdown] [--against CSV]
+    protobench report RUNS_DIR|CSV... --layout NAME [--format latex|markdown] [--against CSV]
                       [--decimals N] [--out FILE]
     protobench report --list
 """
@@ -10,16 +10,20 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from benchmark.errors import ProtobenchError
 from reports.layouts import get_layout, list_layouts
+
 from reports.load import load_csv, load_results
 from reports.render import WRITERS, render_report
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``report`` subcommand's arguments to ``parser``."""
-    parser.add_argument("runs_dirs", nargs="*", type=Path, metavar="RUNS_DIR",
-                        help="folders searched recursively for result.json")
+    parser.add_argument("runs_dirs", nargs="*", type=Path, metavar="RUNS_DIR|CSV",
+                        help="folders searched recursively for result.json, or tidy CSV files "
+                             "(e.g. reports/paper/cub_main.csv to regenerate the paper's table)")
     parser.add_argument("--layout", metavar="NAME", help="table to render (see --list)")
     parser.add_argument("--format", dest="fmt", choices=tuple(WRITERS), default="markdown",
                         help="output format (default: markdown)")
@@ -45,7 +49,10 @@ def run_report(args: argparse.Namespace) -> int:
     layout = get_layout(args.layout)
     if not args.runs_dirs:
         raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
-    frame = load_results(args.runs_dirs)
+    csvs = [p for p in args.runs_dirs if p.suffix == ".csv" and p.is_file()]
+    dirs = [p for p in args.runs_dirs if p not in csvs]
+    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     against = load_csv(args.against) if args.against is not None else None
     report = render_report(frame, layout, args.fmt, against=against, decimals=args.decimals)
     if args.out is not None:

@@ -55,3 +55,12 @@ def test_usage_mistakes_are_user_errors(tmp_path: Path) -> None:
         report("--layout", "cub_main")
     with pytest.raises(ProtobenchError, match="does not exist"):
         report(str(RUNS), "--layout", "cub_main", "--against", str(tmp_path / "paper.csv"))
+
+
+def test_report_regenerates_a_table_from_a_published_csv(capsys):
+    from benchmark.cli import main
+
+    paper = Path(__file__).resolve().parent.parent / "reports" / "paper" / "cub_main.csv"
+    assert main(["report", str(paper), "--layout", "cub_main", "--format", "latex"]) == 0
+    text = capsys.readouterr().out
+    assert r"\textbf{98.7}" in text and r"\underline{96.9}" in text  # vMFProto J=3/5 Dis., ViT-B/14 (Table 1)

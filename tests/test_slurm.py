@@ -19,7 +19,7 @@ import submitit
 
 from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, load_profile
-from benchmark.executors import Submission, make_executor, runs_to_submit, submit_runs
+from benchmark.executors import Submission, make_executor, pending_runs, submit_runs
 from benchmark.grid import GridSpec, parse_grid
 from benchmark.jobs import ATTEMPT_FILE, latest_job, run_states
 from benchmark.snapshot import code_snapshot
@@ -244,9 +244,9 @@ def test_scancelled_job_is_reported_failed_and_retried_only_on_request(
     assert state.label == "failed (CANCELLED)" and not rd.is_complete
     assert main(["status", str(runs_root / grid.name)]) == 0
     assert "1 runs: 1 failed (CANCELLED)" in capsys.readouterr().out
-    todo, settled = runs_to_submit(grid, list(grid.runs), runs_root, retry_failed=False)
+    todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False)
     assert todo == [] and settled[0].state == "skipped-failed" and "CANCELLED" in settled[0].detail
-    todo, _ = runs_to_submit(grid, list(grid.runs), runs_root, retry_failed=True)
+    todo, _ = pending_runs(grid, list(grid.runs), runs_root, retry_failed=True)
     assert todo == list(grid.runs)
 
 
