@@ -117,7 +117,7 @@ def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
 
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
     """The run's state from its files and (for SLURM jobs) the scheduler's answer, None when
-    SLURM no longer knows the job. Pure: testable without a cluster."""
+    SLURM no longer knows the job. Asks nothing of SLURM: testable without a cluster."""
     if rd.is_complete:
         return RunState("done", live=False, failed=False, job=job)
     if job is None or job.executor != "slurm":
@@ -134,13 +134,13 @@ def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -
     if scheduler is None:
         return RunState(f"failed (job {job.job_id} ended without a result; SLURM no longer knows it)",
                         live=False, failed=True, job=job)
-    return RunState(f"failed ({scheduler.state})", live=False, failed=True, job=job)
+    why = f"{scheduler.state}, {scheduler.reason}" if scheduler.reason else scheduler.state
+    return RunState(f"failed ({why})", live=False, failed=True, job=job)
 
 
 def run_states(run_dirs: list[RunDir]) -> dict[Path, RunState]:
     """The state of every run directory, asking SLURM once per array about unfinished runs."""
-    jobs = {rd.path: latest_job(rd.path) for rd in run_dirs}
-    asked = [j.job_id for rd, j in zip(run_dirs, jobs.values()) if j and j.executor == "slurm" and not rd.is_complete]
+    jobs = [(rd, latest_job(rd.path)) for rd in run_dirs]
+    asked = [job.job_id for rd, job in jobs if job and job.executor == "slurm" and not rd.is_complete]
     answers = query_jobs(asked) if asked else {}
-    return {rd.path: merge_state(rd, jobs[rd.path], answers.get(jobs[rd.path].job_id) if jobs[rd.path] else None)
-            for rd in run_dirs}
+    return {rd.path: merge_state(rd, job, answers.get(job.job_id) if job else None) for rd, job in jobs}

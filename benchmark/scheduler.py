@@ -30,7 +30,6 @@ class JobState:
     state: str  # SLURM's JobState, e.g. PENDING, RUNNING, COMPLETED, CANCELLED, OUT_OF_MEMORY
     reason: str = ""  # why it is pending or why it ended ("None" is dropped)
     restarts: int = 0  # requeues so far (scontrol's Restarts)
-    exit_code: str = ""
 
     @property
     def live(self) -> bool:
@@ -67,7 +66,7 @@ def parse_scontrol(text: str) -> list[JobState]:
             continue
         reason = kv.get("Reason", "")
         common = {"state": kv["JobState"], "reason": "" if reason == "None" else reason,
-                  "restarts": int(kv.get("Restarts", "0") or 0), "exit_code": kv.get("ExitCode", "")}
+                  "restarts": int(kv.get("Restarts", "0") or 0)}
         if "ArrayJobId" in kv and "ArrayTaskId" in kv:
             jobs.extend(JobState(f"{kv['ArrayJobId']}_{task}", **common) for task in _task_ids(kv["ArrayTaskId"]))
         else:
@@ -76,13 +75,13 @@ def parse_scontrol(text: str) -> list[JobState]:
 
 
 def parse_sacct(text: str) -> list[JobState]:
-    """Jobs in ``sacct -X -n -P -o JobID,State,ExitCode`` output ("CANCELLED by 0" → CANCELLED)."""
+    """Jobs in ``sacct -X -n -P -o JobID,State`` output ("CANCELLED by 0" → CANCELLED)."""
     jobs = []
     for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 3 or not parts[0] or "." in parts[0] or "[" in parts[0]:
+        job_id, _, state = line.partition("|")
+        if not job_id or "." in job_id or "[" in job_id:
             continue  # job steps and not-yet-split array remainders
-        jobs.append(JobState(parts[0], parts[1].split()[0] if parts[1] else "UNKNOWN", exit_code=parts[2]))
+        jobs.append(JobState(job_id, state.split()[0] if state.strip() else "UNKNOWN"))
     return jobs
 
 
@@ -106,7 +105,7 @@ def query_jobs(job_ids: Iterable[str]) -> dict[str, JobState]:
         found.update((j.job_id, j) for j in parse_scontrol(out.stdout) if j.job_id in wanted)
     missing = sorted({j.split("_", 1)[0] for j in wanted - set(found)})
     if missing and shutil.which("sacct"):
-        command = ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode"]
+        command = ["sacct", "-X", "-n", "-P", "-o", "JobID,State"]
         for array_id in missing:
             command += ["-j", array_id]
         out = _run(command)

@@ -1,6 +1,7 @@
 """``protobench status``: what every run under a runs directory is doing, in one table."""
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None) -> tupl
         metrics = (rd.result() or {}).get("metrics", {})
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
         table.add_row(
-            rd.path.parent.name, rd.path.name, f"[{style}]{state}[/{style}]",
+            rd.path.parent.name, rd.path.name[:8], f"[{style}]{state}[/{style}]",
             str(spec.get("method", "?")), str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS),
@@ -42,7 +43,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None) -> tupl
 
 
 def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None) -> Counter[str]:
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 200)  # logs: no wrapping
     table, counts = status_table(root, extra_states)
     console.print(table)
     total = sum(counts.values())

@@ -168,14 +168,14 @@ def test_scontrol_output_is_read_per_array_task() -> None:
     jobs = {j.job_id: j for j in parse_scontrol(text)}
     assert set(jobs) == {"1_0", "1_1", "1_2", "1_3", "8"}
     assert jobs["1_0"].restarts == 1 and jobs["1_0"].live
-    assert jobs["1_1"] == JobState("1_1", "CANCELLED", "", 0, "0:15") and not jobs["1_1"].live
+    assert jobs["1_1"] == JobState("1_1", "CANCELLED", "", 0) and not jobs["1_1"].live
     assert jobs["1_3"].reason == "JobArrayTaskLimit"
     assert [j.job_id for j in parse_scontrol("JobId=5 ArrayJobId=5 ArrayTaskId=1,4-5 JobState=PENDING")] == \
         ["5_1", "5_4", "5_5"]
 
 
 def test_sacct_output_skips_steps_and_reads_states() -> None:
-    text = "12_0|COMPLETED|0:0\n12_0.batch|COMPLETED|0:0\n12_1|CANCELLED by 0|0:15\n12_[2-3]|PENDING|0:0\n"
+    text = "12_0|COMPLETED\n12_0.batch|COMPLETED\n12_1|CANCELLED by 0\n12_[2-3]|PENDING\n"
     assert [(j.job_id, j.state) for j in parse_sacct(text)] == [("12_0", "COMPLETED"), ("12_1", "CANCELLED")]
 
 
@@ -189,6 +189,7 @@ def test_merged_states_of_a_run(tmp_path: Path) -> None:
     for slurm_state in ("CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"):
         state = merge_state(rd, job, JobState("7_1", slurm_state))
         assert state.label == f"failed ({slurm_state})" and state.failed and not state.live
+    assert merge_state(rd, job, JobState("7_1", "FAILED", "NonZeroExitCode")).label == "failed (FAILED, NonZeroExitCode)"
     assert merge_state(rd, job, None).label.startswith("failed (job 7_1 ended without a result")
     atomic_write_json(rd.failure_path, {"reason": "ValueError: x"})
     assert merge_state(rd, job, JobState("7_1", "FAILED")).label == "failed"
