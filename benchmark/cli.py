@@ -203,18 +203,22 @@ def cmd_perf(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid or _demo_grid(), overrides=_grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else [grid.runs[0]]
     cache_root = Path(args.cache_dir) if args.cache_dir else _runs_root(args, grid.runs_dir) / ".token-cache"
-    rows = [measure(prepare(spec), cache_root) for spec in runs]
+    rows = measure([prepare(spec) for spec in runs], cache_root, warmup=args.warmup, timed_batches=args.timed_batches)
     base = rows[0]
-    table = Table(title=f"protobench perf ({rows[0]['device']}, batch {rows[0]['batch_size']})")
-    for col in ("run", "trunk img/s", "method img/s", "method/trunk", "epoch cached s", "epoch live s",
-                "live/cached", "epoch vs first row"):
-        table.add_column(col, justify="left" if col == "run" else "right")
+    table = Table(title=f"protobench perf ({base['device']}, batch {base['batch_size']}, "
+                        f"{base['train_images']} training images)")
+    for col in ("method", "img/s (trunk + method)", "÷ bare trunk", "epoch from cache (s)", "÷ first row"):
+        table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
-        table.add_row(r["run"], f"{r['trunk_images_per_second']:.1f}", f"{r['method_inference_images_per_second']:.1f}",
+        table.add_row(r["method"], f"{r['method_inference_images_per_second']:.1f}",
                       f"{r['inference_ratio_method_over_trunk']:.3f}", f"{r['epoch_seconds_from_cache']:.3f}",
-                      f"{r['epoch_seconds_recomputing_trunk']:.3f}", f"{r['epoch_speedup_from_cache']:.1f}×",
                       f"{r['epoch_seconds_from_cache'] / base['epoch_seconds_from_cache']:.2f}×")
-    Console().print(table)
+    summary = (f"bare trunk: {base['trunk_images_per_second']:.1f} img/s; {base['method']} epoch recomputing the "
+               f"trunk: {base['epoch_seconds_recomputing_trunk']:.3f} s = {base['epoch_speedup_from_cache']:.1f}× "
+               "the cached epoch")
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    console.print(summary)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
     return 0
@@ -258,8 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("perf", help="timings side by side: trunk, method inference, cached vs live epochs")
-    p.add_argument("grid", nargs="?", help="grid TOML (default: the demo grid); the first run, or --only runs")
+    p.add_argument("grid", nargs="?", help="grid TOML (default: the demo grid); its first run, or the --only runs "
+                                           "(benchmark/grids/perf.toml: every method on a full-size trunk)")
     p.add_argument("--out", help="also write the measurements as JSON")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up batches before timing (paper: 5)")
+    p.add_argument("--timed-batches", type=int, default=5, help="timed inference batches")
     add_run_options(p)
     p.set_defaults(func=cmd_perf)
 

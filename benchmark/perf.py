@@ -70,11 +70,11 @@ def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torc
 
 
 def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: ImageDataset, *, batch_size: int,
-                         device: torch.device, timed_batches: int = 5) -> float:
+                         device: torch.device, warmup: int = WARMUP_BATCHES, timed_batches: int = 5) -> float:
     """Images/s of trunk + method logits (the runtime table's inference column)."""
     method.eval()
-    batches = _image_batches(dataset, batch_size, WARMUP_BATCHES + timed_batches, device)
-    return _throughput(_head_forward(trunk, method), batches, device, WARMUP_BATCHES)
+    batches = _image_batches(dataset, batch_size, warmup + timed_batches, device)
+    return _throughput(_head_forward(trunk, method), batches, device, warmup)
 
 
 def _time_epoch(prep: Prepared, source: Any, seed: int) -> float:
@@ -91,28 +91,36 @@ def _time_epoch(prep: Prepared, source: Any, seed: int) -> float:
     return time.perf_counter() - tic
 
 
-def measure(prep: Prepared, cache_root: Path, *, timed_batches: int = 5) -> dict[str, Any]:
-    """All timings for one prepared run, side by side in this process."""
-    spec, device = prep.spec, prep.device
-    prep.method.to(device)
-    batches = _image_batches(prep.test_set, spec.eval_batch_size, WARMUP_BATCHES + timed_batches, device)
-    trunk_ips = _throughput(lambda x: prep.trunk(x), batches, device, WARMUP_BATCHES)
-    prep.method.eval()
-    head_ips = _throughput(_head_forward(prep.trunk, prep.method), batches, device, WARMUP_BATCHES)
-    cached = prep.train_source(cache_root, progress=False)
-    live = prep.train_source(None, progress=False)
-    _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator
-    epoch_cached = _time_epoch(prep, cached, spec.seed)
-    epoch_live = _time_epoch(prep, live, spec.seed)
-    return {
-        "run": spec.label,
-        "device": str(device),
-        "batch_size": spec.eval_batch_size,
-        "train_images": len(cached),
-        "trunk_images_per_second": trunk_ips,
-        "method_inference_images_per_second": head_ips,
-        "inference_ratio_method_over_trunk": head_ips / trunk_ips,
-        "epoch_seconds_from_cache": epoch_cached,
-        "epoch_seconds_recomputing_trunk": epoch_live,
-        "epoch_speedup_from_cache": epoch_live / epoch_cached,
-    }
+def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BATCHES,
+            timed_batches: int = 5) -> list[dict[str, Any]]:
+    """Timings of several prepared runs side by side in this process. The bare trunk and the
+    epoch that recomputes it are measured for the first run (they do not depend on the method)."""
+    first = preps[0]
+    device = first.device
+    batches = _image_batches(first.test_set, first.spec.eval_batch_size, warmup + timed_batches, device)
+    trunk_ips = _throughput(lambda x: first.trunk(x), batches, device, warmup)
+    rows = []
+    for k, prep in enumerate(preps):
+        spec = prep.spec
+        prep.method.to(device).eval()
+        head_ips = _throughput(_head_forward(prep.trunk, prep.method), batches, device, warmup)
+        cached = prep.train_source(cache_root, progress=False)
+        _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator
+        row = {
+            "run": spec.label,
+            "method": f"{spec.method} J={spec.prototypes_per_class}"
+                      + ("" if spec.variant == "default" else f" [{spec.variant}]"),
+            "device": str(device),
+            "batch_size": spec.eval_batch_size,
+            "train_images": len(cached),
+            "trunk_images_per_second": trunk_ips,
+            "method_inference_images_per_second": head_ips,
+            "inference_ratio_method_over_trunk": head_ips / trunk_ips,
+            "epoch_seconds_from_cache": _time_epoch(prep, cached, spec.seed),
+        }
+        if k == 0:
+            live = _time_epoch(prep, prep.train_source(None, progress=False), spec.seed)
+            row["epoch_seconds_recomputing_trunk"] = live
+            row["epoch_speedup_from_cache"] = live / row["epoch_seconds_from_cache"]
+        rows.append(row)
+    return rows
