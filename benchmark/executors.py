@@ -187,9 +187,10 @@ def _record(grid: GridSpec, runs_root: Path, array: ArraySubmission, executor: s
         rd = RunDir(grid.run_dir(runs_root, spec))
         atomic_write_json(rd.spec_path, spec.to_json())
         array_id, _, task = job.job_id.partition("_")
+        in_array = executor == "slurm" and task.isdigit()  # local and debug job ids are no arrays
         add_job_record(rd.path, JobRecord(
             executor=executor, job_id=job.job_id, submitted=submitted, submitit_folder=str(submission.folder),
-            array_job_id=array_id if task else "", array_task_id=int(task) if task.isdigit() else None,
+            array_job_id=array_id if in_array else "", array_task_id=int(task) if in_array else None,
             snapshot=str(submission.snapshot or ""), profile=profile.source,
         ))
 

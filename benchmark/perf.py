@@ -93,16 +93,17 @@ def _time_epoch(prep: Prepared, source: Any, seed: int) -> float:
 
 def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BATCHES,
             timed_batches: int = 5) -> list[dict[str, Any]]:
-    """Timings of several prepared runs side by side in this process. The bare trunk and the
-    epoch that recomputes it are measured for the first run (they do not depend on the method)."""
+    """Timings of several prepared runs side by side in this process. The epoch that recomputes
+    the trunk is measured for the first run only (its cost is the trunk's, whatever the method)."""
     first = preps[0]
     device = first.device
     batches = _image_batches(first.test_set, first.spec.eval_batch_size, warmup + timed_batches, device)
-    trunk_ips = _throughput(lambda x: first.trunk(x), batches, device, warmup)
     rows = []
     for k, prep in enumerate(preps):
         spec = prep.spec
         prep.method.to(device).eval()
+        # bare trunk and trunk + method back to back, so both see the same machine state
+        trunk_ips = _throughput(lambda x: prep.trunk(x), batches, device, warmup)
         head_ips = _throughput(_head_forward(prep.trunk, prep.method), batches, device, warmup)
         cached = prep.train_source(cache_root, progress=False)
         _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator

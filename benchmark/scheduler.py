@@ -48,11 +48,12 @@ def require_slurm() -> None:
 
 
 def _task_ids(spec: str) -> list[str]:
-    """Expand scontrol's ArrayTaskId ("3", "2-5%2", "1,4-6") to task ids."""
+    """Expand scontrol's ArrayTaskId ("3", "2-5%2", "1,4-6", "0-8:4") to task ids."""
     ids: list[str] = []
     for part in spec.split("%", 1)[0].split(","):
-        low, _, high = part.partition("-")
-        ids.extend(str(i) for i in range(int(low), int(high or low) + 1))
+        span, _, step = part.partition(":")
+        low, _, high = span.partition("-")
+        ids.extend(str(i) for i in range(int(low), int(high or low) + 1, int(step or 1)))
     return ids
 
 

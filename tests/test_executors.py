@@ -133,6 +133,7 @@ def test_submitit_executors_run_a_tiny_grid(tmp_path: Path, executor: str) -> No
         assert rd.result()["run_id"] == spec.run_id
         (record,) = job_records(rd.path)
         assert record.executor == executor and record.submitit_folder == str(submission.folder)
+        assert record.array_job_id == "" and record.array_task_id is None
         assert (rd.path / ATTEMPT_FILE).exists()
     again = submit_runs(grid, list(grid.runs), runs_root, tmp_path / "cache", executor=executor,
                         profile=ClusterProfile())
@@ -170,8 +171,8 @@ def test_scontrol_output_is_read_per_array_task() -> None:
     assert jobs["1_0"].restarts == 1 and jobs["1_0"].live
     assert jobs["1_1"] == JobState("1_1", "CANCELLED", "", 0) and not jobs["1_1"].live
     assert jobs["1_3"].reason == "JobArrayTaskLimit"
-    assert [j.job_id for j in parse_scontrol("JobId=5 ArrayJobId=5 ArrayTaskId=1,4-5 JobState=PENDING")] == \
-        ["5_1", "5_4", "5_5"]
+    assert [j.job_id for j in parse_scontrol("JobId=5 ArrayJobId=5 ArrayTaskId=1,4-5,6-10:4 JobState=PENDING")] == \
+        ["5_1", "5_4", "5_5", "5_6", "5_10"]
 
 
 def test_sacct_output_skips_steps_and_reads_states() -> None:

@@ -200,7 +200,7 @@ def restart_count(rd: RunDir) -> int:
 def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: ClusterProfile, tmp_path: Path) -> None:
     """Requeued twice mid-training: from outside (``scontrol requeue``, as SLURM preemption
     does) and through submitit's own handler (SIGUSR2: checkpoint, requeue, exit)."""
-    grid = tiny_grid("long", tmp_path / "data", epochs=80)
+    grid = tiny_grid("long", tmp_path / "data", epochs=300)  # ≈ 30 s of training on an idle 2-core machine
     preempted_root, reference_root = tmp_path / "preempted", tmp_path / "reference"
     preempted = submit(grid, preempted_root, tmp_path / "cache", profile)
     submit(grid, reference_root, tmp_path / "cache", profile)
