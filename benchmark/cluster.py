@@ -70,7 +70,7 @@ class ClusterProfile:
     """A cluster profile: the default job shape, per-backbone shapes, and how jobs start."""
 
     name: str = "default"
-    source: str = "(built-in defaults)"
+    source: str = "built-in defaults"
     description: str = ""
     shape: JobShape = JobShape()
     backbone_shapes: tuple[tuple[str, JobShape], ...] = ()

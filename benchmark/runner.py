@@ -145,7 +145,7 @@ def execute_run(
         try:
             return _execute(spec, rd, cache_root, bars, say, stop_after_epoch)
         except BaseException as err:
-            if not isinstance(err, (KeyboardInterrupt, TrainingInterrupted)):
+            if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
                     "reason": f"{type(err).__name__}: {err}",
                     "traceback": traceback.format_exc(),

@@ -45,7 +45,7 @@ def one(frame: pd.DataFrame, **where: object) -> pd.Series:
 def test_fixture_loads_one_row_per_run_with_tidy_columns() -> None:
     frame = load_results([RUNS])
     assert list(frame.columns) == list(TIDY_COLUMNS)
-    assert len(frame) == len(list(RUNS.rglob("result.json"))) == 30
+    assert len(frame) == len(list(RUNS.rglob("result.json"))) == 32
     assert str(frame["J"].dtype) == "Int64" and str(frame["seed"].dtype) == "Int64"
     row = one(frame, dataset="cub", backbone="dinov2_vitb14", method="vmfproto", J=5, variant="default", seed=1)
     assert (row["con"], row["sta"], row["dis"], row["acc"], row["comp"]) == (78.0, 81.5, 96.8, 90.4, 55.0)
@@ -67,7 +67,7 @@ def test_null_and_absent_metrics_are_nan() -> None:
 
 
 def test_a_result_reached_through_two_directories_is_read_once() -> None:
-    assert len(load_results([RUNS, RUNS / "cub_main"])) == 30
+    assert len(load_results([RUNS, RUNS / "cub_main"])) == 32
 
 
 def test_missing_directory_and_empty_directory_are_user_errors(tmp_path: Path) -> None:
