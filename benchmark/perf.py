@@ -10,6 +10,7 @@ starts after the images are on the device.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +53,29 @@ def _throughput(forward: Callable[[torch.Tensor], Any], batches: list[torch.Tens
         forward(images)
     _sync(device)
     return sum(len(b) for b in batches[warmup:]) / (time.perf_counter() - tic)
+
+
+@torch.inference_mode()
+def _paired_throughput(first: Callable[[torch.Tensor], Any], second: Callable[[torch.Tensor], Any],
+                       batches: list[torch.Tensor], device: torch.device, warmup: int) -> tuple[float, float, float]:
+    """Images/s of ``first`` and of ``second``, timed alternately on each batch, and the median over
+    batches of the per-batch ratio second/first throughput (robust to a machine whose speed drifts)."""
+    for images in batches[:warmup]:
+        first(images)
+        second(images)
+    seconds: list[tuple[float, float]] = []
+    for images in batches[warmup:]:
+        pair = []
+        for forward in (first, second):
+            _sync(device)
+            tic = time.perf_counter()
+            forward(images)
+            _sync(device)
+            pair.append(time.perf_counter() - tic)
+        seconds.append((pair[0], pair[1]))
+    images_timed = sum(len(b) for b in batches[warmup:])
+    ratio = statistics.median(a / b for a, b in seconds)
+    return images_timed / sum(a for a, _ in seconds), images_timed / sum(b for _, b in seconds), ratio
 
 
 def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -102,9 +126,9 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
     for k, prep in enumerate(preps):
         spec = prep.spec
         prep.method.to(device).eval()
-        # bare trunk and trunk + method back to back, so both see the same machine state
-        trunk_ips = _throughput(lambda x: prep.trunk(x), batches, device, warmup)
-        head_ips = _throughput(_head_forward(prep.trunk, prep.method), batches, device, warmup)
+        # bare trunk and trunk + method alternately on every batch, so both see the same machine state
+        trunk_ips, head_ips, ratio = _paired_throughput(
+            lambda x: prep.trunk(x), _head_forward(prep.trunk, prep.method), batches, device, warmup)
         cached = prep.train_source(cache_root, progress=False)
         _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator
         row = {
@@ -116,8 +140,8 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
             "train_images": len(cached),
             "trunk_images_per_second": trunk_ips,
             "method_inference_images_per_second": head_ips,
-            "inference_ratio_method_over_trunk": head_ips / trunk_ips,
-            "epoch_seconds_from_cache": _time_epoch(prep, cached, spec.seed),
+            "inference_ratio_method_over_trunk": ratio,
+            "epoch_seconds_from_cache": statistics.median(_time_epoch(prep, cached, spec.seed) for _ in range(3)),
         }
         if k == 0:
             live = _time_epoch(prep, prep.train_source(None, progress=False), spec.seed)

@@ -127,3 +127,13 @@ def test_explanations_pick_own_class_training_patches(finished):
         for ev in exp.why:
             assert train_labels[ev.nearest_source[0]] == exp.predicted  # push rule: own class only
             assert ev.nearest_patch.ndim == 3 and ev.nearest_patch.size > 0
+
+
+def test_perf_reports_side_by_side_ratios(workdir, grid_file, finished):
+    out = workdir / "perf.json"
+    assert main(["perf", str(grid_file), "--runs-dir", str(workdir / "runs"), "--warmup", "1",
+                 "--timed-batches", "2", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["trunk_images_per_second"] > 0 and row["method_inference_images_per_second"] > 0
+    assert row["epoch_speedup_from_cache"] == pytest.approx(
+        row["epoch_seconds_recomputing_trunk"] / row["epoch_seconds_from_cache"])
