@@ -20,7 +20,7 @@ AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
-OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights")
+OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ class RunSpec:
     measure_inference: bool = False
     cache: bool = True
     cache_dtype: str = "float16"
+    # Store the early block's tokens too (set by the grid when any run sharing this trunk and
+    # dataset needs them, so every run reads one cache entry); the run's science is unchanged.
+    cache_early_tokens: bool = False
     device: str = "auto"
     num_workers: int = 0
 
@@ -101,7 +104,7 @@ def _check_type(key: str, value: Any, where: str) -> None:
         "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
         "eval_batch_size": int, "map_pool": int, "num_workers": int,
         "method_args": dict, "dataset_args": dict, "backbone_args": dict,
-        "measure_inference": bool, "cache": bool,
+        "measure_inference": bool, "cache": bool, "cache_early_tokens": bool,
     }.get(key, str)
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if not ok:

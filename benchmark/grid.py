@@ -48,6 +48,21 @@ def _axes(block: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
 
 
+def _trunk_and_data(spec: RunSpec) -> tuple[object, ...]:
+    """What a token cache entry depends on, besides split and view."""
+    return (spec.backbone, spec.weights, spec.weights_id, repr(sorted(spec.backbone_args.items())), spec.dataset,
+            spec.data_root, repr(sorted(spec.dataset_args.items())), spec.image_size, spec.cache_dtype)
+
+
+def share_early_token_caches(runs: list[RunSpec]) -> tuple[RunSpec, ...]:
+    """When a run needs an early block's tokens (EvalProtoPNet's SDFA), every run on the same
+    trunk and data stores them too, so the whole group reads one cache entry per split and view."""
+    from methods.registry import get_method_class
+
+    needing = {_trunk_and_data(r) for r in runs if get_method_class(r.method).needs_early_tokens}
+    return tuple(r.with_overrides(cache_early_tokens=True) if _trunk_and_data(r) in needing else r for r in runs)
+
+
 def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] | None = None) -> GridSpec:
     """Validate and expand a parsed grid document; ``overrides`` replace fields of every run
     (e.g. ``--data-root``)."""
@@ -80,7 +95,7 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         raise ProtobenchError(f"{source}: the grid expands to no runs")
     return GridSpec(
         name=name,
-        runs=tuple(runs.values()),
+        runs=share_early_token_caches(list(runs.values())),
         description=str(data.get("description", "")),
         runs_dir=str(data.get("runs_dir", "runs")),
         source=source,

@@ -189,7 +189,7 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
         return []
     from methods.registry import get_method_class
 
-    early = get_method_class(spec.method).needs_early_tokens
+    early = spec.cache_early_tokens or get_method_class(spec.method).needs_early_tokens
     trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
              spec.dataset, spec.data_root, json.dumps(spec.dataset_args, sort_keys=True), spec.image_size,
              spec.cache_dtype, early)

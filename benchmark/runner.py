@@ -81,7 +81,8 @@ class Prepared:
         return token_source(
             self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
             backbone_key=spec.backbone,
-            early_block=self.method.ctx.early_block_index if self.method.needs_early_tokens else None,
+            early_block=self.method.ctx.early_block_index
+            if self.method.needs_early_tokens or spec.cache_early_tokens else None,
             dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
             num_workers=spec.num_workers, progress=progress,
         )

@@ -77,3 +77,13 @@ def test_select_runs_by_key_and_id():
     assert select_runs(g, [first.run_id[:6]]) == [first]
     with pytest.raises(ProtobenchError, match="matches no run"):
         select_runs(g, ["seed=9"])
+
+
+def test_runs_sharing_a_trunk_with_evalprotopnet_share_its_early_token_cache():
+    g = parse_grid({"name": "g", "defaults": {**BASE, "prototypes_per_class": 3},
+                    "sweep": [{"method": ["vmfproto", "evalprotopnet"]},
+                              {"method": "nppp", "backbone": "dinov2_vitb14"}]}, source="t")
+    flags = {(r.method, r.backbone): r.cache_early_tokens for r in g.runs}
+    assert flags == {("vmfproto", "dinov2_vits14"): True, ("evalprotopnet", "dinov2_vits14"): True,
+                     ("nppp", "dinov2_vitb14"): False}
+    assert grid(prototypes_per_class=3).runs[0].cache_early_tokens is False
