@@ -19,12 +19,11 @@ Runs with the same :class:`JobShape` go into one job array.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import RunSpec, unknown_key_error
+from benchmark.config import RunSpec, read_toml, unknown_key_error
 from benchmark.errors import ProtobenchError
 
 
@@ -178,11 +177,5 @@ def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterPro
 def load_profile(path: str | Path) -> ClusterProfile:
     """Read a cluster profile TOML (``slurm/profiles/*.toml``)."""
     path = Path(path)
-    if not path.is_file():
-        raise ProtobenchError(f"cluster profile {str(path)!r} does not exist; give a TOML file such as "
-                              "slurm/profiles/example.toml")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ProtobenchError(f"cluster profile {str(path)!r} is not valid TOML: {err}") from err
+    data = read_toml(path, "cluster profile", "give a TOML file such as slurm/profiles/example.toml")
     return parse_profile(data, source=str(path), name=path.stem)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from benchmark.errors import ProtobenchError
@@ -89,6 +91,17 @@ class RunSpec:
 
 
 RUN_FIELDS: dict[str, Any] = {f.name: f for f in fields(RunSpec)}
+
+
+def read_toml(path: Path, what: str, hint: str) -> dict[str, Any]:
+    """A TOML file's contents; a missing or malformed file is one error naming it (``what``:
+    "grid file", "cluster profile"; ``hint``: where to find a valid one)."""
+    if not path.is_file():
+        raise ProtobenchError(f"{what} {str(path)!r} does not exist; {hint}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ProtobenchError(f"{what} {str(path)!r} is not valid TOML: {err}") from err
 
 
 def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError:

@@ -18,12 +18,11 @@ seed = [0, 1]                       # duplicates (same run id) kept once
 from __future__ import annotations
 
 import itertools
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, unknown_key_error
+from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, read_toml, unknown_key_error
 from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
@@ -105,13 +104,7 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
 def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> GridSpec:
     """Read a grid TOML file; every error names the file and the offending key."""
     path = Path(path)
-    if not path.is_file():
-        raise ProtobenchError(f"grid file {str(path)!r} does not exist; give the path of a .toml grid "
-                              "(ready-made grids are in benchmark/grids/)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ProtobenchError(f"grid file {str(path)!r} is not valid TOML: {err}") from err
+    data = read_toml(path, "grid file", "give the path of a .toml grid (ready-made grids are in benchmark/grids/)")
     return parse_grid(data, source=str(path), overrides=overrides)
 
 

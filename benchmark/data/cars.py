@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset, check_split
+from benchmark.data.dataset import ImageDataset, check_images_exist, check_split
 from benchmark.data.matfiles import (
     check_labels,
     first_existing,
@@ -63,11 +63,7 @@ def read_cars(root: str | Path, split: str, *, image_size: int = 224) -> ImageDa
     labels = check_labels(numbers, len(class_names), annos_path, "class", _FIX)
 
     image_paths = [images_dir / Path(name).name for name in fnames]
-    missing = [p for p in image_paths if not p.is_file()]
-    if missing:
-        raise ProtobenchError(
-            f"Image file {missing[0]} listed in {annos_path} is missing ({len(missing)} missing in all); {_FIX}."
-        )
+    check_images_exist(image_paths, annos_path, _FIX)
     return ImageDataset(
         name="cars",
         root=base,

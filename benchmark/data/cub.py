@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset, PartAnnotations, check_split
+from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images_exist, check_split
 from benchmark.data.transforms import integer_box
 from benchmark.errors import ProtobenchError
 
@@ -257,12 +257,7 @@ def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int
 
     relpaths = [images[key][1][0] for key in ids]
     image_paths = [cub / "images" / rel for rel in relpaths]
-    missing = [p for p in image_paths if not p.is_file()]
-    if missing:
-        raise ProtobenchError(
-            f"Image file {missing[0]} listed in {t_images.path} is missing ({len(missing)} {split} images "
-            f"missing in all); {fix}."
-        )
+    check_images_exist(image_paths, t_images.path, fix)
     seg_dirs = [d for d in (cub / "segmentations", cub.parent / "segmentations") if d.is_dir()]
     segmentation_paths: list[Path | None] = []
     for rel in relpaths:

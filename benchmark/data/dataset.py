@@ -21,6 +21,15 @@ def check_split(name: str, split: str) -> None:
         raise ProtobenchError(f"Unknown split {split!r} for dataset {name}; use 'train' or 'test'.")
 
 
+def check_images_exist(image_paths: list[Path], listed_in: Path, fix: str) -> None:
+    """One error naming the first listed image that is not on disk (and how many are missing)."""
+    missing = [p for p in image_paths if not p.is_file()]
+    if missing:
+        raise ProtobenchError(
+            f"Image file {missing[0]} listed in {listed_in} is missing ({len(missing)} missing in all); {fix}."
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class PartAnnotations:
     """CUB part annotations of one split, in dataset order, exactly as read from disk.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset, check_split
+from benchmark.data.dataset import ImageDataset, check_images_exist, check_split
 from benchmark.data.matfiles import check_labels, first_existing, integers, load_mat, strings
 from benchmark.errors import ProtobenchError
 
@@ -53,11 +53,7 @@ def read_dogs(root: str | Path, split: str, *, image_size: int = 224) -> ImageDa
                 f"{class_names[label]} (sorted folders of {images_dir}); {_FIX}."
             )
     image_paths = [images_dir / rel for rel in files]
-    missing = [p for p in image_paths if not p.is_file()]
-    if missing:
-        raise ProtobenchError(
-            f"Image file {missing[0]} listed in {list_path} is missing ({len(missing)} missing in all); {_FIX}."
-        )
+    check_images_exist(image_paths, list_path, _FIX)
     return ImageDataset(
         name="dogs",
         root=root,
