@@ -1,4 +1,4 @@
-"""The ``protobench`` command line."""
+"""protobench: train and evaluate part-prototype classifiers on frozen DINO trunks, grid by grid (make demo; see the README)."""
 from __future__ import annotations
 
 import argparse
