@@ -487,18 +487,3 @@ def generate_synthbirds(
             if leftover.exists():
                 shutil.rmtree(leftover)
     return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
-    tmp, old = out.with_name(f".{out.name}.partial-{tag}"), out.with_name(f".{out.name}.old-{tag}")
-    tmp.mkdir()
-    try:
-        _write_dataset(tmp, classes, images_per_class, seed, image_size)
-        (tmp / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-    finally:
-        for leftover in (tmp, old):
-            if leftover.exists():
-                shutil.rmtree(leftover)
-    return out
