@@ -114,7 +114,7 @@ class EvalProtoPNet(PrototypeMethod):
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "orth": orth_weight,
                              "sdfa": sdfa_weight}
 
-        self.block, self._block_trainable = make_block(ctx, expanded)
+        self.block = make_block(ctx, expanded)
         self.add_on = make_add_on((ctx.embed_dim, basis_dim))  # Linear(D→K) → Sigmoid
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.aggregation_weights = torch.nn.Parameter(torch.ones(ctx.num_classes, ctx.prototypes_per_class))
@@ -149,8 +149,7 @@ class EvalProtoPNet(PrototypeMethod):
             ParamGroup("basis", [self.basis], self.basis_lr),
             ParamGroup("aggregation", [self.aggregation_weights], self.aggregation_lr),
         ]
-        return warm_joint_stages(warm, block_groups(self.block, self._block_trainable, self.block_lr,
-                                                    self.block_weight_decay),
+        return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
                                  warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
                                  lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma)
 

@@ -110,7 +110,7 @@ class ProtoPNet(PrototypeMethod):
         # signed coefficients of train_and_test.py / settings.py ``coefs``
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "l1": l1_weight}
 
-        self.block, self._block_trainable = make_block(ctx, expanded)
+        self.block = make_block(ctx, expanded)
         self.add_on = make_add_on((ctx.embed_dim, prototype_dim, prototype_dim))
         self.prototypes = init_prototypes(ctx.num_prototypes, prototype_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)
@@ -151,8 +151,7 @@ class ProtoPNet(PrototypeMethod):
             ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
             ParamGroup("prototypes", [self.prototypes], self.prototype_lr),
         ]
-        return warm_joint_stages(warm, block_groups(self.block, self._block_trainable, self.block_lr,
-                                                    self.block_weight_decay),
+        return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
                                  warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
                                  lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma)
 

@@ -134,7 +134,7 @@ class TesNet(PrototypeMethod):
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "l1": l1_weight,
                              "orth": orth_weight, "subsep": subsep_weight}
 
-        self.block, self._block_trainable = make_block(ctx, expanded)
+        self.block = make_block(ctx, expanded)
         self.add_on = make_add_on((ctx.embed_dim, basis_dim, basis_dim))
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)
@@ -175,8 +175,7 @@ class TesNet(PrototypeMethod):
             ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
             ParamGroup("basis", [self.basis], self.basis_lr),
         ]
-        return warm_joint_stages(warm, block_groups(self.block, self._block_trainable, self.block_lr,
-                                                    self.block_weight_decay),
+        return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
                                  warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
                                  lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma)
 

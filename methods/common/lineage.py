@@ -66,20 +66,9 @@ def check_epochs_in_schedule(method: str, argument: str, epochs: Sequence[int], 
 
 
 # ---- the head's input: frozen tokens or the appended block's output ---------------------------
-def make_block(ctx: MethodContext, expanded: bool) -> tuple[nn.Module | None, tuple[str, ...]]:
-    """The appended trainable block of protocol.md ("block expansion") when ``expanded``, with the
-    names of its ``trainable_parameters()`` (MethodContext: the frozen final norm stays out), so a
-    stage can list them with ``parameters_named`` whatever ``requires_grad`` the loop left."""
-    if not expanded:
-        return None, ()
-    block = ctx.make_block()
-    trainable = {id(p) for p in block.trainable_parameters()}
-    return block, tuple(name for name, p in block.named_parameters() if id(p) in trainable)
-
-
-def parameters_named(module: nn.Module, names: Sequence[str]) -> list[nn.Parameter]:
-    params = dict(module.named_parameters())
-    return [params[name] for name in names]
+def make_block(ctx: MethodContext, expanded: bool) -> nn.Module | None:
+    """The appended trainable block of protocol.md ("block expansion") when ``expanded``."""
+    return ctx.make_block() if expanded else None
 
 
 def head_input(batch: TokenBatch, block: nn.Module | None) -> Tensor:
@@ -87,9 +76,10 @@ def head_input(batch: TokenBatch, block: nn.Module | None) -> Tensor:
     return batch.tokens if block is None else block(batch.block_input)
 
 
-def block_groups(block: nn.Module | None, trainable: Sequence[str], lr: float, weight_decay: float) -> list[ParamGroup]:
-    """The optimiser group of the appended block (none without it)."""
-    return [] if block is None else [ParamGroup("block", parameters_named(block, trainable), lr, weight_decay)]
+def block_groups(block: nn.Module | None, lr: float, weight_decay: float) -> list[ParamGroup]:
+    """The optimiser group of the appended block (none without it): its ``trainable_parameters()``
+    (MethodContext: the frozen final norm stays out)."""
+    return [] if block is None else [ParamGroup("block", block.trainable_parameters(), lr, weight_decay)]
 
 
 def step_lr(step_size: int, gamma: float) -> SchedulerFactory:

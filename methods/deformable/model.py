@@ -125,7 +125,7 @@ class DeformableProtoPNet(PrototypeMethod):
                 nn.Conv2d(dim, offset_channels, kernel_size=KERNEL + 2, padding=1), nn.ReLU(),
                 nn.Conv2d(offset_channels, 2 * NUM_PARTS, kernel_size=KERNEL, padding=1),
             )
-            self.block, self._block_trainable = make_block(ctx, expanded)  # last: same head init either way
+            self.block = make_block(ctx, expanded)  # last: same head init either way
         for conv in (self.offset_net[0], self.offset_net[2]):  # official: zero init
             nn.init.zeros_(conv.weight)
             nn.init.zeros_(conv.bias)
@@ -186,7 +186,7 @@ class DeformableProtoPNet(PrototypeMethod):
         warm = [ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
                 ParamGroup("prototypes", [self.prototypes], self.prototype_lr)]
         joint = [*warm, ParamGroup("offsets", list(self.offset_net.parameters()), self.offset_lr),
-                 *block_groups(self.block, self._block_trainable, self.block_lr, self.block_weight_decay)]
+                 *block_groups(self.block, self.block_lr, self.block_weight_decay)]
         return [
             Stage("warm", self.warm_epochs, warm),
             Stage("joint", self.joint_epochs, joint, scheduler=partial(

@@ -121,7 +121,7 @@ class MGProto(PrototypeMethod):
         classes, per_class = ctx.num_classes, ctx.prototypes_per_class
         with torch.random.fork_rng(devices=[]):  # initialisation is a function of ctx.seed alone
             torch.manual_seed(ctx.seed)
-            self.block, self._block_params = make_block(ctx, expanded)
+            self.block = make_block(ctx, expanded)
             # model.py, add_on_layers_type='regular': two 1×1 convs, no non-linearity (Kaiming fan_out)
             self.add_on = make_add_on((ctx.embed_dim, latent_dim, latent_dim), hidden=None, final=None)
             # model.py: prototype_means = l2_normalize(torch.rand(C, J, d))
@@ -166,7 +166,7 @@ class MGProto(PrototypeMethod):
     # ---- training ----------------------------------------------------------------------------
     def stages(self) -> list[Stage]:
         groups = [ParamGroup("add_on", list(self.add_on.parameters()), self.lr_add_on, self.add_on_weight_decay),
-                  *block_groups(self.block, self._block_params, self.lr_block, self.block_weight_decay)]
+                  *block_groups(self.block, self.lr_block, self.block_weight_decay)]
         milestones, gamma = list(self.lr_milestones), self.lr_gamma
 
         def scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:

@@ -95,7 +95,7 @@ class NPPP(PrototypeMethod):
         classes, per_class = ctx.num_classes, ctx.prototypes_per_class
         with torch.random.fork_rng(devices=[]):  # initialisation is a function of ctx.seed alone
             torch.manual_seed(ctx.seed)
-            self.block, self._block_params = make_block(ctx, True)
+            self.block = make_block(ctx, True)
             prototypes = nn.init.trunc_normal_(torch.empty(classes + 1, per_class, ctx.embed_dim), std=prototype_std)
         self.register_buffer("prototypes", prototypes)  # pnp.py: a buffer, trunc_normal_(std=0.02)
         self.sa_weights = nn.Parameter(torch.full((classes, per_class), float(sa_init)))
@@ -153,7 +153,7 @@ class NPPP(PrototypeMethod):
 
     # ---- training ----------------------------------------------------------------------------
     def stages(self) -> list[Stage]:
-        groups = [*block_groups(self.block, self._block_params, self.lr_block, 0.0),
+        groups = [*block_groups(self.block, self.lr_block, 0.0),
                   ParamGroup("score_aggregation", [self.sa_weights], self.lr_sa)]
         return [Stage(DISCOVERY, self.discovery_epochs), Stage(FINETUNE, self.finetune_epochs, groups)]
 
