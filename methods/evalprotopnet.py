@@ -35,7 +35,7 @@ from methods.common.lineage import (
     warm_joint_stages,
 )
 from methods.registry import register_method
-from methods.tesnet import min_cosine_distances, orthogonality_cost, projections
+from methods.tesnet import class_projection_maps, min_cosine_distances, orthogonality_cost, projections
 
 
 def aggregate_scores(pooled: Tensor, weights: Tensor) -> Tensor:
@@ -130,15 +130,12 @@ class EvalProtoPNet(PrototypeMethod):
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """``softmax(w_c)_j · J · maxproj_cj`` for c = ``classes[b]``: the J terms of its logit."""
         J = self.prototypes_per_class
-        chosen = self.basis.view(self.num_classes, J, -1)[classes]  # B×J×K
-        pooled = projections(self.latent(batch), chosen).amax(dim=-1)  # B×J
+        pooled = self.activation_maps(batch, classes).flatten(2).amax(dim=-1)  # B×J max projections
         return F.softmax(self.aggregation_weights[classes], dim=-1) * J * pooled
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The projection ``⟨z, b̂⟩`` on the grid (methods.md), for the J basis vectors of ``classes[b]``."""
-        J, (H, W) = self.prototypes_per_class, batch.grid
-        chosen = self.basis.view(self.num_classes, J, -1)[classes]
-        return projections(self.latent(batch), chosen).view(len(batch), J, H, W)
+        return class_projection_maps(self.latent(batch), self.basis, classes, self.prototypes_per_class, batch.grid)
 
     # ---- training ---------------------------------------------------------------------------
     def stages(self) -> list[Stage]:

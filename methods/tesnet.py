@@ -46,6 +46,14 @@ def projections(latent: Tensor, basis: Tensor) -> Tensor:
     return F.normalize(basis, dim=-1) @ latent.transpose(1, 2)
 
 
+def class_projection_maps(latent: Tensor, basis: Tensor, classes: Tensor, per_class: int,
+                          grid: tuple[int, int]) -> Tensor:
+    """B×J×H×W projections ``⟨z, b̂⟩`` on the grid of the J = ``per_class`` basis vectors of
+    ``classes[b]`` (class-major basis C·J×K): the activation map of TesNet and EvalProtoPNet."""
+    chosen = basis.view(-1, per_class, basis.shape[-1])[classes]
+    return projections(latent, chosen).view(len(latent), per_class, *grid)
+
+
 def min_cosine_distances(projection: Tensor, latent: Tensor) -> Tensor:
     """B×P ``min_grid −cos(z, b̂) = −max_grid ⟨z, b̂⟩/‖z‖`` from the B×P×N projections and the B×N×K
     latent (model.py ``_cosine_convolution`` + ``global_min_pooling``): the distances of Clst/Sep."""
@@ -163,9 +171,7 @@ class TesNet(PrototypeMethod):
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The projection ``⟨z, b̂⟩`` on the grid (methods.md), for the J basis vectors of ``classes[b]``."""
-        J, (H, W) = self.prototypes_per_class, batch.grid
-        chosen = self.basis.view(self.num_classes, J, -1)[classes]
-        return projections(self.latent(batch), chosen).view(len(batch), J, H, W)
+        return class_projection_maps(self.latent(batch), self.basis, classes, self.prototypes_per_class, batch.grid)
 
     # ---- training ---------------------------------------------------------------------------
     def stages(self) -> list[Stage]:
