@@ -17,21 +17,27 @@ def _fmt(value: object) -> str:
     return "–" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
-def status_table(root: Path, extra_states: dict[str, str] | None = None) -> tuple[Table, Counter[str]]:
-    """A rich table of the runs below ``root`` and the count of each state.
+def status_table(root: Path, extra_states: dict[str, str] | None = None
+                 ) -> tuple[Table, Counter[str], list[tuple[Path, str]]]:
+    """A rich table of the runs below ``root``, the count of each state, and the failed runs with
+    their reasons (one pass, each run's files read once).
 
     ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
     table = Table(title=f"runs under {root}", show_lines=False)
     for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS):
         table.add_column(column, justify="right" if column in METRIC_COLUMNS or column in ("J", "seed") else "left")
     counts: Counter[str] = Counter()
+    failed: list[tuple[Path, str]] = []
     for rd in find_run_dirs(root):
         spec = rd.spec() or {}
-        state = rd.state
+        result = rd.result()
+        state = "done" if result is not None else rd.state
+        if state == "failed":
+            failed.append((rd.path, (rd.failure() or {}).get("reason", "")))
         if extra_states and str(rd.path) in extra_states and state != "done":
             state = extra_states[str(rd.path)]
         counts[state] += 1
-        metrics = (rd.result() or {}).get("metrics", {})
+        metrics = (result or {}).get("metrics", {})
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
         table.add_row(
             rd.path.parent.name, rd.path.name[:8], f"[{style}]{state}[/{style}]",
@@ -39,16 +45,15 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None) -> tupl
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS),
         )
-    return table, counts
+    return table, counts, failed
 
 
 def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None) -> Counter[str]:
     console = console or Console(width=None if sys.stdout.isatty() else 200)  # logs: no wrapping
-    table, counts = status_table(root, extra_states)
+    table, counts, failed = status_table(root, extra_states)
     console.print(table)
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    failed = [rd for rd in find_run_dirs(root) if rd.state == "failed"]
-    for rd in failed:
-        console.print(f"[red]failed[/red] {rd.path}: {(rd.failure() or {}).get('reason', '')}")
+    for path, reason in failed:
+        console.print(f"[red]failed[/red] {path}: {reason}")
     return counts
