@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
+from benchmark.store import default_cache_root
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
@@ -33,6 +34,10 @@ def _runs_root(args: argparse.Namespace, grid_runs_dir: str) -> Path:
     return Path(args.runs_dir or grid_runs_dir)
 
 
+def _cache_root(args: argparse.Namespace, runs_root: Path) -> Path:
+    return Path(args.cache_dir) if args.cache_dir else default_cache_root(runs_root)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from benchmark.executors import run_local
     from benchmark.grid import load_grid, select_runs
@@ -41,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
     runs_root = _runs_root(args, grid.runs_dir)
-    cache_root = Path(args.cache_dir) if args.cache_dir else runs_root / ".token-cache"
+    cache_root = _cache_root(args, runs_root)
     if args.executor != "local":
         return _submit(grid, runs, runs_root, cache_root, args)
     if args.profile:
@@ -202,7 +207,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
     grid = load_grid(args.grid or _demo_grid(), overrides=_grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else [grid.runs[0]]
-    cache_root = Path(args.cache_dir) if args.cache_dir else _runs_root(args, grid.runs_dir) / ".token-cache"
+    cache_root = _cache_root(args, _runs_root(args, grid.runs_dir))
     rows = measure([prepare(spec) for spec in runs], cache_root, warmup=args.warmup, timed_batches=args.timed_batches)
     base = rows[0]
     table = Table(title=f"protobench perf ({base['device']}, batch {base['batch_size']}, "

@@ -16,7 +16,7 @@ from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.features import TokenSource
-from benchmark.reevaluate import default_cache_root, load_trained
+from benchmark.reevaluate import load_trained, run_cache_root
 from methods.base import PrototypeMethod
 
 DISPLAY_SIZE = 224  # the frame the maps are read in (metrics.md)
@@ -85,7 +85,7 @@ def explain_run(run_dir: Path, *, images: int, top_prototypes: int = 3, cache_di
     """Explanations for ``images`` test images spread evenly over the test split."""
     prep = load_trained(run_dir)
     method, device, spec = prep.method, prep.device, prep.spec
-    cache_root = cache_dir or default_cache_root(run_dir)
+    cache_root = cache_dir or run_cache_root(run_dir)
     test, _ = prep.test_sources(cache_root, progress=False)
     train = prep.train_source(cache_root, progress=False, augmented=False)  # push reads the un-augmented set
     chosen = torch.linspace(0, len(test) - 1, steps=min(images, len(test))).round().long().unique()

@@ -9,7 +9,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.runner import Prepared, prepare
-from benchmark.store import RunDir, atomic_write_json
+from benchmark.store import RunDir, atomic_write_json, default_cache_root
 from benchmark.training import load_checkpoint
 
 
@@ -31,16 +31,16 @@ def load_trained(run_dir: Path, **overrides: object) -> Prepared:
     return prep
 
 
-def default_cache_root(run_dir: Path) -> Path:
-    """Where ``protobench run`` put the token cache: ``RUNS_DIR/.token-cache`` beside the grid folders."""
-    return run_dir.parent.parent / ".token-cache"
+def run_cache_root(run_dir: Path) -> Path:
+    """Where ``protobench run`` put the token cache of ``RUNS_DIR/<grid>/<run_id>``."""
+    return default_cache_root(run_dir.parent.parent)
 
 
 def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | None = None) -> dict[str, Any]:
     """Metrics of the run's final checkpoint; written to ``RUN_DIR/evaluations/map_pool<k>.json``."""
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
-    cache_root = Path(cache_dir) if cache_dir else default_cache_root(run_dir)
+    cache_root = Path(cache_dir) if cache_dir else run_cache_root(run_dir)
     test_src, noisy_src = prep.test_sources(cache_root, progress=False)
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)

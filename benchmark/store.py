@@ -17,6 +17,12 @@ RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
+TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
+
+
+def default_cache_root(runs_root: Path) -> Path:
+    """Where the token cache of a runs directory lives unless ``--cache-dir`` says otherwise."""
+    return Path(runs_root) / TOKEN_CACHE_DIR
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
