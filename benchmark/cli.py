@@ -198,11 +198,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_perf(args: argparse.Namespace) -> int:
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from benchmark.grid import load_grid, select_runs
     from benchmark.perf import measure
+    from benchmark.progress import output_console
     from benchmark.runner import prepare
 
     grid = load_grid(args.grid or _demo_grid(), overrides=_grid_overrides(args))
@@ -221,7 +221,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     summary = (f"bare trunk: {base['trunk_images_per_second']:.1f} img/s; {base['method']} epoch recomputing the "
                f"trunk: {base['epoch_seconds_recomputing_trunk']:.3f} s = {base['epoch_speedup_from_cache']:.1f}× "
                "the cached epoch")
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = output_console()
     console.print(table)
     console.print(summary)
     if args.out:

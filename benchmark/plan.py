@@ -219,10 +219,11 @@ def make_plan(grid: GridSpec, profile: ClusterProfile, costs: Costs) -> Plan:
 
 
 def print_plan(plan: Plan) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from benchmark.progress import output_console
+
+    console = output_console()
     grid = plan.grid
     console.print(f"grid [bold]{grid.name}[/bold] ({grid.source}): {len(plan.runs)} runs; "
                   f"profile {plan.profile.name} ({plan.profile.source})")

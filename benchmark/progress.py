@@ -5,8 +5,17 @@ import sys
 from collections.abc import Callable
 from typing import Protocol
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
+
+
+def output_console() -> Console:
+    """The console for tables and reports: the terminal's width on a TTY; piped or logged
+    output (CI, SLURM logs, tests) is never hard-wrapped, so every line stays greppable."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=200, soft_wrap=True)
 
 
 class Task(Protocol):

@@ -1,13 +1,13 @@
 """``protobench status``: what every run under a runs directory is doing, in one table."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from benchmark.progress import output_console
 from benchmark.store import find_run_dirs
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
@@ -49,7 +49,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
 
 
 def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None) -> Counter[str]:
-    console = console or Console(width=None if sys.stdout.isatty() else 200)  # logs: no wrapping
+    console = console or output_console()
     table, counts, failed = status_table(root, extra_states)
     console.print(table)
     total = sum(counts.values())

@@ -52,6 +52,19 @@ def test_every_grid_file_plans_without_its_data(path: Path, capsys: pytest.Captu
     assert f"{len(grid.runs)} runs" in out and "GPU-hours" in out and "token cache" in out
 
 
+def test_plan_lines_are_not_wrapped_under_a_long_checkout_path(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # CI checks out under paths of any length; piped output must keep each line whole (greppable logs).
+    deep = tmp_path.joinpath(*["a-rather-long-directory-name"] * 6)
+    deep.mkdir(parents=True)
+    grid = deep / "cub_ablations.toml"
+    grid.write_text((REPO / "benchmark" / "grids" / "cub_ablations.toml").read_text())
+    assert main(["plan", str(grid), "--profile", str(EXAMPLE)]) == 0
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line.startswith("grid cub_ablations (") and first_line.endswith(f"({EXAMPLE})")
+    assert f"{len(load_grid(grid).runs)} runs;" in first_line
+
+
 def test_paper_grids_have_the_papers_size() -> None:
     sizes = {"cub_main": 7 * 4 * 3 + 2 * 4 * 3 * 4, "dogs": 84, "cars": 84, "runtime": 2,
              "cub_ablations": 9 + 7 + 5}
