@@ -159,12 +159,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
-    from benchmark.data import generate_synthbirds
+    from benchmark.data import SYNTHBIRDS_DEFAULTS, generate_synthbirds
 
     if args.kind != "synthbirds":
         raise ProtobenchError(f"unknown generator {args.kind!r}; the suite generates 'synthbirds'")
-    out = generate_synthbirds(args.out, classes=args.classes, images_per_class=args.images_per_class, seed=args.seed)
-    print(f"wrote synthbirds ({args.classes} classes × {args.images_per_class} images, seed {args.seed}) to {out}")
+    given = {"classes": args.classes, "images_per_class": args.images_per_class, "seed": args.seed}
+    chosen = {**SYNTHBIRDS_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    out = generate_synthbirds(args.out, **chosen)
+    print(f"wrote synthbirds ({chosen['classes']} classes × {chosen['images_per_class']} images, "
+          f"seed {chosen['seed']}) to {out}")
     return 0
 
 
@@ -307,9 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("make-data", help="generate a synthetic CUB-format dataset")
     p.add_argument("kind", help="synthbirds")
     p.add_argument("--out", required=True)
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--images-per-class", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    for option in ("classes", "images-per-class", "seed"):
+        p.add_argument(f"--{option}", type=int, help="default: synthbirds.SYNTHBIRDS_DEFAULTS, printed when written")
     p.set_defaults(func=cmd_make_data)
 
     p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids")

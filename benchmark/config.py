@@ -143,6 +143,7 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.backbones import BACKBONES
+    from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from methods.registry import validate_method_args
 
     def bad(msg: str) -> ProtobenchError:
@@ -173,4 +174,9 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
         raise bad("weights must be 'hf-cache', 'random' or a path to a weights file")
     if spec.dataset_args and spec.dataset != "synthbirds":
         raise bad("dataset_args only apply to the generated 'synthbirds' dataset")
+    for key, value in spec.dataset_args.items():
+        if key not in SYNTHBIRDS_DEFAULTS:
+            raise unknown_key_error(key, list(SYNTHBIRDS_DEFAULTS), f"{where}: dataset_args")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad(f"dataset_args.{key} = {value!r} must be an integer")
     validate_method_args(spec.method, spec.method_args)

@@ -28,6 +28,7 @@ from typing import Any
 
 from benchmark.cluster import ClusterProfile, JobShape
 from benchmark.config import RunSpec
+from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
 
@@ -40,7 +41,6 @@ CUB_TRAIN_IMAGES = 5994
 
 # Official split sizes (train, test).
 SPLIT_IMAGES = {"cub": (5994, 5794), "dogs": (12000, 8580), "cars": (8144, 8041)}
-SYNTHBIRDS_DEFAULTS = {"classes": 10, "images_per_class": 20}  # benchmark.runner.load_split's defaults
 
 
 def augmentation_factor(augmentation: str) -> int:

@@ -14,7 +14,7 @@ import torch
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset, OfflineAugmentedDataset, generate_synthbirds, load_dataset
+from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.features import TokenSource, View, token_source
@@ -38,9 +38,8 @@ def dataset_root(spec: RunSpec) -> Path:
 def load_split(spec: RunSpec, split: str) -> ImageDataset:
     """The split's dataset; a missing synthbirds root is generated from ``dataset_args``."""
     root = dataset_root(spec)
-    if spec.dataset == "synthbirds" and not root.exists():
-        args = {"classes": 10, "images_per_class": 20, "seed": 0, **spec.dataset_args}
-        generate_synthbirds(root, **args)
+    if spec.dataset == "synthbirds":
+        ensure_synthbirds(root, spec.dataset_args)
     return load_dataset(spec.dataset, root, split, image_size=spec.image_size)
 
 

@@ -175,6 +175,33 @@ def test_reuses_same_arguments_and_replaces_other_synthbirds_output(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sb"]
 
 
+def test_a_grid_generates_a_missing_folder_and_refuses_one_made_otherwise(tmp_path: Path) -> None:
+    out = tmp_path / "sb"
+    synthbirds.ensure_synthbirds(out, {"classes": 2, "images_per_class": 2, "image_size": 64})
+    record = synthbirds._marker(out)
+    assert record is not None and record["classes"] == 2 and record["seed"] == synthbirds.SYNTHBIRDS_DEFAULTS["seed"]
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(ProtobenchError, match=r"classes = 3 \(folder has 2\).*new folder"):
+        synthbirds.ensure_synthbirds(out, {"classes": 3, "image_size": 64})
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # a user's data is never overwritten
+    assert synthbirds.ensure_synthbirds(out, {}) == out  # no explicit arguments: the folder as it is
+    assert synthbirds.ensure_synthbirds(out, {"classes": 2}) == out
+
+
+def test_make_data_command_fills_unset_options_from_the_defaults(tmp_path: Path, capsys) -> None:
+    from benchmark.cli import main
+
+    out = tmp_path / "sb"
+    assert main(["make-data", "synthbirds", "--out", str(out), "--classes", "2", "--images-per-class", "3"]) == 0
+    assert f"2 classes × 3 images, seed {synthbirds.SYNTHBIRDS_DEFAULTS['seed']}) to {out}" in capsys.readouterr().out
+    record = synthbirds._marker(out)
+    assert record is not None
+    assert {k: record[k] for k in synthbirds.SYNTHBIRDS_DEFAULTS} == {**synthbirds.SYNTHBIRDS_DEFAULTS,
+                                                                       "classes": 2, "images_per_class": 3}
+    assert main(["make-data", "birdz", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown generator 'birdz'" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 def test_interrupted_generation_leaves_nothing_that_looks_complete(tmp_path: Path, monkeypatch) -> None:
     calls = []
     draw = synthbirds._draw_bird

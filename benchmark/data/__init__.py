@@ -17,7 +17,7 @@ from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
 from benchmark.data.dataset import ImageDataset, PartAnnotations, check_split
 from benchmark.data.dogs import read_dogs
-from benchmark.data.synthbirds import generate_synthbirds
+from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS, ensure_synthbirds, generate_synthbirds
 from benchmark.errors import ProtobenchError
 
 DATASETS: tuple[str, ...] = ("cub", "synthbirds", "dogs", "cars")
@@ -46,6 +46,8 @@ __all__ = [
     "ImageDataset",
     "OfflineAugmentedDataset",
     "PartAnnotations",
+    "SYNTHBIRDS_DEFAULTS",
+    "ensure_synthbirds",
     "generate_synthbirds",
     "load_dataset",
 ]

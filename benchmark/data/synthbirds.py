@@ -40,6 +40,7 @@ from benchmark.errors import ProtobenchError
 GENERATOR_VERSION = 1
 MARKER = "synthbirds.json"
 MAX_CLASSES = 1000
+SYNTHBIRDS_DEFAULTS: dict[str, int] = {"classes": 10, "images_per_class": 20, "seed": 0, "image_size": 256}
 PART_NAMES: tuple[str, ...] = (
     "back", "beak", "belly", "breast", "crown", "forehead", "left eye", "left leg",
     "left wing", "nape", "right eye", "right leg", "right wing", "tail", "throat",
@@ -487,3 +488,24 @@ def generate_synthbirds(
             if leftover.exists():
                 shutil.rmtree(leftover)
     return out
+
+
+def ensure_synthbirds(root: str | Path, dataset_args: dict[str, int]) -> Path:
+    """The synthbirds folder a grid names: generated from ``dataset_args`` (over
+    :data:`SYNTHBIRDS_DEFAULTS`) when missing. An existing one is used as it is, unless an
+    argument the grid sets explicitly differs from how it was made: that is an error, not a
+    silent swap of datasets and not an overwrite of a user's ``make-data`` output."""
+    root = Path(root).expanduser()
+    if not root.exists():
+        return generate_synthbirds(root, **{**SYNTHBIRDS_DEFAULTS, **dataset_args})
+    previous = _marker(root)
+    if previous is None or previous.get("generator") != "protobench.synthbirds":
+        return root  # a synthbirds tree from elsewhere: the CUB reader checks its files
+    differs = {k: (previous.get(k), v) for k, v in dataset_args.items() if previous.get(k) != v}
+    if differs:
+        detail = ", ".join(f"{k} = {v!r} (folder has {old!r})" for k, (old, v) in sorted(differs.items()))
+        raise ProtobenchError(
+            f"synthbirds folder {root} was generated with other arguments than the grid's dataset_args: "
+            f"{detail}. Point data_root at a new folder (it is generated there), delete {root}, "
+            "or drop those dataset_args to use the folder as it is.")
+    return root
