@@ -44,7 +44,7 @@ def segmentation_to_frame(
     NEAREST_EXACT)`` (zero padding outside the image), first channel, ``> 200``.
     """
     if isinstance(segmentation, np.ndarray):
-        seg = torch.from_numpy(np.ascontiguousarray(segmentation))
+        seg = torch.from_numpy(np.array(segmentation))  # a writable copy (PIL arrays are read-only)
         if seg.dim() == 3:
             seg = seg.permute(2, 0, 1)  # (H, W, C) -> (C, H, W)
     elif isinstance(segmentation, Tensor):
