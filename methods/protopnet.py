@@ -31,6 +31,7 @@ from methods.common.lineage import (
     cluster_cost,
     head_input,
     init_prototypes,
+    last_layer_contributions,
     last_layer_phase,
     make_add_on,
     make_block,
@@ -131,11 +132,8 @@ class ProtoPNet(PrototypeMethod):
         return self.last_layer(self.pooled_similarities(batch))
 
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """Last-layer weight × pooled score of class ``classes[b]``'s own prototypes (its J terms
-        of the logit; the other classes' prototypes add ``W[c, k] · s_k`` with negative weights)."""
-        pooled = self.pooled_similarities(batch)  # B×(C·J)
-        terms = (self.last_layer.weight[classes] * pooled).view(len(batch), self.num_classes, -1)
-        return terms[torch.arange(len(batch), device=classes.device), classes]
+        """The J last-layer terms of class ``classes[b]``'s logit from its own prototypes."""
+        return last_layer_contributions(self.last_layer, self.pooled_similarities(batch), classes)
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The log similarity on the grid (methods.md), for the J prototypes of ``classes[b]``."""

@@ -146,6 +146,15 @@ def make_last_layer(num_classes: int, prototypes_per_class: int, incorrect_stren
     return layer
 
 
+def last_layer_contributions(last_layer: nn.Linear, pooled: Tensor, classes: Tensor) -> Tensor:
+    """B×J terms ``W[c, k] · s_k`` of the logit of class ``c = classes[b]`` from its own J prototypes
+    (the other classes' prototypes add the rest of the logit, with negative weights); ``pooled``
+    B×(C·J) pooled scores, class-major."""
+    num_classes = last_layer.weight.shape[0]
+    terms = (last_layer.weight[classes] * pooled).view(len(pooled), num_classes, -1)
+    return terms[torch.arange(len(pooled), device=classes.device), classes]
+
+
 # ---- losses (ProtoPNet train_and_test.py, class_specific=True) -------------------------------
 def cluster_cost(min_distances: Tensor, labels: Tensor, prototypes_per_class: int) -> Tensor:
     """``Clst = mean_b min_{p ∈ class(y_b)} d_bp`` on B×P per-prototype min distances over the grid.

@@ -29,6 +29,7 @@ from methods.common.lineage import (
     check_non_negative,
     check_positive,
     head_input,
+    last_layer_contributions,
     make_add_on,
     make_block,
     make_last_layer,
@@ -163,14 +164,15 @@ class DeformableProtoPNet(PrototypeMethod):
 
     def logits(self, batch: TokenBatch) -> Tensor:
         """Marginless: max over the grid, then the fixed last layer (official ``marginless_logits``)."""
-        return self.last_layer(self.prototype_activations(batch).amax(dim=(-2, -1)))
+        return self.last_layer(self.pooled_activations(batch))
+
+    def pooled_activations(self, batch: TokenBatch) -> Tensor:
+        """B×P max over the grid of the deformable activations: what the last layer reads."""
+        return self.prototype_activations(batch).amax(dim=(-2, -1))
 
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """Last-layer weight × pooled score of class ``classes[b]``'s own prototypes (its J terms
-        of the logit; the other classes' prototypes add ``W[c, k] · s_k`` with negative weights)."""
-        pooled = self.prototype_activations(batch).amax(dim=(-2, -1))  # B×(C·J)
-        terms = (self.last_layer.weight[classes] * pooled).view(len(batch), self.num_classes, -1)
-        return terms[torch.arange(len(batch), device=classes.device), classes]
+        """The J last-layer terms of class ``classes[b]``'s logit from its own prototypes."""
+        return last_layer_contributions(self.last_layer, self.pooled_activations(batch), classes)
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """The marginless ReLU'd mean part cosine of the J prototypes of ``classes[b]``."""
