@@ -7,11 +7,11 @@ and the raw tokens; ``tokens`` is the frozen final norm of it, as a real trunk w
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from timm.models.vision_transformer import Block
 from torch import nn
-
-from collections.abc import Iterator
 
 from methods.base import MethodContext, TokenBatch, TrainData
 
