@@ -86,8 +86,8 @@ def explain_run(run_dir: Path, *, images: int, top_prototypes: int = 3, cache_di
     prep = load_trained(run_dir)
     method, device, spec = prep.method, prep.device, prep.spec
     cache_root = cache_dir or run_cache_root(run_dir)
-    test, _ = prep.test_sources(cache_root, progress=False)
-    train = prep.train_source(cache_root, progress=False, augmented=False)  # push reads the un-augmented set
+    test, _ = prep.test_sources(cache_root)
+    train = prep.train_source(cache_root, augmented=False)  # push reads the un-augmented set
     chosen = torch.linspace(0, len(test) - 1, steps=min(images, len(test))).round().long().unique()
     batch = test.batch(chosen, device)
     predicted = method.logits(batch).argmax(-1)

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 import numpy as np
 import timm
 import torch
-from rich.progress import Progress
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.backbones import FrozenTrunk
 from benchmark.cache_store import list_manifests, open_arrays, open_or_build
 from benchmark.errors import ProtobenchError
+from benchmark.progress import Progress
 from methods.base import TokenBatch
 
 __all__ = [
@@ -259,7 +259,7 @@ def _build_arrays(
     device: torch.device,
     batch_size: int,
     num_workers: int,
-    progress: bool,
+    progress: Progress | None,
 ) -> Callable[[Path], dict[str, Any]]:
     """The ``build`` callback of ``open_or_build``: one trunk pass over the split, rows in dataset order."""
 
@@ -286,8 +286,8 @@ def _build_arrays(
             num_workers=num_workers,
             pin_memory=device.type == "cuda",
         )
-        with Progress(disable=not progress, transient=True) as bar:
-            task = bar.add_task(f"trunk pass {key.dirname}", total=len(loader))
+        task = progress.task(f"trunk pass {key.dirname}", len(loader)) if progress else None
+        try:
             for images, labels, positions in loader:
                 rows = slice(int(positions[0]), int(positions[-1]) + 1)  # shuffle=False: contiguous
                 with torch.inference_mode():
@@ -298,7 +298,11 @@ def _build_arrays(
                 arrays["labels"][rows] = labels.numpy()
                 if out.early_tokens is not None:
                     arrays["early_tokens"][rows] = _to_storage(out.early_tokens, storage, "early tokens", key)
-                bar.advance(task)
+                if task is not None:
+                    task.advance()
+        finally:
+            if task is not None:
+                task.done()
         for array in arrays.values():
             array.flush()
         return {
@@ -328,10 +332,11 @@ def token_source(
     device: torch.device | str = "cpu",
     batch_size: int = 64,
     num_workers: int = 0,
-    progress: bool = False,
+    progress: Progress | None = None,
 ) -> TokenSource:
     """Tokens of ``dataset`` through ``trunk``: from the cache entry of their key (built on first
-    use, on ``device``), or live when ``cache_dir`` is None (``cache = false``)."""
+    use, on ``device``), or live when ``cache_dir`` is None (``cache = false``). A building pass
+    shows a bar in ``progress`` (the caller's running display; one live display at a time)."""
     if backbone_key != trunk.spec.key:
         raise ProtobenchError(
             f"backbone_key {backbone_key!r} does not name the trunk passed ({trunk.spec.key!r}); pass the trunk's key."

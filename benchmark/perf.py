@@ -129,7 +129,7 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
         # bare trunk and trunk + method alternately on every batch, so both see the same machine state
         trunk_ips, head_ips, ratio = _paired_throughput(
             lambda x: prep.trunk(x), _head_forward(prep.trunk, prep.method), batches, device, warmup)
-        cached = prep.train_source(cache_root, progress=False)
+        cached = prep.train_source(cache_root)
         _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator
         row = {
             "run": spec.label,
@@ -144,7 +144,7 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
             "epoch_seconds_from_cache": statistics.median(_time_epoch(prep, cached, spec.seed) for _ in range(3)),
         }
         if k == 0:
-            live = _time_epoch(prep, prep.train_source(None, progress=False), spec.seed)
+            live = _time_epoch(prep, prep.train_source(None), spec.seed)
             row["epoch_seconds_recomputing_trunk"] = live
             row["epoch_speedup_from_cache"] = live / row["epoch_seconds_from_cache"]
         rows.append(row)

@@ -41,7 +41,7 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
     cache_root = Path(cache_dir) if cache_dir else run_cache_root(run_dir)
-    test_src, noisy_src = prep.test_sources(cache_root, progress=False)
+    test_src, noisy_src = prep.test_sources(cache_root)
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)
     atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", evaluated)

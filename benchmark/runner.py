@@ -75,7 +75,7 @@ class Prepared:
     test_set: ImageDataset
     method: PrototypeMethod
 
-    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: bool) -> TokenSource:
+    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress | None) -> TokenSource:
         spec = self.spec
         return token_source(
             self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
@@ -86,7 +86,8 @@ class Prepared:
             num_workers=spec.num_workers, progress=progress,
         )
 
-    def train_source(self, cache_root: Path | None, *, progress: bool, augmented: bool = True) -> TokenSource:
+    def train_source(self, cache_root: Path | None, *, progress: Progress | None = None,
+                     augmented: bool = True) -> TokenSource:
         """Training tokens: the clean split, or (``augmented`` and the run asks for it) its
         offline-augmented copies."""
         data: Any = self.train_set
@@ -94,7 +95,8 @@ class Prepared:
             data = OfflineAugmentedDataset(self.train_set, seed=self.spec.seed)
         return self._source(data, View(), cache_root, progress)
 
-    def test_sources(self, cache_root: Path | None, *, progress: bool) -> tuple[TokenSource, TokenSource | None]:
+    def test_sources(self, cache_root: Path | None, *,
+                     progress: Progress | None = None) -> tuple[TokenSource, TokenSource | None]:
         """Clean test tokens, and the stability-noise view (CUB-format datasets only)."""
         clean = self._source(self.test_set, View(), cache_root, progress)
         noisy = self._source(self.test_set, View("noise", self.spec.seed), cache_root, progress) \
@@ -164,8 +166,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     wall["prepare"] = time.perf_counter() - tic
 
     tic = time.perf_counter()
-    train_src = prep.train_source(cache_root, progress=bars.enabled)
-    test_src, noisy_src = prep.test_sources(cache_root, progress=bars.enabled)
+    train_src = prep.train_source(cache_root, progress=bars)
+    test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
     wall["token_cache"] = time.perf_counter() - tic
 
     report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
