@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from benchmark.backbones import FrozenTrunk
 from benchmark.cache_store import list_manifests, open_arrays, open_or_build
 from benchmark.errors import ProtobenchError
-from benchmark.progress import Progress
+from benchmark.progress import NO_PROGRESS, Progress
 from methods.base import TokenBatch
 
 __all__ = [
@@ -259,7 +259,7 @@ def _build_arrays(
     device: torch.device,
     batch_size: int,
     num_workers: int,
-    progress: Progress | None,
+    progress: Progress,
 ) -> Callable[[Path], dict[str, Any]]:
     """The ``build`` callback of ``open_or_build``: one trunk pass over the split, rows in dataset order."""
 
@@ -286,23 +286,19 @@ def _build_arrays(
             num_workers=num_workers,
             pin_memory=device.type == "cuda",
         )
-        task = progress.task(f"trunk pass {key.dirname}", len(loader)) if progress else None
-        try:
-            for images, labels, positions in loader:
-                rows = slice(int(positions[0]), int(positions[-1]) + 1)  # shuffle=False: contiguous
-                with torch.inference_mode():
-                    out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
-                arrays["tokens"][rows] = _to_storage(out.tokens, storage, "tokens", key)
-                arrays["block_input"][rows] = _to_storage(out.block_input, storage, "block inputs", key)
-                arrays["attention"][rows] = out.attention.cpu().numpy()
-                arrays["labels"][rows] = labels.numpy()
-                if out.early_tokens is not None:
-                    arrays["early_tokens"][rows] = _to_storage(out.early_tokens, storage, "early tokens", key)
-                if task is not None:
-                    task.advance()
-        finally:
-            if task is not None:
-                task.done()
+        task = progress.task(f"trunk pass {key.dirname}", len(loader))
+        for images, labels, positions in loader:
+            rows = slice(int(positions[0]), int(positions[-1]) + 1)  # shuffle=False: contiguous
+            with torch.inference_mode():
+                out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
+            arrays["tokens"][rows] = _to_storage(out.tokens, storage, "tokens", key)
+            arrays["block_input"][rows] = _to_storage(out.block_input, storage, "block inputs", key)
+            arrays["attention"][rows] = out.attention.cpu().numpy()
+            arrays["labels"][rows] = labels.numpy()
+            if out.early_tokens is not None:
+                arrays["early_tokens"][rows] = _to_storage(out.early_tokens, storage, "early tokens", key)
+            task.advance()
+        task.done()
         for array in arrays.values():
             array.flush()
         return {
@@ -332,7 +328,7 @@ def token_source(
     device: torch.device | str = "cpu",
     batch_size: int = 64,
     num_workers: int = 0,
-    progress: Progress | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> TokenSource:
     """Tokens of ``dataset`` through ``trunk``: from the cache entry of their key (built on first
     use, on ``device``), or live when ``cache_dir`` is None (``cache = false``). A building pass

@@ -62,8 +62,13 @@ class Progress:
             self._bar.stop()
 
     def task(self, description: str, total: int) -> Task:
-        return _RichTask(self._bar, description, total) if self._bar is not None else _SilentTask()
+        return _RichTask(self._bar, description, total) if self._bar is not None else NO_TASK
 
     def printer(self) -> Callable[[str], None]:
         """A line printer that does not break the bars."""
         return self._bar.console.print if self._bar is not None else (lambda line: print(line, flush=True))
+
+
+#: a task and a display that show nothing: the defaults of every ``task`` and ``progress`` argument
+NO_TASK: Task = _SilentTask()
+NO_PROGRESS = Progress(enabled=False)

@@ -18,7 +18,7 @@ from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbi
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.features import TokenSource, View, token_source
-from benchmark.progress import Progress
+from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json
 from benchmark.training import TrainingInterrupted, train
@@ -75,7 +75,7 @@ class Prepared:
     test_set: ImageDataset
     method: PrototypeMethod
 
-    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress | None) -> TokenSource:
+    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress) -> TokenSource:
         spec = self.spec
         return token_source(
             self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
@@ -86,7 +86,7 @@ class Prepared:
             num_workers=spec.num_workers, progress=progress,
         )
 
-    def train_source(self, cache_root: Path | None, *, progress: Progress | None = None,
+    def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
                      augmented: bool = True) -> TokenSource:
         """Training tokens: the clean split, or (``augmented`` and the run asks for it) its
         offline-augmented copies."""
@@ -96,7 +96,7 @@ class Prepared:
         return self._source(data, View(), cache_root, progress)
 
     def test_sources(self, cache_root: Path | None, *,
-                     progress: Progress | None = None) -> tuple[TokenSource, TokenSource | None]:
+                     progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
         """Clean test tokens, and the stability-noise view (CUB-format datasets only)."""
         clean = self._source(self.test_set, View(), cache_root, progress)
         noisy = self._source(self.test_set, View("noise", self.spec.seed), cache_root, progress) \

@@ -21,7 +21,7 @@ import torch
 
 from benchmark.errors import ProtobenchError
 from benchmark.features import TokenSource
-from benchmark.progress import Progress, Task
+from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.store import atomic_write_bytes
 from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData
 
@@ -141,7 +141,7 @@ def total_loss(method: PrototypeMethod, terms: dict[str, torch.Tensor], stage: S
 
 def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimizer: torch.optim.Optimizer | None,
               order: torch.Tensor, *, batch_size: int, device: torch.device, epoch: int,
-              task: Task | None = None) -> dict[str, float]:
+              task: Task = NO_TASK) -> dict[str, float]:
     """One pass over ``order``: loss, backward and step per batch (when the stage trains), then the
     method's ``after_step`` hook. Returns the epoch mean of each loss term."""
     method.train()
@@ -159,8 +159,7 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
                 running[name] = running.get(name, 0.0) + float(value.detach()) / num_batches
         with torch.no_grad():
             method.after_step(batch, stage, epoch)
-        if task is not None:
-            task.advance()
+        task.advance()
     return running
 
 
@@ -186,7 +185,7 @@ def train(
     device: torch.device,
     checkpoint_path: Path | None,
     log: Callable[[str], None] = print,
-    progress: Progress | None = None,
+    progress: Progress = NO_PROGRESS,
     stop_after_epoch: int | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
@@ -232,7 +231,7 @@ def train(
             tic = time.perf_counter()
             order = epoch_order(len(source), seed, global_epoch)
             task = progress.task(f"{stage.name} epoch {global_epoch + 1}/{total_epochs}",
-                                 math.ceil(len(order) / batch_size)) if progress else None
+                                 math.ceil(len(order) / batch_size))
             running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
                                 epoch=global_epoch, task=task)
             if scheduler is not None:
@@ -244,8 +243,7 @@ def train(
             report.stage_seconds[stage.name] = report.stage_seconds.get(stage.name, 0.0) + elapsed
             terms_text = " ".join(f"{k}={v:.4f}" for k, v in running.items())
             log(f"epoch {global_epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
-            if task is not None:
-                task.done()
+            task.done()
             global_epoch += 1
             if checkpoint_path is not None:
                 last_in_stage = epoch_in_stage + 1 == stage.epochs

@@ -37,6 +37,7 @@ from PIL import Image, ImageDraw
 
 from benchmark.errors import ProtobenchError
 
+GENERATOR = "protobench.synthbirds"  # the "generator" field of MARKER
 GENERATOR_VERSION = 1
 MARKER = "synthbirds.json"
 MAX_CLASSES = 1000
@@ -431,12 +432,12 @@ def _write_dataset(out: Path, classes: int, images_per_class: int, seed: int, im
 
 
 def _marker(out: Path) -> dict | None:
-    """The generation record of a previous synthbirds output in ``out``, if readable."""
+    """The generation record of a previous synthbirds output in ``out``, if readable and this generator's."""
     try:
         record = json.loads((out / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) else None
+    return record if isinstance(record, dict) and record.get("generator") == GENERATOR else None
 
 
 def generate_synthbirds(
@@ -458,14 +459,14 @@ def generate_synthbirds(
     if classes > MAX_CLASSES:
         raise ProtobenchError(f"generate_synthbirds: classes must be at most {MAX_CLASSES}, got {classes}.")
     out = Path(out).resolve()
-    record = {"generator": "protobench.synthbirds", "version": GENERATOR_VERSION, "classes": int(classes),
+    record = {"generator": GENERATOR, "version": GENERATOR_VERSION, "classes": int(classes),
               "images_per_class": int(images_per_class), "seed": int(seed), "image_size": int(image_size)}
     if out.exists():
         if not out.is_dir():
             raise ProtobenchError(f"{out} is a file, not a folder; choose a new or empty folder for synthbirds.")
         if any(out.iterdir()):
             previous = _marker(out)
-            if previous is None or previous.get("generator") != record["generator"]:
+            if previous is None:
                 raise ProtobenchError(
                     f"{out} is not empty and is not a synthbirds dataset (no valid {MARKER}); "
                     f"choose a new or empty folder."
@@ -499,7 +500,7 @@ def ensure_synthbirds(root: str | Path, dataset_args: dict[str, int]) -> Path:
     if not root.exists():
         return generate_synthbirds(root, **{**SYNTHBIRDS_DEFAULTS, **dataset_args})
     previous = _marker(root)
-    if previous is None or previous.get("generator") != "protobench.synthbirds":
+    if previous is None:
         return root  # a synthbirds tree from elsewhere: the CUB reader checks its files
     differs = {k: (previous.get(k), v) for k, v in dataset_args.items() if previous.get(k) != v}
     if differs:
