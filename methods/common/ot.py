@@ -1,7 +1,8 @@
 """Entropic optimal transport in the log domain (Cuturi 2013; Peyré & Cuturi 2019, §4.4).
 
 Used by vMFProto (Eq. entropic_ot: rows 1/M, columns π_c, 10 iterations) and NPPP (uniform
-columns, 3 iterations). Both pass *scores* to maximise, not costs.
+columns, 3 iterations), both through :func:`grouped_hard_assignment`. Both pass *scores* to
+maximise, not costs.
 """
 from __future__ import annotations
 
@@ -48,3 +49,25 @@ def sinkhorn_log(
 def hard_assignment(plan: Tensor) -> Tensor:
     """Hard label of every row, ``argmax_j Q_ij`` (Eq. ot_harden)."""
     return plan.argmax(dim=-1)
+
+
+def grouped_hard_assignment(scores: Tensor, groups: Tensor, col_marginals: Tensor, *, epsilon: float,
+                            iterations: int) -> Tensor:
+    """Hard OT label in ``[0, J)`` of every row of ``scores`` (P×J), solved per group: the P_g rows
+    of group ``g`` (``groups``: P integers) against its J columns with row marginal 1/P_g and
+    column marginal ``col_marginals[g]`` (``col_marginals``: one J-row per group value), then
+    ``argmax_j`` (Eqs. entropic_ot, ot_harden). All groups are solved in one zero-padded batch;
+    rows keep their order within a group."""
+    count, columns = scores.shape
+    order = torch.argsort(groups, stable=True)
+    present, sizes = torch.unique_consecutive(groups[order], return_counts=True)
+    slot = torch.repeat_interleave(torch.arange(len(sizes), device=scores.device), sizes)
+    rank = torch.arange(count, device=scores.device) - (sizes.cumsum(0) - sizes)[slot]
+    padded = scores.new_zeros(len(sizes), int(sizes.max()), columns)
+    padded[slot, rank] = scores[order]
+    rows = scores.new_zeros(padded.shape[:2])
+    rows[slot, rank] = 1.0 / sizes[slot].to(scores.dtype)
+    labels = hard_assignment(sinkhorn_log(padded, rows, col_marginals[present].to(scores.dtype), epsilon, iterations))
+    assigned = torch.empty_like(groups)
+    assigned[order] = labels[slot, rank]
+    return assigned

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from methods.common.ot import hard_assignment, sinkhorn_log
+from methods.common.ot import grouped_hard_assignment
 
 
 def balanced_assignments(scores: Tensor, groups: Tensor, *, epsilon: float, iterations: int) -> Tensor:
@@ -20,20 +20,8 @@ def balanced_assignments(scores: Tensor, groups: Tensor, *, epsilon: float, iter
     J prototypes with uniform marginals (rows 1/P_g, columns 1/J: equipartition), ``epsilon``
     and ``iterations`` as given, then ``argmax_j``. ``scores`` is P×J (each patch against its
     group's prototypes), ``groups`` P. All groups are solved in one zero-padded batch."""
-    count, prototypes = scores.shape
-    order = torch.argsort(groups, stable=True)
-    _, sizes = torch.unique_consecutive(groups[order], return_counts=True)
-    slot = torch.repeat_interleave(torch.arange(len(sizes), device=scores.device), sizes)
-    rank = torch.arange(count, device=scores.device) - (sizes.cumsum(0) - sizes)[slot]
-    padded = scores.new_zeros(len(sizes), int(sizes.max()), prototypes)
-    padded[slot, rank] = scores[order]
-    rows = scores.new_zeros(padded.shape[:2])
-    rows[slot, rank] = 1.0 / sizes[slot].to(scores.dtype)
-    columns = scores.new_full((len(sizes), prototypes), 1.0 / prototypes)
-    labels = hard_assignment(sinkhorn_log(padded, rows, columns, epsilon, iterations))
-    assigned = torch.empty_like(groups)
-    assigned[order] = labels[slot, rank]
-    return assigned
+    per_group = scores.new_full((int(groups.max()) + 1, scores.shape[1]), 1.0 / scores.shape[1])
+    return grouped_hard_assignment(scores, groups, per_group, epsilon=epsilon, iterations=iterations)
 
 
 def momentum_sum_update(prototypes: Tensor, tokens: Tensor, groups: Tensor, assignments: Tensor,

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
-from methods.common.ot import hard_assignment, sinkhorn_log
+from methods.common.ot import grouped_hard_assignment
 from methods.registry import register_method
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
 from methods.vmfproto.overlap import logdet_loss
@@ -208,25 +208,13 @@ class VMFProto(PrototypeMethod):
         """Hard OT label of every patch (Eqs. entropic_ot, ot_harden), B×N long (meaningful on
         foreground patches). Per class c present: the M×J scores of the foreground patches of
         its images, rows 1/M, columns π_c, solved for all classes in one padded batch."""
-        scores, log_pi = scores.detach(), self.log_pi.detach()
-        batch_size, num_patches, num_components = scores.shape
-        present, slot = torch.unique(labels, return_inverse=True)  # slot: B → row block of its class
-        patch_slot = slot.repeat_interleave(num_patches)[mask.flatten()]  # slot of each fg patch
-        order = torch.argsort(patch_slot, stable=True)
-        patch_slot = patch_slot[order]
-        patch_index = torch.nonzero(mask.flatten()).squeeze(-1)[order]  # flat index in B·N
-        counts = torch.bincount(patch_slot, minlength=present.numel())  # M_c
-        offsets = torch.cumsum(counts, 0) - counts
-        row = torch.arange(patch_slot.numel(), device=scores.device) - offsets[patch_slot]
-        rows = int(counts.max())
-        padded = scores.new_zeros(present.numel(), rows, num_components)
-        padded[patch_slot, row] = scores.flatten(0, 1)[patch_index]
-        row_marginal = scores.new_zeros(present.numel(), rows)
-        row_marginal[patch_slot, row] = 1.0 / counts[patch_slot].to(scores.dtype)
-        col_marginal = log_pi[present].exp().to(scores.dtype)  # π_c
-        plan = sinkhorn_log(padded, row_marginal, col_marginal, self.ot_epsilon, self.ot_iterations)
+        batch_size, num_patches, _ = scores.shape
+        foreground = mask.flatten()
+        patch_class = labels.repeat_interleave(num_patches)[foreground]
         assigned = torch.zeros(batch_size * num_patches, dtype=torch.long, device=scores.device)
-        assigned[patch_index] = hard_assignment(plan)[patch_slot, row]
+        assigned[foreground] = grouped_hard_assignment(
+            scores.detach().flatten(0, 1)[foreground], patch_class, self.log_pi.detach().exp(),  # columns π_c
+            epsilon=self.ot_epsilon, iterations=self.ot_iterations)
         return assigned.view(batch_size, num_patches)
 
     def ppd_loss(self, scores: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
