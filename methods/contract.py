@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from benchmark.training import set_trainable
 from methods.base import PrototypeMethod, Stage
 from methods.registry import build_method, get_method_class, method_hyperparameters
 from methods.testing import SyntheticTokens, SyntheticTrainData
@@ -82,11 +83,7 @@ def check_stages_and_losses(name: str, source: SyntheticTokens, J: int) -> None:
             continue
         method.on_stage_start(stage, epoch, data)
         method.train()
-        for p in method.parameters():
-            p.requires_grad_(False)
-        for group in stage.param_groups:
-            for p in group.params:
-                p.requires_grad_(True)
+        set_trainable(method, stage)
         terms = method.loss_terms(batch, stage, epoch)
         _require(set(terms) <= set(method.loss_weights),
                  f"{name}: stage {stage.name!r} returned terms {sorted(set(terms) - set(method.loss_weights))} missing from loss_weights")
@@ -128,7 +125,6 @@ def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> N
 def check_determinism(name: str, source: SyntheticTokens, J: int) -> None:
     outputs = []
     for _ in range(2):
-        torch.manual_seed(0)
         method = _build(name, source, J, 0)
         data = SyntheticTrainData(source)
         stage = _training_stages(method)[0]
