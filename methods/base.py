@@ -172,8 +172,3 @@ class PrototypeMethod(nn.Module, ABC):
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         """Called after each epoch (global index ``epoch``): push/projection, last-layer phases."""
-
-    # ---- helpers shared by adapters ------------------------------------------------------
-    def prototype_class_identity(self) -> Tensor:
-        """Class index of every prototype, class-major (prototype j → class j // J)."""
-        return torch.arange(self.ctx.num_prototypes) // self.ctx.prototypes_per_class

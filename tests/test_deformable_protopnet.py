@@ -11,6 +11,7 @@ from torch import nn
 from benchmark.errors import ProtobenchError
 from benchmark.training import TrainingInterrupted, make_optimizer, set_trainable, train
 from methods.base import MethodContext
+from methods.common.lineage import prototype_classes
 from methods.contract import check_method
 from methods.deformable import DeformableProtoPNet
 from methods.deformable.functional import (
@@ -378,4 +379,5 @@ def test_trains_to_high_accuracy_on_synthetic_tokens_with_pushed_prototypes_of_t
     with torch.no_grad():
         accuracy = (method.logits(batch).argmax(1) == batch.labels).float().mean().item()
     assert accuracy >= 0.8
-    assert torch.equal(source.labels[method.push_image], method.prototype_class_identity())
+    assert torch.equal(source.labels[method.push_image],
+                       prototype_classes(method.ctx.num_prototypes, method.prototypes_per_class))
