@@ -217,3 +217,16 @@ def test_fingerprint_does_not_depend_on_where_the_dataset_lives(tiny_cub: Path, 
     for name in ("CUB_200_2011", "segmentations"):
         (tiny_cub.parent / name).rename(moved / name)
     assert load_dataset("cub", moved, "test").fingerprint() == first
+
+
+def test_fingerprint_is_computed_once_per_loaded_split(tmp_path: Path, monkeypatch) -> None:
+    from benchmark.data import dataset as dataset_module
+
+    root = generate_synthbirds(tmp_path / "sb", classes=2, images_per_class=2, seed=0)
+    train = load_dataset("synthbirds", root, "train")
+    calls = []
+    compute = dataset_module.split_fingerprint
+    monkeypatch.setattr(dataset_module, "split_fingerprint", lambda **kw: calls.append(1) or compute(**kw))
+    assert train.fingerprint() == train.fingerprint() == load_dataset("synthbirds", root, "train").fingerprint()
+    assert len(calls) == 2  # one pass over the files per loaded split, however often a run asks
+

@@ -80,6 +80,7 @@ class ImageDataset(torch.utils.data.Dataset):
         self.annotation_files = annotation_files
         self.image_size = image_size
         self.transform = model_transform(image_size)
+        self._fingerprint: str | None = None
 
     @property
     def num_classes(self) -> int:
@@ -105,15 +106,19 @@ class ImageDataset(torch.utils.data.Dataset):
         return self.transform(self.load_image(i)), int(self.labels[i]), i
 
     def fingerprint(self) -> str:
-        """Short hex hash of this split: annotation files' bytes + (relative path, size) of its images and masks."""
-        masks = [] if self.annotations is None else self.annotations.segmentation_paths
-        return split_fingerprint(
-            name=self.name,
-            split=self.split,
-            root=self.root,
-            annotation_files=self.annotation_files,
-            content_files=[*self.image_paths, *(m for m in masks if m is not None)],
-        )
+        """Short hex hash of this split: annotation files' bytes + (relative path, size) of its images
+        and masks. Computed once per loaded split (a run asks for it per token cache and for its
+        provenance; on a cluster filesystem each pass is one stat per image)."""
+        if self._fingerprint is None:
+            masks = [] if self.annotations is None else self.annotations.segmentation_paths
+            self._fingerprint = split_fingerprint(
+                name=self.name,
+                split=self.split,
+                root=self.root,
+                annotation_files=self.annotation_files,
+                content_files=[*self.image_paths, *(m for m in masks if m is not None)],
+            )
+        return self._fingerprint
 
     def __repr__(self) -> str:
         return (
