@@ -118,18 +118,18 @@ def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
     """The run's state from its files and (for SLURM jobs) the scheduler's answer, None when
     SLURM no longer knows the job. Asks nothing of SLURM: testable without a cluster."""
-    if rd.is_complete:
+    state = rd.state  # one read of the run's files
+    if state == "done":
         return RunState("done", live=False, failed=False, job=job)
     if job is None or job.executor != "slurm":
-        failed = rd.state == "failed"
-        return RunState(rd.state, live=False, failed=failed, job=job)
+        return RunState(state, live=False, failed=state == "failed", job=job)
     if scheduler is not None and scheduler.live:
         label = "running" if scheduler.state in ("RUNNING", "COMPLETING") else scheduler.state.lower()
         restarts = _restarts(rd.path, job, scheduler)
         if restarts:
             label += f", requeued {restarts}×"
         return RunState(label, live=True, failed=False, job=job)
-    if rd.state == "failed":  # the run recorded its own failure (failure.json holds the reason)
+    if state == "failed":  # the run recorded its own failure (failure.json holds the reason)
         return RunState("failed", live=False, failed=True, job=job)
     if scheduler is None:
         return RunState(f"failed (job {job.job_id} ended without a result; SLURM no longer knows it)",
