@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from benchmark import data as data_module
 from benchmark.data import DATASETS, generate_synthbirds, load_dataset
 from benchmark.data import synthbirds
 from benchmark.data.cub import ANNOTATION_FILES
@@ -52,6 +53,7 @@ def test_writes_every_file_of_the_cub_layout(birds: Path) -> None:
 
 def test_reader_reads_it_back_with_consistent_labels_and_split(birds: Path) -> None:
     assert "synthbirds" in DATASETS
+    assert set(data_module._READERS) == set(DATASETS)  # every dataset a grid may name has a reader
     train = load_dataset("synthbirds", birds, "train")
     test = load_dataset("synthbirds", birds, "test")
     assert (len(train), len(test)) == (6, 6)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmark.config import DATASET_NAMES as DATASETS
 from benchmark.data.augment import OfflineAugmentedDataset
 from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
@@ -19,8 +20,6 @@ from benchmark.data.dataset import ImageDataset, PartAnnotations, check_split
 from benchmark.data.dogs import read_dogs
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS, ensure_synthbirds, generate_synthbirds
 from benchmark.errors import ProtobenchError
-
-DATASETS: tuple[str, ...] = ("cub", "synthbirds", "dogs", "cars")
 
 _READERS: dict[str, Callable[[Path, str, int], ImageDataset]] = {
     "cub": lambda root, split, size: read_cub(root, split, name="cub", image_size=size),
