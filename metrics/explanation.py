@@ -20,6 +20,7 @@ from .maps import (
     pool_maps,
     select_topk_maps,
     upsample_maps,
+    upsampled_peaks,
 )
 from .parts import PartGroundTruth, part_vectors
 from .stability import stability_score
@@ -86,13 +87,14 @@ def explanation_metrics(
         raw = clean_maps[sl].to(device=dev, dtype=torch.float64)
         clean = pool_maps(raw, map_pool)
         # metrics.md "Shared core" 1-2: bicubic upsampling, first argmax (EvalProtoPNet)
-        peaks_clean[sl] = argmax_positions(upsample_maps(clean, mode="bicubic"), scale=map_scale(clean))
+        peaks_clean[sl] = upsampled_peaks(clean, "bicubic")
         if peaks_noisy is not None:
-            noisy = pool_maps(noisy_maps[sl].to(device=dev, dtype=torch.float64), map_pool)
-            peaks_noisy[sl] = argmax_positions(upsample_maps(noisy, mode="bicubic"), scale=map_scale(noisy))
+            peaks_noisy[sl] = upsampled_peaks(
+                pool_maps(noisy_maps[sl].to(device=dev, dtype=torch.float64), map_pool), "bicubic")
         if want_bilinear:
             # NPPP distinctiveness / comprehensiveness: bilinear upsampling of the (top-k) maps
-            chosen = pool_maps(select_topk_maps(raw, topk), map_pool)
+            top = select_topk_maps(raw, topk)
+            chosen = clean if top is raw else pool_maps(top, map_pool)
             bil = upsample_maps(chosen, mode="bilinear")
             if centres_dis is not None:
                 centres_dis[sl] = argmax_positions(bil, scale=map_scale(chosen))

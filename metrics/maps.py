@@ -109,8 +109,6 @@ def upsample_maps(maps: Tensor, size: int = FRAME_SIZE, mode: str = "bicubic") -
     bilinear: NPPP ``eval/distinctiveness.py`` / ``eval/comprehensiveness.py``
     (``F.interpolate(mode="bilinear")``). Computed as ``W_h @ map @ W_w.T`` (module docstring).
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     x = maps.to(torch.float64)
     w_rows = interpolation_matrix(x.shape[-2], size, mode, x.device)
     w_cols = interpolation_matrix(x.shape[-1], size, mode, x.device)
@@ -138,6 +136,12 @@ def argmax_positions(maps: Tensor, tie_rtol: float = TIE_RTOL, scale: Tensor | N
 def map_scale(maps: Tensor) -> Tensor:
     """``max|map|`` of each ``(..., h, w)`` map: the scale of the argmax tie tolerance."""
     return maps.abs().flatten(-2).amax(dim=-1)
+
+
+def upsampled_peaks(maps: Tensor, mode: str, size: int = FRAME_SIZE) -> Tensor:
+    """First argmax of each (already pooled) ``(..., h, w)`` map after upsampling to the frame
+    (metrics.md "Shared core" 1-2), ties relative to ``max|map|`` of the map as given."""
+    return argmax_positions(upsample_maps(maps, size=size, mode=mode), scale=map_scale(maps))
 
 
 def select_topk_maps(maps: Tensor, topk: int | None) -> Tensor:
@@ -175,6 +179,5 @@ def peak_positions(
     n, j = maps.shape[:2]
     out = torch.empty((n, j, 2), dtype=torch.int64, device=maps.device)
     for sl in iter_chunks(n, chunk_size, maps.device):
-        pooled = pool_maps(maps[sl].to(torch.float64), map_pool)
-        out[sl] = argmax_positions(upsample_maps(pooled, size=size, mode=mode), scale=map_scale(pooled))
+        out[sl] = upsampled_peaks(pool_maps(maps[sl].to(torch.float64), map_pool), mode, size)
     return out
