@@ -24,6 +24,16 @@ def check_maps(name: str, maps: object) -> Tensor:
     return maps
 
 
+def check_noisy_maps(noisy_maps: object, clean_maps: Tensor) -> Tensor:
+    """``noisy_maps`` must be valid maps of exactly ``clean_maps``' shape."""
+    check_maps("noisy_maps", noisy_maps)
+    if noisy_maps.shape != clean_maps.shape:
+        raise ValueError(
+            f"noisy_maps: shape {tuple(noisy_maps.shape)} differs from clean_maps {tuple(clean_maps.shape)}"
+        )
+    return noisy_maps
+
+
 def check_labels(name: str, labels: object, n: int, num_classes: int, device: torch.device) -> Tensor:
     """``labels`` must be an integer tensor ``(n,)`` with values in ``[0, num_classes)``."""
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ._checks import check_bool, check_labels, check_maps
 from .maps import peak_positions
-from .parts import PartGroundTruth, part_vectors
+from .parts import PartGroundTruth, check_parts, part_vectors
 
 PART_THRESHOLD = 0.8  # EvalProtoPNet evaluate_consistency(part_thresh=0.8)
 
@@ -98,8 +98,7 @@ def consistency(
     bicubic upsampling -> first argmax -> 72-px region -> part vectors -> :func:`consistency_score`.
     """
     check_maps("maps", maps)
-    if parts.num_images != maps.shape[0]:
-        raise ValueError(f"parts: has {parts.num_images} images, maps has {maps.shape[0]}")
+    check_parts(parts, maps.shape[0], "maps")
     centres = peak_positions(maps, "bicubic", map_pool=map_pool, chunk_size=chunk_size)
     parts = parts.to(maps.device)
     o = part_vectors(centres, parts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_labels, check_maps
+from ._checks import check_labels, check_maps, check_noisy_maps
 from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mask_iou
 from .consistency import consistency_score
 from .distinctiveness import distinctiveness_score
@@ -22,7 +22,7 @@ from .maps import (
     upsample_maps,
     upsampled_peaks,
 )
-from .parts import PartGroundTruth, part_vectors
+from .parts import PartGroundTruth, check_parts, part_vectors
 from .stability import stability_score
 
 METRIC_KEYS = ("con", "sta", "dis", "comp")
@@ -60,17 +60,9 @@ def explanation_metrics(
     n, j = clean_maps.shape[:2]
     dev = clean_maps.device
     if noisy_maps is not None:
-        check_maps("noisy_maps", noisy_maps)
-        if noisy_maps.shape != clean_maps.shape:
-            raise ValueError(
-                f"noisy_maps: shape {tuple(noisy_maps.shape)} differs from clean_maps {tuple(clean_maps.shape)}"
-            )
+        check_noisy_maps(noisy_maps, clean_maps)
     labels = check_labels("labels", labels, n, num_classes, dev)
-    if not isinstance(parts, PartGroundTruth):
-        raise ValueError(f"parts: expected a PartGroundTruth, got {type(parts).__name__}")
-    if parts.num_images != n:
-        raise ValueError(f"parts: has {parts.num_images} images, clean_maps has {n}")
-    parts = parts.to(dev)
+    parts = check_parts(parts, n, "clean_maps").to(dev)
     if masks is not None:
         masks = check_masks(masks, n)  # moved to the device chunk by chunk
 

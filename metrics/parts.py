@@ -59,6 +59,15 @@ class PartGroundTruth:
         return PartGroundTruth(self.part_px[index], self.visible[index])
 
 
+def check_parts(parts: object, n: int, maps_name: str) -> PartGroundTruth:
+    """``parts`` must be a :class:`PartGroundTruth` of the ``n`` images of ``maps_name``."""
+    if not isinstance(parts, PartGroundTruth):
+        raise ValueError(f"parts: expected a PartGroundTruth, got {type(parts).__name__}")
+    if parts.num_images != n:
+        raise ValueError(f"parts: has {parts.num_images} images, {maps_name} has {n}")
+    return parts
+
+
 def _as_tensor(name: str, x: object) -> Tensor:
     if isinstance(x, Tensor):
         return x

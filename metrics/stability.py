@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_bool, check_labels, check_maps
+from ._checks import check_bool, check_labels, check_maps, check_noisy_maps
 from .maps import peak_positions
-from .parts import PartGroundTruth, part_vectors
+from .parts import PartGroundTruth, check_parts, part_vectors
 
 
 def unchanged_fractions(o_clean: Tensor, o_noisy: Tensor, labels: Tensor, num_classes: int) -> Tensor:
@@ -65,13 +65,8 @@ def stability(
 ) -> float | None:
     """Stability (%) from the clean and noisy (N, J, h, w) maps of the ground-truth class prototypes."""
     check_maps("clean_maps", clean_maps)
-    check_maps("noisy_maps", noisy_maps)
-    if noisy_maps.shape != clean_maps.shape:
-        raise ValueError(
-            f"noisy_maps: shape {tuple(noisy_maps.shape)} differs from clean_maps {tuple(clean_maps.shape)}"
-        )
-    if parts.num_images != clean_maps.shape[0]:
-        raise ValueError(f"parts: has {parts.num_images} images, clean_maps has {clean_maps.shape[0]}")
+    check_noisy_maps(noisy_maps, clean_maps)
+    check_parts(parts, clean_maps.shape[0], "clean_maps")
     parts = parts.to(clean_maps.device)
     o_clean = part_vectors(peak_positions(clean_maps, "bicubic", map_pool=map_pool, chunk_size=chunk_size), parts)
     o_noisy = part_vectors(
