@@ -10,13 +10,12 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from benchmark.errors import ProtobenchError
 from reports.layouts import get_layout, list_layouts
 
-from reports.load import load_csv, load_results
-from reports.render import WRITERS, render_report
+#: the keys of ``reports.render.WRITERS``, spelt here so that building the CLI parser does not
+#: import pandas (every ``protobench`` command builds it; only ``report`` renders)
+FORMATS: tuple[str, ...] = ("latex", "markdown")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +24,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folders searched recursively for result.json, or tidy CSV files "
                              "(e.g. reports/paper/cub_main.csv to regenerate the paper's table)")
     parser.add_argument("--layout", metavar="NAME", help="table to render (see --list)")
-    parser.add_argument("--format", dest="fmt", choices=tuple(WRITERS), default="markdown",
+    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="markdown",
                         help="output format (default: markdown)")
     parser.add_argument("--against", type=Path, metavar="CSV",
                         help="published numbers to show next to ours, e.g. reports/paper/cub_main.csv")
@@ -36,6 +35,11 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
+    import pandas as pd
+
+    from reports.load import load_csv, load_results
+    from reports.render import render_report
+
     if args.list_layouts:
         layouts = list_layouts()
         width = max(len(name) for name, _ in layouts)

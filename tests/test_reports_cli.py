@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from benchmark.errors import ProtobenchError
-from reports.cli import add_report_arguments, run_report
+from reports.cli import FORMATS, add_report_arguments, run_report
 from reports.layouts import LAYOUTS
 from reports.load import load_csv, load_results
-from reports.render import render_report
+from reports.render import WRITERS, render_report
 from test_reports_support import PAPER_CSV, RUNS
 
 
@@ -64,3 +64,7 @@ def test_report_regenerates_a_table_from_a_published_csv(capsys):
     assert main(["report", str(paper), "--layout", "cub_main", "--format", "latex"]) == 0
     text = capsys.readouterr().out
     assert r"\textbf{98.7}" in text and r"\underline{96.9}" in text  # vMFProto J=3/5 Dis., ViT-B/14 (Table 1)
+
+
+def test_the_format_choices_are_the_writers() -> None:
+    assert set(FORMATS) == set(WRITERS)

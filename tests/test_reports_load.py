@@ -172,6 +172,13 @@ def test_missing_csv_is_a_user_error(tmp_path: Path) -> None:
         load_csv(tmp_path / "paper.csv")
 
 
+def test_building_the_cli_parser_does_not_import_pandas() -> None:
+    # every protobench command builds the parser; only `report` needs pandas (~0.3 s to import)
+    code = ("import sys; from benchmark.cli import build_parser; build_parser(); "
+            "assert 'pandas' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
 def test_reports_never_import_training_code() -> None:
     code = (
         "import sys; import reports.cli, reports.render, reports.load; "
