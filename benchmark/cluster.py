@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import RunSpec, read_toml, unknown_key_error
+from benchmark.config import RunSpec, read_toml, require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
 
 
@@ -110,10 +110,7 @@ _MINIMUM = {"gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 0.1, "timeout_min"
 
 
 def _check(key: str, value: Any, where: str) -> None:
-    expected = _TYPES[key]
-    if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
-        kind = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
-        raise ProtobenchError(f"{where}: {key} = {value!r} must be of type {kind}")
+    require_type(key, value, _TYPES[key], where)
     if key in _MINIMUM and value < _MINIMUM[key]:
         raise ProtobenchError(f"{where}: {key} = {value!r} must be ≥ {_MINIMUM[key]}")
     if key == "setup" and not all(isinstance(line, str) for line in value):

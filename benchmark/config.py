@@ -112,18 +112,21 @@ def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError
     )
 
 
-def _check_type(key: str, value: Any, where: str) -> None:
-    expected = {
-        "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
-        "eval_batch_size": int, "map_pool": int, "num_workers": int,
-        "method_args": dict, "dataset_args": dict, "backbone_args": dict,
-        "measure_inference": bool, "cache": bool, "cache_early_tokens": bool,
-    }.get(key, str)
-    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-    if not ok:
-        raise ProtobenchError(
-            f"{where}: {key} = {value!r} must be of type {expected.__name__}"
-        )
+def require_type(key: str, value: Any, expected: type | tuple[type, ...], where: str) -> None:
+    """``value`` must be an instance of ``expected``; a bool only counts as a bool (TOML's
+    ``true`` is never an int)."""
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+        kind = " or ".join(t.__name__ for t in types)
+        raise ProtobenchError(f"{where}: {key} = {value!r} must be of type {kind}")
+
+
+_FIELD_TYPES: dict[str, type] = {
+    "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
+    "eval_batch_size": int, "map_pool": int, "num_workers": int,
+    "method_args": dict, "dataset_args": dict, "backbone_args": dict,
+    "measure_inference": bool, "cache": bool, "cache_early_tokens": bool,
+}  # every other RunSpec field is a string
 
 
 def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
@@ -131,7 +134,7 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
     for key, value in values.items():
         if key not in RUN_FIELDS:
             raise unknown_key_error(key, list(RUN_FIELDS), where)
-        _check_type(key, value, where)
+        require_type(key, value, _FIELD_TYPES.get(key, str), where)
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")
@@ -177,6 +180,5 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     for key, value in spec.dataset_args.items():
         if key not in SYNTHBIRDS_DEFAULTS:
             raise unknown_key_error(key, list(SYNTHBIRDS_DEFAULTS), f"{where}: dataset_args")
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise bad(f"dataset_args.{key} = {value!r} must be an integer")
+        require_type(f"dataset_args.{key}", value, int, where)
     validate_method_args(spec.method, spec.method_args)

@@ -47,7 +47,7 @@ def test_run_id_depends_on_science_not_on_paths():
     ({"prototypes_per_class": "3"}, "prototypes_per_class = '3' must be of type int"),
     ({"prototypes_per_class": 3, "method_args": {"lambda_pdp": 1.0}}, "no hyperparameter 'lambda_pdp'"),
     ({"prototypes_per_class": 3, "dataset_args": {"clases": 4}}, "did you mean 'classes'"),
-    ({"prototypes_per_class": 3, "dataset_args": {"classes": 4.5}}, "dataset_args.classes = 4.5 must be an integer"),
+    ({"prototypes_per_class": 3, "dataset_args": {"classes": 4.5}}, "dataset_args.classes = 4.5 must be of type int"),
 ])
 def test_bad_values_fail_with_one_named_error(sweep, needle):
     with pytest.raises(ProtobenchError, match=None) as err:
