@@ -17,7 +17,7 @@ from benchmark.config import RunSpec
 from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
-from benchmark.features import TokenSource, View, token_source
+from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json

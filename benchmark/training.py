@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from benchmark.errors import ProtobenchError
-from benchmark.features import TokenSource
+from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.store import atomic_write_bytes
 from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.errors import ProtobenchError
-from benchmark.features import (
+from benchmark.cache.tokens import (
     NOISE_CLIP,
     CachedTokens,
     LiveTokens,

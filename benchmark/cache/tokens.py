@@ -2,7 +2,7 @@
 
 A key is (backbone key, weights checksum, dataset fingerprint, split, view, image size, early
 block, storage dtype, format version); its digest names the entry directory (see
-``benchmark/cache_store.py`` for the locking and atomic publication). Arrays per entry, in
+``benchmark/cache/store.py`` for the locking and atomic publication). Arrays per entry, in
 dataset order: ``tokens`` N×HW×D, ``block_input`` N×(P+HW)×D, ``early_tokens`` N×HW×D (only with
 an early block) in the storage dtype (float16 by default), ``attention`` N×HW float32,
 ``labels`` N int64. ``cache_dir = None`` gives the same interface computed live.
@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.backbones import FrozenTrunk
-from benchmark.cache_store import list_manifests, open_arrays, open_or_build
+from benchmark.cache.store import list_manifests, open_arrays, open_or_build
 from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
 from methods.base import TokenBatch
