@@ -20,9 +20,11 @@ DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
 CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
+CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
-OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens")
+OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
+                      "cache_stage")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class RunSpec:
     # Store the early block's tokens too (set by the grid when any run sharing this trunk and
     # dataset needs them, so every run reads one cache entry); the run's science is unchanged.
     cache_early_tokens: bool = False
+    # "local": read a checksum-verified copy of each cache entry on node-local scratch
+    # ($SLURM_TMPDIR, else $TMPDIR) instead of the shared filesystem (benchmark/cache/stage.py)
+    cache_stage: str = "shared"
     device: str = "auto"
     num_workers: int = 0
 
@@ -171,6 +176,8 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
         raise bad(f"map_pool = {spec.map_pool} must be 1 (native grid) or 2 (NPPP's 2×2 pooling)")
     if spec.cache_dtype not in ("float16", "float32", "bfloat16"):
         raise bad(f"cache_dtype = {spec.cache_dtype!r} must be float16, bfloat16 or float32")
+    if spec.cache_stage not in CACHE_STAGES:
+        raise bad(f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
     if spec.device != "auto" and not (spec.device == "cpu" or spec.device.startswith("cuda")):
         raise bad(f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
     if not spec.weights:
