@@ -22,7 +22,7 @@ from benchmark.cache.arrays import ArraySpec, ArrayWriter, open_array
 from benchmark.cache.lock import Heartbeat, Owner, build_lock
 from benchmark.cache.stage import STAGE_SUBDIR, stage_entry, stage_root
 from benchmark.cli import main
-from benchmark.config import build_run_spec
+from benchmark.config import RunSpec, build_run_spec
 from benchmark.errors import ProtobenchError
 
 
@@ -196,9 +196,7 @@ def test_staged_copy_equals_the_shared_entry(tmp_path: Path, monkeypatch) -> Non
 
 def test_cache_stage_is_operational(tmp_path: Path) -> None:
     base = dict(dataset="synthbirds", backbone="dinov2_vits14_reg4", method="protopnet", prototypes_per_class=2)
-    shared = build_run_spec(base, where="t")
-    local = build_run_spec({**base, "cache_stage": "local"}, where="t")
-    assert local.cache_stage == "local" and shared.run_id == local.run_id
+    assert RunSpec(**base).run_id == RunSpec(**base, cache_stage="local").run_id
     with pytest.raises(ProtobenchError, match="cache_stage = 'node'"):
         build_run_spec({**base, "cache_stage": "node"}, where="t")
 
