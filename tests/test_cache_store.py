@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cache_helpers import NAME, ROWS, build_toy, flip_byte, read_all, toy_arrays
+from cache_helpers import NAME, build_toy, flip_byte, read_all, toy_arrays, toy_fill, toy_layout
 
 import benchmark.cache.lock as lock_module
 import benchmark.cache.store as store
@@ -34,9 +34,9 @@ def test_writer_output_is_numpy_npy_with_independent_block_digests(tmp_path: Pat
         writer.write(values[start:stop])
     meta = writer.close()
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), values)  # numpy reads it back
-    expected = [hashlib.blake2b(values[r:r + 4].tobytes(), digest_size=16).hexdigest() for r in range(0, 23, 4)]
+    expected = [hashlib.sha256(values[r:r + 4].tobytes()).hexdigest()[:32] for r in range(0, 23, 4)]
     assert meta["blocks"] == expected and meta["rows_per_block"] == 4
-    assert meta["checksum"] == hashlib.blake2b("".join(expected).encode(), digest_size=16).hexdigest()
+    assert meta["checksum"] == hashlib.sha256("".join(expected).encode()).hexdigest()[:32]
     assert meta["bytes"] == (tmp_path / "a.npy").stat().st_size
     # default block size: about BLOCK_BYTES per block
     assert ArraySpec((10**6, 256, 384), np.float16).rows_per_block == (4 << 20) // (256 * 384 * 2)
@@ -140,7 +140,6 @@ def test_foreign_entry_is_moved_aside_not_deleted(tmp_path: Path, monkeypatch) -
     assert built and new.path == tmp_path / NAME and json.loads((new.path / "manifest.json").read_text())["key"] == {
         "format": 2}
     (aside,) = tmp_path.glob(".old-*")
-    assert {name: np.array(a) for name, a in old.arrays.items()}.keys() == old_values.keys()
     for name, values in old_values.items():
         np.testing.assert_array_equal(old.arrays[name], values)  # the reader still reads its data
     monkeypatch.setattr(store, "READER_GRACE_SECONDS", 0.0)
@@ -212,10 +211,8 @@ def test_cache_command_ls_verify_rm(tmp_path: Path, capsys) -> None:
     cache = tmp_path / "cache"
     entry, _ = build_toy(cache, rows_per_block=4)
     other_name = "toy-test-clean-fedcba9876543210"
-    from benchmark.cache.store import open_or_build
-    from cache_helpers import toy_fill, toy_layout
     arrays = toy_arrays(5)
-    open_or_build(cache, other_name, {"seed": 5}, toy_layout(arrays), toy_fill(arrays))
+    store.open_or_build(cache, other_name, {"seed": 5}, toy_layout(arrays), toy_fill(arrays))
     args = ["--cache-dir", str(cache)]
 
     assert main(["cache", "ls", *args]) == 0
@@ -240,4 +237,4 @@ def test_cache_command_ls_verify_rm(tmp_path: Path, capsys) -> None:
         assert main(["cache", "rm", "--unused", "30", *args]) == 0
         assert (cache / other_name).exists()
         assert main(["cache", "rm", "--unused", "7", *args]) == 0
-    assert not (cache / other_name).exists() and ROWS == 40
+    assert not (cache / other_name).exists()

@@ -73,6 +73,8 @@ def _builder(cache_dir: str, barrier, results) -> None:
             barrier.wait(timeout=DEADLINE)
             store.remove_leftovers(cache)
             barrier.wait(timeout=DEADLINE)
+            assert len(list(cache.glob(".tmp-*"))) == 2  # both live builds survived both sweeps
+            barrier.wait(timeout=DEADLINE)
 
     entry, built = build_toy(cache, key={"format": 2}, seed=2, between=between)
     results.put(("builder", built, digests(read_all(entry)), str(entry.path)))

@@ -2,8 +2,8 @@
 cluster-wide lock.
 
 Build: a builder writes into its own folder ``.tmp-<name>-<host>-<pid>-<random>`` (recording its
-owner in ``builder.json`` and beating ``heartbeat``), checks every array against the checksums
-taken while writing, and publishes it with one ``rename`` onto ``<name>``. A rename never
+owner in ``builder.json`` and beating ``heartbeat``), reads it back as a reader will (below),
+and publishes it with one ``rename`` onto ``<name>``. A rename never
 replaces a non-empty directory, so publishing never destroys an entry: a builder that finds an
 entry of its key already published discards its own folder and uses that one; an entry of
 another key (or unreadable manifest) is first renamed aside to ``.old-<name>-<epoch>-<random>``.
@@ -116,7 +116,7 @@ def _hold_shared(dir_fd: int) -> int | None:
     """A shared flock on the manifest, held by the returned descriptor (None where unsupported)."""
     fd = os.open(MANIFEST, os.O_RDONLY, dir_fd=dir_fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # only in_use_here's probe takes it exclusively, for an instant
     except OSError:
         os.close(fd)  # no locks on this filesystem: the reader grace age alone protects it
         return None
@@ -190,10 +190,13 @@ def verify_entry(path: Path) -> list[str]:
 
 def in_use_here(entry: Path) -> bool:
     """Whether a process on this node holds the entry open (its shared flock on the manifest)."""
-    try:
-        fd = os.open(entry / MANIFEST, os.O_RDONLY)
+    try:  # writable where possible: NFS emulates flock with POSIX locks, exclusive ones need it
+        fd = os.open(entry / MANIFEST, os.O_RDWR)
     except OSError:
-        return False
+        try:
+            fd = os.open(entry / MANIFEST, os.O_RDONLY)
+        except OSError:
+            return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -364,9 +367,7 @@ def open_or_build(
                 "built_by": {"host": owner.host, "pid": owner.pid, "user": _user()},
             }
             _write_manifest(folder, manifest)
-            problems = verify_entry(folder)  # read back what reached the disk before publishing
-            if problems:
-                raise ProtobenchError(f"The token-cache entry built in {folder} reads back wrong: {'; '.join(problems)}")
+            _verify_built(folder, key)
             existing = _publish(folder, final, key)
         except OSError as error:
             if error.errno not in DISK_FULL:
@@ -385,6 +386,15 @@ def open_or_build(
     if entry is None:
         raise ProtobenchError(f"The token-cache entry {final} vanished right after it was published.")
     return entry, True
+
+
+def _verify_built(folder: Path, key: Mapping[str, Any]) -> None:
+    """Before publishing, read the build back as a reader will (headers, sizes, sampled blocks).
+    Not every block: right after writing, the page cache, not the disk, would answer."""
+    try:
+        open_entry(folder, key, record_use=False)
+    except ProtobenchError as error:
+        raise ProtobenchError(f"The token-cache entry built in {folder} reads back wrong: {error}") from None
 
 
 def _check_copy(final: Path, arrays: Mapping[str, Any], expect: Mapping[str, Any] | None) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from benchmark.backbones import FrozenTrunk
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.stage import stage_entry
-from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build
+from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
 from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
 from methods.base import TokenBatch
@@ -365,6 +365,7 @@ def token_source(
     if not torch.equal(source.labels, _labels_tensor(dataset)):
         raise ProtobenchError(
             f"The cache entry {entry.path} holds other labels than the dataset it was looked up for, so the dataset "
-            f"fingerprint does not identify its images; delete the entry and make fingerprint() cover the split."
+            f"fingerprint does not identify its images; make fingerprint() cover the split and remove the entry "
+            f"(`{rm_command(entry.path)}`)."
         )
     return source
