@@ -254,7 +254,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         for item in items:
             used = datetime.fromtimestamp(item.last_used).isoformat(sep=" ", timespec="minutes")
             print(f"{item.name}  {item.bytes / 2**20:.1f} MiB  {item.state}  built {item.built_by}  last used {used}")
-        print(f"{len(items)} folders, {sum(i.bytes for i in items) / 2**30:.2f} GiB in {cache_dir}")
+        print(f"{cache_dir}: {len(items)} folder(s), {sum(i.bytes for i in items) / 2**30:.2f} GiB")
         return 0
     if args.action == "verify":
         problems = verify_cache(cache_dir, args.names)

@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -164,6 +165,7 @@ def build_lock(path: Path, heartbeat: Heartbeat, *, timeout: float | None = None
     deadline = time.monotonic() + timeout
     path.parent.mkdir(parents=True, exist_ok=True)
     me = Owner.current()
+    told = False
     while True:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
@@ -172,8 +174,11 @@ def build_lock(path: Path, heartbeat: Heartbeat, *, timeout: float | None = None
             if is_dead(holder, path, filesystem_now(path.parent)):
                 _break(path, holder)
                 continue
+            who = holder.describe() if holder else "a process that has not yet written its name"
+            if not told:  # a job log then says why it waits
+                print(f"token cache: waiting for {who}, which builds {path.stem}", file=sys.stderr, flush=True)
+                told = True
             if time.monotonic() > deadline:
-                who = holder.describe() if holder else "a process that has not yet written its name"
                 raise ProtobenchError(
                     f"Waited {timeout:.0f} s for the token-cache lock {path}, held by {who}, which is still alive "
                     f"(heartbeat within {STALE_AFTER_SECONDS:.0f} s); wait for it to finish, or if that process is "
