@@ -11,6 +11,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -238,3 +239,26 @@ def test_cache_command_ls_verify_rm(tmp_path: Path, capsys) -> None:
         assert (cache / other_name).exists()
         assert main(["cache", "rm", "--unused", "7", *args]) == 0
     assert not (cache / other_name).exists()
+
+
+def test_runs_with_cache_stage_local_read_from_scratch(tmp_path: Path, monkeypatch) -> None:
+    import benchmark.runner as runner
+
+    seen: list[dict] = []
+    monkeypatch.setattr(runner, "token_source", lambda *args, **kwargs: seen.append(kwargs))
+    method = SimpleNamespace(ctx=SimpleNamespace(early_block_index=0), needs_early_tokens=False)
+    base = dict(dataset="synthbirds", backbone="dinov2_vits14_reg4", method="protopnet", prototypes_per_class=2)
+
+    def source(**fields) -> None:
+        prepared = runner.Prepared(RunSpec(**base, **fields), "cpu", None, None, None, method)
+        prepared.train_source(tmp_path / "cache", augmented=False)
+
+    monkeypatch.delenv("SLURM_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "scratch"))
+    source(cache_stage="local")
+    source()
+    source(cache_stage="local", cache=False)
+    assert [s["stage_dir"] for s in seen] == [tmp_path / "scratch" / STAGE_SUBDIR, None, None]
+    monkeypatch.delenv("TMPDIR")
+    with pytest.raises(ProtobenchError, match="cache_stage = 'local'"):
+        source(cache_stage="local")
