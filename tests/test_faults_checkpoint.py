@@ -103,6 +103,19 @@ def test_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path: Path, craft) -
     assert not marker.exists()
 
 
+def test_crafted_backbone_weights_file_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    """``weights = "model.pth"`` goes through timm's loader, which reads with weights_only=True
+    from timm 1.0.26 on (pyproject.toml requires it; 1.0.20–1.0.25 read .pth files unsafely)."""
+    from benchmark.backbones import create_backbone
+
+    marker = tmp_path / "pwned"
+    weights = tmp_path / "model.pth"
+    torch.save({"state_dict": Payload(marker)}, weights)
+    with pytest.raises(ProtobenchError, match="model.pth cannot be loaded into dinov2_vits14"):
+        create_backbone("dinov2_vits14", weights=weights, image_size=28, depth=1, embed_dim=24, num_heads=2)
+    assert not marker.exists()
+
+
 def test_old_format_checkpoint_is_refused_with_the_fix(tmp_path: Path) -> None:
     """Format 1 pickled NumPy's RNG state as an ndarray: the weights-only loader refuses it, and
     the error says to delete the checkpoint rather than loading it unsafely."""
