@@ -52,7 +52,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.profile:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
-    outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed)
+    outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
+                         allow_code_change=args.allow_code_change)
     print_status(runs_root / grid.name)
     failed = [o for o in outcomes if o.state == "failed"]
     for o in failed:
@@ -72,7 +73,8 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
-                             device=device, retry_failed=args.retry_failed)
+                             device=device, retry_failed=args.retry_failed,
+                             allow_code_change=args.allow_code_change)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
@@ -256,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
         p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")
         p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+        p.add_argument("--allow-code-change", action="store_true",
+                       help="resume checkpoints written by another code version (result.json lists every version)")
         p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
                        help="where runs execute (default: local, in this process)")
         p.add_argument("--profile", help="cluster profile TOML for --executor slurm (slurm/profiles/)")

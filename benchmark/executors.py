@@ -78,13 +78,15 @@ def preflight(runs: list[RunSpec]) -> None:
 
 
 def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
-              retry_failed: bool = False, progress: bool | None = None) -> list[Outcome]:
+              retry_failed: bool = False, progress: bool | None = None,
+              allow_code_change: bool = False) -> list[Outcome]:
     """Execute the pending runs in this process; a failed run is recorded and the next one starts."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
     preflight(todo)
     for spec in todo:
         try:
-            execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress)
+            execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
+                        allow_code_change=allow_code_change)
             outcomes.append(Outcome(spec, "done"))
         except ProtobenchError as err:
             outcomes.append(Outcome(spec, "failed", str(err)))
@@ -153,7 +155,8 @@ def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name
 
 
 def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *, executor: str,
-                profile: ClusterProfile, device: str | None = None, retry_failed: bool = False) -> Submission:
+                profile: ClusterProfile, device: str | None = None, retry_failed: bool = False,
+                allow_code_change: bool = False) -> Submission:
     """Submit the runs still to do as one job array per job shape; record each run's job in
     its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device."""
     todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
@@ -171,7 +174,8 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
             ex.update_parameters(**shape.submitit_parameters())
             job_specs = [job_spec(spec, device) for spec in specs]
             with ex.batch():
-                jobs = [ex.submit(RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot))
+                jobs = [ex.submit(RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot,
+                                         allow_code_change=allow_code_change))
                         for spec in job_specs]
             array = ArraySubmission(shape, tuple(job_specs), tuple(jobs))
             _record(grid, runs_root, array, executor, result, profile)

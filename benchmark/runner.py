@@ -21,7 +21,7 @@ from benchmark.features import TokenSource, View, token_source
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json
-from benchmark.training import TrainingInterrupted, train
+from benchmark.training import TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
 from methods.registry import build_method
 
@@ -124,8 +124,10 @@ def execute_run(
     progress: bool | None = None,
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
+    allow_code_change: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
+    ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
@@ -145,7 +147,7 @@ def execute_run(
             echo(line)
 
         try:
-            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch)
+            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -158,10 +160,11 @@ def execute_run(
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
-             say: Callable[[str], None], stop_after_epoch: int | None) -> dict[str, Any]:
+             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
+    resume_checkpoint(rd.checkpoint_path, allow_code_change=allow_code_change)  # refuse before the token cache
     prep = prepare(spec)
     wall["prepare"] = time.perf_counter() - tic
 
@@ -171,7 +174,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     wall["token_cache"] = time.perf_counter() - tic
 
     report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch)
+                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch,
+                   allow_code_change=allow_code_change)
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()
@@ -192,7 +196,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         **evaluated,
         "timing": timing,
         "provenance": {
-            **provenance(prep.device),
+            **provenance(prep.device),  # code_version: the code that evaluated
+            "code_versions": report.code_versions,  # the code that trained, epochs per version
             "weights_checksum": prep.trunk.weights_checksum,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
