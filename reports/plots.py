@@ -61,7 +61,7 @@ def result_series(
 ) -> list[Series]:
     """Aggregate ``frame`` (``reports.load``) into the series ``plot_results`` draws."""
     _check_axes(x, y, hue, facet)
-    fixed_dimensions(frame, [d for d in KEY_COLUMNS if d not in (x, hue, facet)], hint="--hue or --facet")
+    _fixed(frame, x, hue, facet)
     rows = frame.dropna(subset=[y])
     if rows.empty:
         raise ProtobenchError(f"No result has a value for {y}; plot another metric (--y).")
@@ -85,7 +85,9 @@ def plot_results(
     series = result_series(frame, x=x, y=y, hue=hue, facet=facet)
     names = display_names(frame)
     facets = list(dict.fromkeys(s.facet for s in series))
+    hues = ordered_values(frame, hue)  # one colour per hue value in every panel
     fig, axes = panels(len(facets))
+    colours = [f"C{i % 10}" for i in range(len(hues))]
     categorical = any(isinstance(p.x, str) for s in series for p in s.points)
     ticks = list(dict.fromkeys(p.x for s in series for p in s.points))
     for ax, facet_value in zip(axes, facets):
@@ -93,7 +95,7 @@ def plot_results(
             xs = [ticks.index(p.x) if categorical else p.x for p in s.points]
             ax.errorbar(
                 xs, [p.mean for p in s.points], yerr=[p.std or 0.0 for p in s.points],
-                marker="o", capsize=3, linewidth=1.5, label=s.label,
+                marker="o", capsize=3, linewidth=1.5, label=s.label, color=colours[hues.index(s.hue)],
             )
         if categorical:
             ax.set_xticks(range(len(ticks)), [dimension_label(x, t, names).md for t in ticks], rotation=30, ha="right")
@@ -106,6 +108,8 @@ def plot_results(
         ax.grid(alpha=0.3)
         if hue is not None:
             ax.legend(fontsize="small")
+    fixed = ", ".join(f"{d} {dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items())
+    fig.suptitle(f"{fixed}; mean over seeds, error bars ±1 sample s.d.", fontsize="small")
     save_figure(fig, out)
     return series
 
@@ -152,6 +156,11 @@ def _check_axes(x: str, y: str, hue: str | None, facet: str | None) -> None:
     used = [d for d in (x, hue, facet) if d is not None]
     if len(set(used)) != len(used):
         raise ProtobenchError(f"--x, --hue and --facet must differ, got {', '.join(used)}.")
+
+
+def _fixed(frame: pd.DataFrame, x: str, hue: str | None, facet: str | None) -> dict[str, KeyValue]:
+    """The key dimensions the plot does not show, each with its one value (else an error)."""
+    return fixed_dimensions(frame, [d for d in KEY_COLUMNS if d not in (x, hue, facet)], hint="--hue or --facet")
 
 
 def _point(x: KeyValue, values: pd.Series) -> Point:
