@@ -307,11 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_arguments(p)
     p.set_defaults(func=run_report)
 
-    p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, provenance) to CSV/JSONL/Parquet")
+    p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, …) to CSV/JSONL/Parquet")
     add_export_arguments(p)
     p.set_defaults(func=run_export)
 
-    p = sub.add_parser("plot", help="a metric against J/backbone/… with seed error bars, or training curves (--curves)")
+    p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
     add_plot_arguments(p)
     p.set_defaults(func=run_plot)
 

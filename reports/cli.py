@@ -169,7 +169,8 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.curves:
         from reports.curves import plot_curves
 
-        extra = [o for o, v in (("--x", args.x), ("--hue", args.hue), ("--facet", args.facet), ("--where", args.where)) if v]
+        given = (("--x", args.x), ("--hue", args.hue), ("--facet", args.facet), ("--where", args.where))
+        extra = [option for option, value in given if value]
         if extra:
             raise ProtobenchError(f"{', '.join(extra)} do not apply to --curves; drop them.")
         curves = plot_curves(args.inputs, args.out, quantities=args.y)

@@ -12,7 +12,10 @@ _SHOWN_VALUES = 3
 COMBINATION = "combination"
 
 
-def left_out(frame: pd.DataFrame, layout: Layout) -> tuple[Counter[str], dict[str, set[KeyValue]], dict[str, set[KeyValue]]]:
+ValueSets = dict[str, set[KeyValue]]
+
+
+def left_out(frame: pd.DataFrame, layout: Layout) -> tuple[Counter[str], ValueSets, ValueSets]:
     """(results left out per reason, the values left out per reason, the values the layout uses per column).
 
     A result's reason is the first key column (dataset, backbone, method, J, variant) whose value
@@ -38,7 +41,9 @@ def left_out_message(frame: pd.DataFrame, layout: Layout) -> str | None:
     counts, values, used = left_out(frame, layout)
     if not counts:
         return None
-    reasons = [(_reason(column, values.get(column, set()), used.get(column, set())), n) for column, n in counts.most_common()]
+    reasons = [
+        (_reason(column, values.get(column, set()), used.get(column, set())), n) for column, n in counts.most_common()
+    ]
     parts = [reason if len(reasons) == 1 else f"{n}× {reason}" for reason, n in reasons]
     total = sum(counts.values())
     return (
@@ -51,7 +56,9 @@ def _reason(column: str, left: set[KeyValue], used: set[KeyValue]) -> str:
     if column == COMBINATION:
         return "a combination of values no cell shows"
     shown = _listing(left)
-    return f"{column} {shown} ≠ {next(iter(used))}" if len(used) == 1 else f"{column} {shown} not in {{{_listing(used)}}}"
+    if len(used) == 1:
+        return f"{column} {shown} ≠ {next(iter(used))}"
+    return f"{column} {shown} not in {{{_listing(used)}}}"
 
 
 def _listing(values: set[KeyValue]) -> str:

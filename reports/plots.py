@@ -62,7 +62,7 @@ def result_series(
     """Aggregate ``frame`` (``reports.load``) into the series ``plot_results`` draws."""
     _check_axes(x, y, hue, facet)
     _fixed(frame, x, hue, facet)
-    rows = frame.dropna(subset=[y])
+    rows = frame.dropna(subset=[y, x])  # x = seed: published means have none
     if rows.empty:
         raise ProtobenchError(f"No result has a value for {y}; plot another metric (--y).")
     names = display_names(frame)
@@ -71,7 +71,9 @@ def result_series(
         in_facet = rows if facet is None else rows[rows[facet] == facet_value]
         for hue_value in ordered_values(in_facet, hue):
             selected = in_facet if hue is None else in_facet[in_facet[hue] == hue_value]
-            points = tuple(_point(x_value, selected[selected[x] == x_value][y]) for x_value in ordered_values(selected, x))
+            points = tuple(
+                _point(x_value, selected[selected[x] == x_value][y]) for x_value in ordered_values(selected, x)
+            )
             label = METRICS[y].header.md if hue is None else dimension_label(hue, hue_value, names).md
             series.append(Series(facet=facet_value, hue=hue_value, label=label, points=points))
     return series
