@@ -109,10 +109,11 @@ def test_csv_pivot_has_value_std_and_n_columns(grid: Path) -> None:
     assert vmf3["DINOv2 ViT-B/14 / Acc. n"] == "1"
 
 
-def test_a_method_without_display_name_shows_its_import_path(tmp_path: Path) -> None:
-    write_run(tmp_path, "a", method=CUSTOM)
+def test_a_method_without_display_name_shows_its_class_name(tmp_path: Path) -> None:
+    write_run(tmp_path, "a", method=CUSTOM)  # e.g. a result written before display names existed
     frame = load_results([tmp_path])
-    assert markdown_rows(render_report(frame, pivot_layout(frame), "markdown").text) == [[CUSTOM, "**50.0**"]]
+    rows = markdown_rows(render_report(frame, pivot_layout(frame), "markdown").text)
+    assert rows == [["CosinePrototypes", "**50.0**"]]
 
 
 def test_cli_report_without_layout(grid: Path, capsys: pytest.CaptureFixture[str]) -> None:
