@@ -298,11 +298,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="dataset root for every run (overrides the grid)")
     p.set_defaults(func=cmd_plan)
 
-    from reports.cli import add_report_arguments, run_report
+    from reports.cli import (
+        add_export_arguments,
+        add_plot_arguments,
+        add_report_arguments,
+        run_export,
+        run_plot,
+        run_report,
+    )
 
-    p = sub.add_parser("report", help="paper tables (LaTeX/markdown) from result.json files or a CSV")
+    p = sub.add_parser("report", help="tables (markdown/LaTeX/CSV) of every result, or of a paper layout")
     add_report_arguments(p)
     p.set_defaults(func=run_report)
+
+    p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, …) to CSV/JSONL/Parquet")
+    add_export_arguments(p)
+    p.set_defaults(func=run_export)
+
+    p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
+    add_plot_arguments(p)
+    p.set_defaults(func=run_plot)
 
     p = sub.add_parser("figures", help="activation-map and 'why' panels for test images of a finished run")
     p.add_argument("run_dir")

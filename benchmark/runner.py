@@ -23,7 +23,7 @@ from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json
 from benchmark.training import TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
-from methods.registry import build_method
+from methods.registry import build_method, method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
 
@@ -193,6 +193,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
+        "method_display_name": method_display_name(type(prep.method)),  # what reports label it
         **evaluated,
         "timing": timing,
         "provenance": {
