@@ -30,6 +30,36 @@ def check_images_exist(image_paths: list[Path], listed_in: Path, fix: str) -> No
         )
 
 
+def check_images(dataset: ImageDataset) -> None:
+    """Decode every image of the split and check its annotation box, before any compute.
+
+    Each file is opened and decoded at reduced scale (PIL ``draft``: JPEG's DCT scaling, ~8×
+    fewer pixels, but the whole compressed stream is read, so a corrupt or truncated file fails
+    here); formats without draft mode decode in full. A CUB-format box must start inside its
+    image (x1 < width, y1 < height); its far edge may reach past the border, where the crop is
+    clipped as the official ``img[y1:y2, x1:x2]`` slice is (:func:`crop_to_box`). One error
+    names the first bad image and how many are bad."""
+    bad: list[str] = []
+    boxes = None if dataset.annotations is None else dataset.annotations.boxes
+    for i, path in enumerate(dataset.image_paths):
+        try:
+            with Image.open(path) as image:
+                width, height = image.size
+                image.draft("RGB", (max(width // 8, 1), max(height // 8, 1)))
+                image.load()
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+            bad.append(f"{path} cannot be decoded ({err}); re-download or regenerate the dataset")
+            continue
+        if boxes is not None:
+            x1, y1, x2, y2 = (int(v) for v in boxes[i])
+            if x1 >= width or y1 >= height:
+                bad.append(f"the box ({x1}, {y1}, {x2}, {y2}) of {path} starts outside the {width}×{height} "
+                           "image; fix its line in bounding_boxes.txt")
+    if bad:
+        raise ProtobenchError(f"{len(bad)} of {len(dataset)} images of {dataset.name} {dataset.split} are unusable; "
+                              f"the first: {bad[0]}.")
+
+
 @dataclass(frozen=True, eq=False)
 class PartAnnotations:
     """CUB part annotations of one split, in dataset order, exactly as read from disk.
