@@ -173,9 +173,11 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
         raise bad(f"unknown dataset {spec.dataset!r}; choose one of {', '.join(DATASET_NAMES)}")
     if spec.backbone not in BACKBONES:
         raise bad(f"unknown backbone {spec.backbone!r}; choose one of {', '.join(sorted(BACKBONES))}")
-    if not 1 <= spec.prototypes_per_class <= MAX_PROTOTYPES:
-        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be between 1 and "
-                  f"{MAX_PROTOTYPES} (classes × J ≤ {MAX_PROTOTYPES}: benchmark.config.MAX_PROTOTYPES)")
+    if spec.prototypes_per_class < 1:
+        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
+    if spec.prototypes_per_class > MAX_PROTOTYPES:
+        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} is more than fits in memory: "
+                  f"classes × J must be ≤ {MAX_PROTOTYPES} (benchmark.config.MAX_PROTOTYPES)")
     for name in ("batch_size", "eval_batch_size", "image_size"):
         if getattr(spec, name) < 1:
             raise bad(f"{name} = {getattr(spec, name)} must be ≥ 1")

@@ -123,7 +123,7 @@ def solo(work: Path) -> dict[int, dict]:
 
 # ---- kill -9 at each phase of a run -----------------------------------------------------------
 @pytest.mark.parametrize("phase, nth, leaves", [
-    ("epoch", 3, None),  # the 3rd training batch: inside epoch 2, after epoch 1's checkpoint
+    ("epoch", 3, None),  # the 3rd training batch: inside epoch 3 (discovery has no loss), 2 checkpoints in
     ("checkpoint-rename", 1, ".checkpoint.pt."),  # the first checkpoint, written but not renamed
     ("checkpoint-rename", 2, ".checkpoint.pt."),  # the second, with the first in place
     ("evaluation", 1, None),  # training done, evaluating
@@ -266,8 +266,8 @@ BAD_INPUTS = {  # name: (grid fields, data mutation, what the one error says)
                                "joint_lr_step"),
     "nppp momentum 1.5": ({"method": "nppp", "method_args": "{ momentum = 1.5 }"}, None, "momentum"),
     "unknown hyperparameter": ({"method_args": "{ lr_blok = 1e-4 }"}, None, "has no hyperparameter 'lr_blok'"),
-    "J = 0": ({"js": "[0]"}, None, "prototypes_per_class (J) = 0 must be between 1 and"),
-    "J beyond the bound": ({"js": "[1000000]"}, None, "prototypes_per_class (J) = 1000000 must be between"),
+    "J = 0": ({"js": "[0]"}, None, "prototypes_per_class (J) = 0 must be ≥ 1"),
+    "J beyond the bound": ({"js": "[1000000]"}, None, "prototypes_per_class (J) = 1000000 is more than fits"),
     "C·J beyond the bound": ({"js": "[6000]"}, None, "4 classes × J = 6000 is 24000 prototypes"),
     "corrupt JPEG": ({}, corrupt_first_image, "cannot be decoded"),
     "truncated JPEG": ({}, truncate_first_image, "cannot be decoded"),
