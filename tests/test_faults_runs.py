@@ -223,6 +223,8 @@ def test_a_failed_run_exits_non_zero_on_every_invocation(work: Path, monkeypatch
     assert main(argv) == 1  # skipped as failed before: still a failed grid
     err = capsys.readouterr().err
     assert "failed before: RuntimeError: evaluation broke" in err and "run the same command with --retry-failed" in err
+    assert main([*argv, "--executor", "submitit-local"]) == 1  # nothing submitted, still failed
+    assert "--retry-failed" in capsys.readouterr().err
     assert main([*argv, "--retry-failed"]) == 0
 
 
