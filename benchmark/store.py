@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.errors import ProtobenchError
+
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
@@ -161,6 +163,10 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunBusy(run_dir, rd.lock_path.read_text(errors="replace").strip()) from None
+        except OSError as err:  # ENOLCK, EOPNOTSUPP: a filesystem mounted without lock support
+            raise ProtobenchError(f"cannot lock {rd.lock_path} ({err.strerror}): the runs directory must be on a "
+                                  "filesystem with file locks (local disk, NFS with lockd, Lustre mounted "
+                                  "with -o flock)") from err
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n"
                  .encode())

@@ -157,7 +157,7 @@ def stand_in_method(name: str, method_args: dict[str, Any], prototypes_per_class
     tokens on a 4×4 grid, 4 blocks; no data, no trunk): everything its constructor rejects is one
     ProtobenchError before compute, and its ``stages()`` give the epochs. Cached per arguments;
     read it, do not train it."""
-    return _stand_in(name, json.dumps(method_args, sort_keys=True), prototypes_per_class)
+    return _stand_in(name, json.dumps(method_args, sort_keys=True, default=str), prototypes_per_class)
 
 
 def build_method(name: str, ctx: MethodContext, **overrides: Any) -> PrototypeMethod:

@@ -5,6 +5,7 @@ input is one clear error before the trunk's forward pass; a failed run keeps the
 non-zero on every invocation; files follow the umask."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -129,6 +130,7 @@ def solo(work: Path) -> dict[int, dict]:
     ("evaluation", 1, None),  # training done, evaluating
     ("result-rename", 1, ".result.json."),  # result written but not renamed
 ])
+@pytest.mark.slow
 def test_kill_at_each_phase_then_rerun_gives_the_uninterrupted_result(
         work: Path, solo: dict[int, dict], phase: str, nth: int, leaves: str | None) -> None:
     grid = write_grid(work / f"{phase}-{nth}.toml", work / "synthbirds")
@@ -149,6 +151,7 @@ def test_kill_at_each_phase_then_rerun_gives_the_uninterrupted_result(
 
 
 # ---- one process per run ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_three_concurrent_processes_train_each_run_once(work: Path, solo: dict[int, dict]) -> None:
     grid = write_grid(work / "concurrent.toml", work / "synthbirds", js="[2, 3, 4]")
     runs = work / "runs-concurrent"
@@ -204,6 +207,16 @@ def test_a_requeued_job_is_not_locked_out_by_its_killed_predecessor(tmp_path: Pa
     holder.wait(timeout=DEADLINE_S)
     with run_lock(tmp_path):  # a fresh attempt gets it at once
         pass
+
+
+def test_a_filesystem_without_locks_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr("benchmark.store.fcntl.flock", no_locks)
+    with pytest.raises(ProtobenchError, match=r"cannot lock .*\.lock \(No locks available\): the runs directory"):
+        with run_lock(tmp_path):
+            pass
 
 
 # ---- exit status -----------------------------------------------------------------------------
@@ -312,22 +325,19 @@ def test_plan_checks_images_of_datasets_on_disk(work: Path, tmp_path: Path,
 
 
 # ---- numerical failures ----------------------------------------------------------------------
-def test_a_failed_decomposition_is_a_non_finite_loss_error_naming_stage_and_epoch(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_decomposition_is_a_non_finite_loss_error_naming_stage_and_epoch() -> None:
+    """Learning rates of 100 make vMFProto's parameters diverge until the Cholesky factor of its
+    log-det term fails (a raw ``torch.linalg.LinAlgError`` before issue 10)."""
     source = SyntheticTokens()
     torch.manual_seed(0)
-    method = build_method("vmfproto", source.context(2), discovery_epochs=1, end_to_end_epochs=1)
-
-    def singular(*args: object, **kwargs: object) -> None:
-        torch.linalg.cholesky(torch.zeros(2, 2))  # raises torch.linalg.LinAlgError, as a diverged model does
-
-    monkeypatch.setattr(method, "loss_terms", singular)
+    method = build_method("vmfproto", source.context(2), discovery_epochs=1, end_to_end_epochs=2,
+                          lr_block=100.0, lr_mu=100.0, lr_kappa=100.0)
     with pytest.raises(NonFiniteLossError) as err:
         train(method, source, seed=0, batch_size=8, device=torch.device("cpu"), checkpoint_path=None,
               log=lambda line: None)
     message = str(err.value)
-    assert "stage 'end_to_end'" in message or "stage 'discovery'" in message
-    assert "epoch " in message and "the loss terms, backward pass and optimiser step" in message
+    assert "stage 'end_to_end', epoch 1 (method 'vmfproto')" in message and "cholesky" in message
+    assert "the loss terms, backward pass and optimiser step" in message
     assert isinstance(err.value, ProtobenchError) and isinstance(err.value.__cause__, torch.linalg.LinAlgError)
 
 
