@@ -315,6 +315,22 @@ def test_every_bad_input_is_one_clear_error_before_the_trunk_runs(
     assert not list(tmp_path.rglob("spec.json"))  # nothing written, inside the runs directory or out
 
 
+def test_image_check_accepts_bytes_after_the_end_marker_and_names_the_first_bad_image(work: Path, tmp_path: Path) -> None:
+    from benchmark.data import check_images, load_dataset
+
+    root = tmp_path / "synthbirds"
+    shutil.copytree(work / "synthbirds", root)
+    split = load_dataset("synthbirds", root, "train")
+    first, second = split.image_paths[:2]
+    first.write_bytes(first.read_bytes() + b"\0" * 16)  # a camera trailer: a complete, valid JPEG
+    check_images(split)
+    second.write_bytes(second.read_bytes()[:-100])  # truncated
+    split.image_paths[-1].write_bytes(b"not an image")
+    with pytest.raises(ProtobenchError, match=f"2 of {len(split)} images of synthbirds train are unusable; "
+                                              f"the first: {second} cannot be decoded"):
+        check_images(split)
+
+
 def test_plan_checks_images_of_datasets_on_disk(work: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "synthbirds"
