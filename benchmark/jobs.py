@@ -24,6 +24,10 @@ from benchmark.store import RunBusy, RunDir, atomic_write_json, read_json
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
 RUNNING_ELSEWHERE = "running_elsewhere"  # key of what a job returns when another process holds its run
+# How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
+# which the server frees the locks of a failed node, so a job requeued after a node failure
+# is not turned away by its dead predecessor's lock.
+LOCK_WAIT_S = 180.0
 
 
 def code_dir() -> Path:
@@ -92,7 +96,8 @@ class RunJob(submitit.helpers.Checkpointable):
             "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "code_dir": str(imported),
         })
         try:
-            return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False)
+            return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False,
+                               lock_wait_s=LOCK_WAIT_S)
         except RunBusy as busy:  # not a failure: the live holder writes the result
             return {RUNNING_ELSEWHERE: busy.holder}
         except SystemExit:

@@ -133,18 +133,20 @@ def execute_run(
     progress: bool | None = None,
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
+    lock_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
 
     The attempt holds the run's lock (:func:`benchmark.store.run_lock`) from start to end: a run
-    another live process holds raises :class:`benchmark.store.RunBusy` and is left alone.
+    another live process holds (still, after ``lock_wait_s``) raises
+    :class:`benchmark.store.RunBusy` and is left alone.
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
     rd = RunDir(run_dir)
     done = rd.result()
     if done is not None:
         return done
-    with run_lock(run_dir):
+    with run_lock(run_dir, wait_s=lock_wait_s):
         return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log)
 
 

@@ -147,20 +147,31 @@ class RunBusy(Exception):
 
 
 @contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold the run's exclusive lock for the life of an attempt, or raise :class:`RunBusy` at once.
+def run_lock(run_dir: Path, *, wait_s: float = 0.0) -> Iterator[None]:
+    """Hold the run's exclusive lock for the life of an attempt, or raise :class:`RunBusy` when
+    another process still holds it after ``wait_s`` seconds (0: at once).
 
     ``fcntl.flock`` on ``RUN_DIR/.lock``: the kernel drops it when the holder's file is closed,
-    also when the process dies (``kill -9``, node failure on a filesystem with lock recovery), so
-    a crash never leaves a run locked and a requeued SLURM job is never locked out by its dead
-    predecessor. The file is never deleted (unlinking it would let two processes lock two
-    different files); it names the holder for the message of those it turns away."""
+    also when the process dies (``kill -9``), so a crash never leaves a run locked and a
+    requeued SLURM job is never locked out by its dead predecessor. (After a node failure, an
+    NFS server frees the dead node's locks only when its lease expires, 90 s by default: the
+    reason jobs wait, :data:`benchmark.jobs.LOCK_WAIT_S`.) The file is never deleted (unlinking
+    it would let two processes lock two different files); it names the holder for the message
+    of those it turns away."""
     rd = RunDir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(rd.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    deadline = time.monotonic() + wait_s
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(1.0)  # poll: a blocking flock could not give up at the deadline
         except BlockingIOError:
             raise RunBusy(run_dir, rd.lock_path.read_text(errors="replace").strip()) from None
         except OSError as err:  # ENOLCK, EOPNOTSUPP: a filesystem mounted without lock support

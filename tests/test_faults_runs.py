@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -203,10 +204,11 @@ def test_a_requeued_job_is_not_locked_out_by_its_killed_predecessor(tmp_path: Pa
     with pytest.raises(RunBusy, match=f"running elsewhere: pid {holder.pid} on "):
         with run_lock(tmp_path):
             pass
-    holder.kill()
-    holder.wait(timeout=DEADLINE_S)
-    with run_lock(tmp_path):  # a fresh attempt gets it at once
-        pass
+    killer = threading.Thread(target=holder.kill)
+    killer.start()  # while the next attempt waits for the lock, as a requeued job does
+    with run_lock(tmp_path, wait_s=DEADLINE_S):
+        assert holder.wait(timeout=DEADLINE_S) == -signal.SIGKILL
+    killer.join()
 
 
 def test_a_filesystem_without_locks_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
