@@ -12,6 +12,7 @@ from benchmark.store import default_cache_root
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
+    from benchmark.executors import Outcome
     from benchmark.grid import GridSpec
 
 
@@ -52,11 +53,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.profile:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
-    outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed)
+    outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
+                         allow_code_change=args.allow_code_change)
     print_status(runs_root / grid.name)
-    failed = [o for o in outcomes if o.state == "failed"]
+    return _summary(outcomes)
+
+
+def _summary(outcomes: list[Outcome]) -> int:
+    """Print the runs left to another process and the failed ones (failed now or in an earlier
+    invocation, with the ``--retry-failed`` hint); exit status 1 when any run is failed."""
+    for o in outcomes:
+        if o.state == "running-elsewhere":
+            print(f"running elsewhere: {o.spec.run_id} {o.spec.label}: {o.detail or 'another process holds it'}")
+    failed = [o for o in outcomes if o.failed]
     for o in failed:
         print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} run(s) of the grid failed; run the same command with --retry-failed to try them again",
+              file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -72,11 +86,12 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
-                             device=device, retry_failed=args.retry_failed)
+                             device=device, retry_failed=args.retry_failed,
+                             allow_code_change=args.allow_code_change)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
-        if o.state != "skipped":
+        if o.state != "skipped" and not o.failed:  # the failed ones are listed by _summary
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
@@ -86,16 +101,14 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
         print(f"code snapshot: {submission.snapshot}")
     if not submission.arrays:
         print("nothing to submit")
-        return 0
+        return _summary(submission.settled)
     if args.executor == "slurm":
         print(f"job logs: {submission.folder}\nfollow with `protobench status {runs_root / grid.name}`, "
               f"stop with `protobench cancel {runs_root / grid.name}`")
-        return 0
-    failed = [o for o in wait_for(submission) if o.state == "failed"]
+        return _summary(submission.settled)
+    outcomes = wait_for(submission)
     print_status(runs_root / grid.name)
-    for o in failed:
-        print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
-    return 1 if failed else 0
+    return _summary(submission.settled + outcomes)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -149,11 +162,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from benchmark.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid
-    from benchmark.plan import load_perf, make_plan, paper_costs, print_plan
+    from benchmark.plan import check_present_data, load_perf, make_plan, paper_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     costs = load_perf(args.perf) if args.perf else paper_costs()
+    check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
     return 0
 
@@ -285,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
         p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")
         p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+        p.add_argument("--allow-code-change", action="store_true",
+                       help="resume checkpoints written by another code version (result.json lists every version)")
         p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
                        help="where runs execute (default: local, in this process)")
         p.add_argument("--profile", help="cluster profile TOML for --executor slurm (slurm/profiles/)")
@@ -323,11 +339,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="dataset root for every run (overrides the grid)")
     p.set_defaults(func=cmd_plan)
 
-    from reports.cli import add_report_arguments, run_report
+    from reports.cli import (
+        add_export_arguments,
+        add_plot_arguments,
+        add_report_arguments,
+        run_export,
+        run_plot,
+        run_report,
+    )
 
-    p = sub.add_parser("report", help="paper tables (LaTeX/markdown) from result.json files or a CSV")
+    p = sub.add_parser("report", help="tables (markdown/LaTeX/CSV) of every result, or of a paper layout")
     add_report_arguments(p)
     p.set_defaults(func=run_report)
+
+    p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, …) to CSV/JSONL/Parquet")
+    add_export_arguments(p)
+    p.set_defaults(func=run_export)
+
+    p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
+    add_plot_arguments(p)
+    p.set_defaults(func=run_plot)
 
     p = sub.add_parser("figures", help="activation-map and 'why' panels for test images of a finished run")
     p.add_argument("run_dir")

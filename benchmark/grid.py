@@ -18,6 +18,7 @@ seed = [0, 1]                       # duplicates (same run id) kept once
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, read_toml, unk
 from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
+# A grid's name is its folder under the runs directory: one path component, never '.' or '..'.
+GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,9 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         if key not in GRID_KEYS:
             raise unknown_key_error(key, list(GRID_KEYS), source)
     name = data.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise ProtobenchError(f"{source}: 'name' must be a non-empty string without '/'")
+    if not isinstance(name, str) or not GRID_NAME.fullmatch(name):
+        raise ProtobenchError(f"{source}: name = {name!r} must be a folder name of letters, digits, '.', '_' "
+                              "and '-' that starts with a letter or digit (runs go to RUNS_DIR/NAME/), e.g. 'cub_main'")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise ProtobenchError(f"{source}: [defaults] must be a table")

@@ -19,10 +19,15 @@ import submitit
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.scheduler import JobState, query_jobs
-from benchmark.store import RunDir, atomic_write_json, read_json
+from benchmark.store import RunBusy, RunDir, atomic_write_json, read_json
 
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
+RUNNING_ELSEWHERE = "running_elsewhere"  # key of what a job returns when another process holds its run
+# How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
+# which the server frees the locks of a failed node, so a job requeued after a node failure
+# is not turned away by its dead predecessor's lock.
+LOCK_WAIT_S = 180.0
 
 
 def code_dir() -> Path:
@@ -74,8 +79,10 @@ class RunJob(submitit.helpers.Checkpointable):
     finished epoch. A job requeued from outside (``scontrol requeue``, preemption by SLURM)
     restarts the same way."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None) -> None:
+    def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None, *,
+                 allow_code_change: bool = False) -> None:
         self.spec, self.run_dir, self.cache_root, self.snapshot = spec, run_dir, cache_root, snapshot
+        self.allow_code_change = allow_code_change
 
     def __call__(self) -> dict[str, Any]:
         from benchmark.runner import execute_run
@@ -91,7 +98,10 @@ class RunJob(submitit.helpers.Checkpointable):
             "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "code_dir": str(imported),
         })
         try:
-            return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False)
+            return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False,
+                               allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S)
+        except RunBusy as busy:  # not a failure: the live holder writes the result
+            return {RUNNING_ELSEWHERE: busy.holder}
         except SystemExit:
             # submitit's requeue handler exits the process after checkpointing; the run is not failed
             RunDir(self.run_dir).failure_path.unlink(missing_ok=True)

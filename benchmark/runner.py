@@ -16,15 +16,15 @@ from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.cache.stage import stage_root
 from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
+from benchmark.data import ImageDataset, OfflineAugmentedDataset, check_images, ensure_synthbirds, load_dataset
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
-from benchmark.store import RunDir, atomic_write_json
-from benchmark.training import TrainingInterrupted, train
+from benchmark.store import RunDir, atomic_write_json, run_lock
+from benchmark.training import TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
-from methods.registry import build_method
+from methods.registry import build_method, method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
 
@@ -42,6 +42,15 @@ def load_split(spec: RunSpec, split: str) -> ImageDataset:
     if spec.dataset == "synthbirds":
         ensure_synthbirds(root, spec.dataset_args)
     return load_dataset(spec.dataset, root, split, image_size=spec.image_size)
+
+
+def check_data(spec: RunSpec) -> int:
+    """Read both splits' annotations and decode every image (a missing synthbirds root is
+    generated); the number of classes."""
+    train = load_split(spec, "train")
+    check_images(train)
+    check_images(load_split(spec, "test"))
+    return train.num_classes
 
 
 def load_trunk(spec: RunSpec) -> FrozenTrunk:
@@ -126,16 +135,32 @@ def execute_run(
     progress: bool | None = None,
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
+    allow_code_change: bool = False,
+    lock_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
+    ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
+    The attempt holds the run's lock (:func:`benchmark.store.run_lock`) from start to end: a run
+    another live process holds (still, after ``lock_wait_s``) raises
+    :class:`benchmark.store.RunBusy` and is left alone.
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
     rd = RunDir(run_dir)
     done = rd.result()
     if done is not None:
         return done
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir, wait_s=lock_wait_s):
+        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change)
+
+
+def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bool | None,
+                stop_after_epoch: int | None, log: Callable[[str], None] | None,
+                allow_code_change: bool) -> dict[str, Any]:
+    done = rd.result()  # finished by another process between the first look and the lock
+    if done is not None:
+        return done
+    rd.remove_stale_temp_files()
     atomic_write_json(rd.spec_path, spec.to_json())
     rd.failure_path.unlink(missing_ok=True)
     with rd.log_path.open("a") as logfile, Progress(progress) as bars:
@@ -147,7 +172,7 @@ def execute_run(
             echo(line)
 
         try:
-            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch)
+            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -160,10 +185,11 @@ def execute_run(
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
-             say: Callable[[str], None], stop_after_epoch: int | None) -> dict[str, Any]:
+             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
+    resume_checkpoint(rd.checkpoint_path, allow_code_change=allow_code_change)  # refuse before the token cache
     prep = prepare(spec)
     wall["prepare"] = time.perf_counter() - tic
 
@@ -173,7 +199,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     wall["token_cache"] = time.perf_counter() - tic
 
     report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch)
+                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch,
+                   allow_code_change=allow_code_change)
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()
@@ -191,10 +218,12 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
+        "method_display_name": method_display_name(type(prep.method)),  # what reports label it
         **evaluated,
         "timing": timing,
         "provenance": {
-            **provenance(prep.device),
+            **provenance(prep.device),  # code_version: the code that evaluated
+            "code_versions": report.code_versions,  # the code that trained, epochs per version
             "weights_checksum": prep.trunk.weights_checksum,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -41,6 +41,7 @@ import numpy as np
 from benchmark.cache.arrays import ArraySpec, ArrayWriter, CorruptArray, bad_blocks, open_array, sample_blocks
 from benchmark.cache.lock import Heartbeat, Owner, build_lock, filesystem_now, is_dead
 from benchmark.errors import ProtobenchError
+from benchmark.store import DISK_FULL_ERRNOS
 
 MANIFEST = "manifest.json"
 LAST_USED = "last_used"
@@ -55,7 +56,6 @@ SAMPLE_BLOCKS = 6
 FULLY_CHECKED = ("labels",)
 #: an entry moved aside is kept this long after its last open, for readers on other nodes
 READER_GRACE_SECONDS = 24 * 3600.0
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 Fill = Callable[[dict[str, ArrayWriter]], dict[str, Any]]
 
@@ -370,7 +370,7 @@ def open_or_build(
             _verify_built(folder, key)
             existing = _publish(folder, final, key)
         except OSError as error:
-            if error.errno not in DISK_FULL:
+            if error.errno not in DISK_FULL_ERRNOS:
                 raise
             raise ProtobenchError(
                 f"The disk filled while building the token-cache entry {final} ({error.strerror}): it needs "
