@@ -257,6 +257,35 @@ def cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from benchmark.cache.admin import list_cache, remove_cache, verify_cache
+
+    cache_dir = _cache_root(args, Path(args.runs_dir))
+    if args.action == "ls":
+        items = list_cache(cache_dir)
+        for item in items:
+            used = datetime.fromtimestamp(item.last_used).isoformat(sep=" ", timespec="minutes")
+            print(f"{item.name}  {item.bytes / 2**20:.1f} MiB  {item.state}  built {item.built_by}  last used {used}")
+        print(f"{cache_dir}: {len(items)} folder(s), {sum(i.bytes for i in items) / 2**30:.2f} GiB")
+        return 0
+    if args.action == "verify":
+        problems = verify_cache(cache_dir, args.names)
+        for name, found in problems.items():
+            print(f"{name}: {'ok' if not found else 'CORRUPT: ' + '; '.join(found)}")
+        bad = [name for name, found in problems.items() if found]
+        if bad:
+            print(f"{len(bad)} corrupt: remove with `protobench cache rm {' '.join(bad)} --cache-dir {cache_dir}`",
+                  file=sys.stderr)
+        return 1 if bad else 0
+    if args.unused is not None and args.unused < 0:
+        raise ProtobenchError(f"--unused {args.unused} must be ≥ 0 days")
+    for line in remove_cache(cache_dir, args.names, args.unused):
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="protobench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,6 +376,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")
+    p.add_argument("action", choices=["ls", "verify", "rm"])
+    p.add_argument("names", nargs="*", metavar="NAME", help="entry names, name prefixes or key digests "
+                                                            "(verify: default every entry)")
+    p.add_argument("--unused", nargs="?", const=30.0, type=float, metavar="DAYS",
+                   help="rm: also entries not opened for DAYS days (default 30), dead builds and idle entries "
+                        "moved aside")
+    p.add_argument("--runs-dir", default="runs", help="runs directory whose .token-cache to use (default: runs)")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("evaluate", help="re-evaluate a finished run from its checkpoint")
     p.add_argument("run_dir")

@@ -20,6 +20,7 @@ DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
 CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
+CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
 # grid load rather than out of memory: the per-prototype similarity maps of one batch are
@@ -29,7 +30,8 @@ MAP_POOLS = (1, 2)
 MAX_PROTOTYPES = 20_000
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
-OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens")
+OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
+                      "cache_stage")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class RunSpec:
     # Store the early block's tokens too (set by the grid when any run sharing this trunk and
     # dataset needs them, so every run reads one cache entry); the run's science is unchanged.
     cache_early_tokens: bool = False
+    # "local": read a checksum-verified copy of each cache entry on node-local scratch
+    # ($SLURM_TMPDIR, else $TMPDIR) instead of the shared filesystem (benchmark/cache/stage.py)
+    cache_stage: str = "shared"
     device: str = "auto"
     num_workers: int = 0
 
@@ -162,8 +167,8 @@ def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.backbones import BACKBONES
+    from benchmark.cache.tokens import STORAGE_DTYPES
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
-    from benchmark.features import STORAGE_DTYPES
     from methods.registry import validate_method_args
 
     def bad(msg: str) -> ProtobenchError:
@@ -192,6 +197,8 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     if spec.cache_dtype not in STORAGE_DTYPES:
         raise bad(f"cache_dtype = {spec.cache_dtype!r} must be one the token cache can store: "
                   f"{', '.join(STORAGE_DTYPES)}")
+    if spec.cache_stage not in CACHE_STAGES:
+        raise bad(f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
     if spec.device != "auto" and not (spec.device == "cpu" or spec.device.startswith("cuda")):
         raise bad(f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
     if not spec.weights:

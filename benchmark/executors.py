@@ -5,9 +5,10 @@
   cluster named explicitly). Runs are grouped by job shape (cluster profile); each group is
   one job array (``executor.batch()``) of :class:`benchmark.jobs.RunJob` callables, ordered so
   that runs reading the same token caches are neighbours. Runs that share a cache entry and
-  start together do not build it twice: the cache's per-entry ``flock`` makes all but one wait,
-  then they read the published entry. ``submitit-local`` and ``debug`` wait for their jobs;
-  ``slurm`` returns once the arrays are queued.
+  start together do not build it twice: the cache's per-entry lock file
+  (``benchmark/cache/lock.py``, valid across nodes) makes all but one wait, then they read the
+  published entry. ``submitit-local`` and ``debug`` wait for their jobs; ``slurm`` returns once
+  the arrays are queued.
 """
 from __future__ import annotations
 

@@ -13,11 +13,12 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk, create_backbone
+from benchmark.cache.stage import stage_root
+from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
 from benchmark.data import ImageDataset, OfflineAugmentedDataset, check_images, ensure_synthbirds, load_dataset
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
-from benchmark.features import TokenSource, View, token_source
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json, run_lock
@@ -93,6 +94,7 @@ class Prepared:
             if self.method.needs_early_tokens or spec.cache_early_tokens else None,
             dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
             num_workers=spec.num_workers, progress=progress,
+            stage_dir=stage_root() if spec.cache and spec.cache_stage == "local" else None,
         )
 
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,

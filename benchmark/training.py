@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from benchmark.errors import ProtobenchError
-from benchmark.features import TokenSource
+from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.provenance import code_version
 from benchmark.store import atomic_write_checked
