@@ -95,7 +95,8 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
-        print(f"submitted {len(ids)} run(s) as job(s) {ids[0]}{f' … {ids[-1]}' if len(ids) > 1 else ''} "
+        packed = f" packed into {len(ids)} task(s)" if len(array.specs) > len(ids) else ""
+        print(f"submitted {len(array.specs)} run(s){packed} as job(s) {ids[0]}{f' … {ids[-1]}' if len(ids) > 1 else ''} "
               f"[{array.shape.describe()}]")
     if submission.snapshot:
         print(f"code snapshot: {submission.snapshot}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.cluster import ClusterProfile, JobShape
+from benchmark.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.config import RunSpec
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
@@ -177,8 +177,28 @@ class Plan:
         return list(groups.items())
 
     @property
+    def tasks(self) -> list[tuple[JobShape, list[tuple[RunCost, ...]]]]:
+        """The array tasks of each job array, packed as ``run`` packs them
+        (:func:`benchmark.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
+        from benchmark.grid import cache_group
+
+        packed = []
+        for shape, runs in self.arrays:
+            by_spec = {r.spec: r for r in runs}
+            ordered = sorted((r.spec for r in runs), key=cache_group)
+            tasks = pack_runs(ordered, self.profile, lambda spec: by_spec[spec].hours)
+            packed.append((shape, [tuple(by_spec[spec] for spec in task) for task in tasks]))
+        return packed
+
+    @property
+    def startup_hours(self) -> float:
+        """Start-up of every array task (``task_startup_s``): a packed task pays it once."""
+        return sum(len(tasks) * max(shape.gpus_per_node, 1) for shape, tasks in self.tasks) \
+            * self.profile.task_startup_s / 3600
+
+    @property
     def gpu_hours(self) -> float:
-        return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.cache_hours
+        return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.startup_hours + self.cache_hours
 
 
 def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
@@ -200,15 +220,23 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
             for split, view, images in views]
 
 
+def run_hours(spec: RunSpec, costs: Costs, epochs: int | None = None) -> tuple[float, str]:
+    """A run's estimated training hours (epochs × training images × seconds per image) and
+    where its per-epoch cost comes from; ``epochs`` when already known."""
+    epochs = run_epochs(spec) if epochs is None else epochs
+    per_image, source = costs.seconds_per_image(spec)
+    images = split_images(spec, "train") * augmentation_factor(spec.augmentation)
+    return epochs * images * per_image / 3600, source
+
+
 def make_plan(grid: GridSpec, profile: ClusterProfile, costs: Costs) -> Plan:
     runs = []
     readers: Counter[tuple[Any, ...]] = Counter()
     needs: dict[tuple[Any, ...], CacheNeed] = {}
     for spec in grid.runs:
         epochs = run_epochs(spec)
-        per_image, source = costs.seconds_per_image(spec)
-        images = split_images(spec, "train") * augmentation_factor(spec.augmentation)
-        runs.append(RunCost(spec, profile.shape_for(spec), epochs, epochs * images * per_image / 3600, source))
+        hours, source = run_hours(spec, costs, epochs)
+        runs.append(RunCost(spec, profile.shape_for(spec), epochs, hours, source))
         for key, need in cache_needs(spec):
             readers[key] += 1
             needs.setdefault(key, need)
@@ -226,12 +254,18 @@ def print_plan(plan: Plan) -> None:
     console.print(f"grid [bold]{grid.name}[/bold] ({grid.source}): {len(plan.runs)} runs; "
                   f"profile {plan.profile.name} ({plan.profile.source})")
     arrays = Table(title=f"{len(plan.arrays)} job array(s), one per job shape "
-                         f"(≤ {plan.profile.array_parallelism} tasks of an array at once)")
-    for column in ("job shape", "runs (array tasks)", "epochs", "est. hours"):
+                         f"(≤ {plan.profile.array_parallelism} tasks of an array at once; "
+                         f"≤ {plan.profile.runs_per_task} run(s) per task)")
+    for column in ("job shape", "runs", "array tasks", "runs per task", "epochs", "est. hours",
+                   "longest task h"):
         arrays.add_column(column, justify="left" if column == "job shape" else "right")
-    for shape, runs in plan.arrays:
-        arrays.add_row(shape.describe(), str(len(runs)), str(sum(r.epochs for r in runs)),
-                       f"{sum(r.hours for r in runs):.1f}")
+    for shape, tasks in plan.tasks:
+        runs = [r for task in tasks for r in task]
+        fewest, most = min(len(task) for task in tasks), max(len(task) for task in tasks)
+        arrays.add_row(shape.describe(), str(len(runs)), str(len(tasks)),
+                       str(most) if fewest == most else f"{fewest}–{most}",
+                       str(sum(r.epochs for r in runs)), f"{sum(r.hours for r in runs):.1f}",
+                       f"{max(sum(r.hours for r in task) for task in tasks):.1f}")
     console.print(arrays)
     caches = Table(title=f"{len(plan.caches)} token cache(s) to build (each once, shared by its runs)")
     for column in ("backbone", "dataset", "split", "view", "early tokens", "images", "runs"):
@@ -241,7 +275,10 @@ def print_plan(plan: Plan) -> None:
                        str(need.images), str(readers))
     console.print(caches)
     sources = Counter(r.source for r in plan.runs)
+    tasks = sum(len(t) for _, t in plan.tasks)
     console.print(f"estimate: [bold]{plan.gpu_hours:.1f} GPU-hours[/bold] "
-                  f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.cache_hours:.1f} h token caches); "
+                  f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.startup_hours:.1f} h start-up of "
+                  f"{tasks} array task(s) at {plan.profile.task_startup_s} s each, "
+                  f"{plan.cache_hours:.1f} h token caches); "
                   f"per-epoch costs from {plan.costs.source}; runs costed by "
                   + ", ".join(f"{source}: {n}" for source, n in sources.items()))
