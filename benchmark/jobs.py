@@ -13,7 +13,6 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import submitit
 

@@ -184,10 +184,10 @@ class Plan:
 
         packed = []
         for shape, runs in self.arrays:
-            by_spec = {r.spec: r for r in runs}
+            by_id = {r.spec.run_id: r for r in runs}
             ordered = sorted((r.spec for r in runs), key=cache_group)
-            tasks = pack_runs(ordered, self.profile, lambda spec: by_spec[spec].hours)
-            packed.append((shape, [tuple(by_spec[spec] for spec in task) for task in tasks]))
+            tasks = pack_runs(ordered, self.profile, lambda spec: by_id[spec.run_id].hours)
+            packed.append((shape, [tuple(by_id[spec.run_id] for spec in task) for task in tasks]))
         return packed
 
     @property

@@ -70,11 +70,11 @@ def test_runs_of_different_cache_groups_never_share_a_task() -> None:
 
 def test_the_time_budget_bounds_a_tasks_estimated_hours() -> None:
     specs = sorted(paper_grid().runs, key=cache_group)
-    hours = {s: h for s, h in zip(specs, (1.0, 1.0, 1.5, 0.4))}
+    hours = {s.run_id: h for s, h in zip(specs, (1.0, 1.0, 1.5, 0.4))}
     budget_2h = ClusterProfile(runs_per_task=4, task_time_budget_min=120)
-    assert [len(t) for t in pack_runs(specs, budget_2h, hours.__getitem__)] == [2, 2]  # 1+1 | 1.5+0.4
+    assert [len(t) for t in pack_runs(specs, budget_2h, lambda s: hours[s.run_id])] == [2, 2]  # 1+1 | 1.5+0.4
     budget_1h = ClusterProfile(runs_per_task=4, task_time_budget_min=60)
-    assert [len(t) for t in pack_runs(specs, budget_1h, hours.__getitem__)] == [1, 1, 1, 1]  # 1.5 h alone
+    assert [len(t) for t in pack_runs(specs, budget_1h, lambda s: hours[s.run_id])] == [1, 1, 1, 1]  # 1.5 h alone
 
 
 def test_default_budget_is_the_time_limit_less_signal_lead_and_start_up() -> None:
