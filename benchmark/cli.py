@@ -151,7 +151,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from benchmark.store import find_run_dirs
 
     root = _runs_dir(args.runs_dir)
-    live = [state.job.job_id for state in run_states(find_run_dirs(root)).values() if state.live and state.job]
+    live = list(dict.fromkeys(state.job.job_id for state in run_states(find_run_dirs(root)).values()
+                              if state.live and state.job))  # the runs of a packed task share its job
     if not live:
         print(f"no pending or running SLURM job under {root}")
         return 0
