@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "slurm" / "profiles" / "local.toml"
 DEADLINE_S = 180
+QUEUED_DEADLINE_S = 600  # waits that include time in the queue behind other jobs of a shared test cluster
 T = TypeVar("T")
 
 
@@ -239,7 +240,7 @@ def test_packed_array_runs_two_runs_per_task_and_records_each_run(
     (array,) = submission.arrays
     assert [len(task) for task in array.tasks] == [2, 2]
     assert len(array.job_ids) == 2 and len({i.split("_")[0] for i in array.job_ids}) == 1  # one array, two tasks
-    wait_until(results(grid, runs_root), "every run of the packed array to write its result")
+    wait_until(results(grid, runs_root), "every run of the packed array to write its result", QUEUED_DEADLINE_S)
     for task, job_id in zip(array.tasks, array.job_ids):
         for position, spec in enumerate(task):
             rd = RunDir(grid.run_dir(runs_root, spec))
@@ -262,13 +263,14 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
     first, second = (RunDir(grid.run_dir(runs_root, s)) for s in (first_spec, second_spec))
     job_id = submission.arrays[0].job_ids[0]
 
-    wait_until(lambda: finished_epochs(first) >= 1, "the first run's first finished epoch")
+    wait_until(lambda: finished_epochs(first) >= 1, "the first run's first finished epoch", QUEUED_DEADLINE_S)
     assert run_states([second])[second.path].label == f"waiting in task {job_id} (run 2 of 2)"
     wait_until(lambda: finished_epochs(second) >= 1, "the second run's first finished epoch")
     assert first.is_complete and run_states([second])[second.path].label == "running"
     first_log = first.log_path.read_text()
     subprocess.run(["scontrol", "requeue", job_id], check=True)
-    wait_until(lambda: restart_count(second) >= 1, "the requeued task to start the second run again")
+    wait_until(lambda: restart_count(second) >= 1, "the requeued task to start the second run again",
+               QUEUED_DEADLINE_S)
     wait_until(results(grid, runs_root), "both runs' results")
     assert first.log_path.read_text() == first_log  # skipped by the requeued task: not trained again
     assert "resuming at" in second.log_path.read_text() and second.result()["timing"]["resumed_from_epoch"] >= 1
