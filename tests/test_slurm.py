@@ -256,7 +256,7 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
                                                                           tmp_path: Path) -> None:
     """Two runs in one task; while the first trains the second reads as waiting in the task;
     ``scontrol requeue`` during the second: the first is not trained again, the second resumes."""
-    grid = tiny_grid("packed-long", tmp_path / "data", epochs=150, js=(2, 3))  # ≈ 15 s of training each
+    grid = tiny_grid("packed-long", tmp_path / "data", epochs=60, js=(2, 3))  # 6 s (idle) to 60 s (loaded) each
     runs_root = tmp_path / "runs"
     submission = submit(grid, runs_root, tmp_path / "cache", replace(profile, runs_per_task=2))
     ((first_spec, second_spec),) = submission.arrays[0].tasks
@@ -265,7 +265,7 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
 
     wait_until(lambda: finished_epochs(first) >= 1, "the first run's first finished epoch", QUEUED_DEADLINE_S)
     assert run_states([second])[second.path].label == f"waiting in task {job_id} (run 2 of 2)"
-    wait_until(lambda: finished_epochs(second) >= 1, "the second run's first finished epoch")
+    wait_until(lambda: finished_epochs(second) >= 1, "the second run's first finished epoch", QUEUED_DEADLINE_S)
     assert first.is_complete and run_states([second])[second.path].label == "running"
     first_log = first.log_path.read_text()
     subprocess.run(["scontrol", "requeue", job_id], check=True)
