@@ -238,3 +238,19 @@ def test_interrupted_packed_task_skips_its_finished_run_and_resumes_the_next(
 def test_a_task_needs_a_run() -> None:
     with pytest.raises(ValueError, match="at least one run"):
         RunJob((), Path("."), None)
+
+
+def test_each_run_of_a_failed_task_reads_its_own_outcome(tmp_path: Path) -> None:
+    from benchmark.executors import _outcome
+
+    spec = tiny_grid("g", tmp_path).runs[0]
+    done, failed, unreached = (RunDir(tmp_path / name) for name in ("done", "failed", "unreached"))
+    atomic_write_json(done.result_path, {"run_id": spec.run_id})
+    atomic_write_json(failed.failure_path, {"reason": "ValueError: bad"})
+    task_error = "ValueError: bad"  # the task ends with its first failure's error
+    assert _outcome(spec, {}, done, task_error).state == "done"
+    assert (_outcome(spec, {}, failed, task_error).state, _outcome(spec, {}, failed, "").detail) == \
+        ("failed", "ValueError: bad")
+    assert _outcome(spec, {}, unreached, "KilledByTest").detail == "KilledByTest"
+    busy = _outcome(spec, {"state": "running_elsewhere", "holder": "pid 1"}, unreached, "")
+    assert (busy.state, busy.detail) == ("running-elsewhere", "pid 1")
