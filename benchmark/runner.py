@@ -15,13 +15,14 @@ import torch
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.config import RunSpec
 from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
+from benchmark.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.features import TokenSource, View, token_source
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json
-from benchmark.training import TrainingInterrupted, train
+from benchmark.training import EpochRecord, TrainingInterrupted, train
 from methods.base import MethodContext, PrototypeMethod
 from methods.registry import build_method
 
@@ -124,8 +125,11 @@ def execute_run(
     progress: bool | None = None,
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
+    tensorboard_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
+    Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
+    scalars there.
 
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
@@ -145,7 +149,7 @@ def execute_run(
             echo(line)
 
         try:
-            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch)
+            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, tensorboard_dir)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -158,7 +162,8 @@ def execute_run(
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
-             say: Callable[[str], None], stop_after_epoch: int | None) -> dict[str, Any]:
+             say: Callable[[str], None], stop_after_epoch: int | None,
+             tensorboard_dir: Path | None = None) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
@@ -170,8 +175,21 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
     wall["token_cache"] = time.perf_counter() - tic
 
-    report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch)
+    epoch_log = EpochLog(rd.metrics_path)
+    board = TensorBoardLog(tensorboard_dir) if tensorboard_dir is not None else None
+
+    def record_epoch(record: EpochRecord) -> None:
+        epoch_log.append(record)
+        if board is not None:
+            board.append(record)
+
+    try:
+        report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
+                       checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
+                       stop_after_epoch=stop_after_epoch, on_epoch_end=record_epoch)
+    finally:
+        if board is not None:
+            board.close()
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()

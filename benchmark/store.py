@@ -1,6 +1,6 @@
 """The results store: one directory per run, files written atomically.
 
-``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, failure.json}``.
+``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json}``.
 A run is complete iff ``result.json`` exists and parses (architecture.md, rules of thumb).
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
+METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.epochlog)
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 
 
@@ -75,6 +76,10 @@ class RunDir:
     @property
     def log_path(self) -> Path:
         return self.path / LOG_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
 
     def result(self) -> dict[str, Any] | None:
         return read_json(self.result_path)
