@@ -31,7 +31,6 @@ COLORMAP = "viridis"  # perceptually uniform, readable in greyscale and by colou
 OVERLAY_ALPHA = 0.55
 PANEL_INCHES = 1.15  # every image panel is this wide and high
 FONT_SIZE = 8
-COLORBAR_LABEL = "activation (min–max over the maps shown in the row)"
 plt.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in the PDF: editable, selectable text
 
 
@@ -91,16 +90,16 @@ def _overlay(ax: plt.Axes, image: np.ndarray, heat: np.ndarray, title: str) -> N
     _blank(ax)
 
 
-def _colorbar(fig: plt.Figure, axes: np.ndarray) -> None:
+def _colorbar(fig: plt.Figure, axes: np.ndarray, label: str) -> None:
     mappable = plt.cm.ScalarMappable(norm=Normalize(0.0, 1.0), cmap=COLORMAP)
     bar = fig.colorbar(mappable, ax=list(axes.flat), fraction=0.025, pad=0.02, aspect=30)
-    bar.set_label(COLORBAR_LABEL, fontsize=FONT_SIZE)
+    bar.set_label(label, fontsize=FONT_SIZE)
     bar.ax.tick_params(labelsize=FONT_SIZE)
 
 
-def _figure(rows: int, columns: int, title_lines: int = 3) -> tuple[plt.Figure, np.ndarray]:
-    """A grid of square panels of PANEL_INCHES, room above each for ``title_lines`` lines."""
-    height = rows * PANEL_INCHES * (1 + 0.12 * title_lines) + 0.5
+def _figure(rows: int, columns: int, title_lines: int = 2) -> tuple[plt.Figure, np.ndarray]:
+    """A grid of square panels of PANEL_INCHES, room above each for ``title_lines`` lines of text."""
+    height = rows * (PANEL_INCHES + 0.14 * title_lines + 0.08) + 0.45
     fig, axes = plt.subplots(rows, columns, figsize=(columns * PANEL_INCHES + 1.0, height), squeeze=False,
                              layout="constrained")
     for ax in axes.flat:
@@ -121,17 +120,19 @@ def draw_explanation(exp: ExplanationLike) -> plt.Figure:
     _blank(axes[0, 0])
     for k, (j, heat) in enumerate(zip(exp.top_gt, joint_normalise([exp.gt_maps[j] for j in exp.top_gt], size))):
         axes[0, 1 + k].set_axis_on()
-        _overlay(axes[0, 1 + k], exp.image, heat, f"true class\nprototype {j}")
+        _overlay(axes[0, 1 + k], exp.image, heat, f"true class\nprototype p{j}")
     why_heat = joint_normalise([ev.activation_map for ev in exp.why], size)
     for k, (ev, heat) in enumerate(zip(exp.why, why_heat)):
         patch_ax, map_ax = axes[1, 2 * k], axes[1, 2 * k + 1]
         patch_ax.set_axis_on()
         patch_ax.imshow(ev.nearest_patch)
-        patch_ax.set_title(f"prototype {ev.prototype}:\nnearest training patch", fontsize=FONT_SIZE)
+        patch_ax.set_title(f"p{ev.prototype}: nearest\ntraining patch", fontsize=FONT_SIZE)
         _blank(patch_ax)
         map_ax.set_axis_on()
-        _overlay(map_ax, exp.image, heat, f"its activation\n{ev.contribution:+.2f} to the logit")
-    _colorbar(fig, axes)
+        _overlay(map_ax, exp.image, heat, f"p{ev.prototype} activation\n{ev.contribution:+.2f} to logit")
+    _colorbar(fig, axes, "activation (min–max over the maps of its row)")
+    fig.supxlabel(f"row 1: the true class's prototypes with the highest peaks; row 2: the predicted class's "
+                  f"prototypes by contribution to its logit", fontsize=FONT_SIZE - 1)
     verdict = "correct" if exp.label == exp.predicted else f"wrong; true: {truth}"
     fig.suptitle(f"predicted: {guess} ({verdict})".replace("\n", " "), fontsize=FONT_SIZE + 1)
     return fig
@@ -163,7 +164,9 @@ def draw_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], *, to
                 axes[row, column].set_axis_on()
                 _overlay(axes[row, column], exp.image, heat, f"{head}p{j}{mark}")
                 column += 1
-    _colorbar(fig, axes)
+    _colorbar(fig, axes, "activation (min–max over a run's maps of the image)")
+    fig.supxlabel("pN: prototype N of the true class, by peak activation; ✗: the run misclassifies the image",
+                  fontsize=FONT_SIZE - 1)
     return fig
 
 
