@@ -346,8 +346,8 @@ def _version() -> str:
 def add_grid_options(p: argparse.ArgumentParser) -> None:
     """What every grid-reading command takes: overrides of the grid's fields."""
     p.add_argument("--data-root", help="dataset root for every run (overrides the grid; must exist)")
-    p.add_argument("--weights", help="'hf-cache', 'random' or a weights file for every run (overrides the grid's "
-                                     "weights, also a table by backbone)")
+    p.add_argument("--weights", help="'hf-cache', 'random' or a weights file for every run (replaces the grid's "
+                                     "weights, a string or a table by backbone)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a RunSpec field or method_args.NAME in every run; VALUE is a TOML literal "
                         "(--set batch_size=64 --set method_args.lambda_ppd=0.5); repeatable")

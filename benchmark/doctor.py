@@ -114,8 +114,8 @@ def data_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
             try:
                 sizes = [len(load_dataset(spec.dataset, root, split, image_size=spec.image_size))
                          for split in ("train", "test")]
-            except ProtobenchError as err:
-                checks.append(Check(name, "fail", str(err), fix))
+            except ProtobenchError as err:  # the reader's message names the missing file and the fix
+                checks.append(Check(name, "fail", str(err)))
             else:
                 checks.append(Check(name, "ok", f"{sizes[0]} train / {sizes[1]} test images listed"))
     return checks
@@ -129,17 +129,19 @@ def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
     checks = []
     for backbone, weights in sorted({(spec.backbone, spec.weights) for spec in grid.runs}):
         name = f"weights {backbone} {weights}"
-        fix = (f"give the file in the grid (weights = {{ {backbone} = \"/w/model.safetensors\" }}) or --weights; "
-               "or download to the HF cache on a login node (README 'Real data')")
         if is_placeholder(weights):
-            checks.append(Check(name, "fail", "a placeholder, not a path", fix))
+            checks.append(Check(name, "fail", "a placeholder, not a path",
+                                f'name the file in the grid (weights = {{ {backbone} = "/w/model.safetensors" }}) '
+                                "or pass --weights"))
             continue
         if absent_ok and weights not in ("hf-cache", "random") and not Path(weights).expanduser().exists():
             checks.append(Check(name, "skip", "not on this machine", "run `protobench doctor GRID` where the jobs run"))
             continue
         try:
             found = resolve_weights(BACKBONES[backbone], weights)
-        except ProtobenchError as err:
+        except ProtobenchError as err:  # its message says what to do
+            fix = "or export HF_HOME=<the shared cache that holds them> (README 'Real data')" \
+                if weights == "hf-cache" else ""
             checks.append(Check(name, "fail", str(err), fix))
         else:
             checks.append(Check(name, "ok", "random init, nothing to load" if found is None else str(found)))

@@ -1,5 +1,6 @@
 """Figures: several runs side by side on the same test images, viridis with a colorbar, equal
 panels, readable class names, vector PDF; the single-run panels drawn the same way."""
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def two_runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("fig")
     grid = work / "fig.toml"
     grid.write_text(GRID.format(root=work / "birds"))
-    assert main(["run", str(grid), "--runs-dir", str(work / "runs")]) == 0
+    board = ["--tensorboard", str(work / "tb")] if importlib.util.find_spec("tensorboard") else []
+    assert main(["run", str(grid), "--runs-dir", str(work / "runs"), *board]) == 0
     return work, [rd.path for rd in find_run_dirs(work / "runs")]
 
 
@@ -149,3 +151,10 @@ def test_each_run_writes_metrics_jsonl(two_runs):
         assert all({"epoch", "stage", "seconds", "lr", "terms"} <= set(r) for r in records)
         log = RunDir(path).log_path.read_text()
         assert sum(line.startswith("epoch ") for line in log.splitlines()) == len(records)
+
+
+def test_run_tensorboard_writes_events_per_run(two_runs):
+    pytest.importorskip("tensorboard")
+    work, runs = two_runs
+    for path in runs:
+        assert list((work / "tb" / "fig" / path.name).glob("events.out.tfevents.*"))
