@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
-                         tensorboard_root=tensorboard_root)
+                         allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     print_status(runs_root / grid.name)
     failed = [o for o in outcomes if o.state == "failed"]
     for o in failed:
@@ -109,7 +109,8 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
-                             device=device, retry_failed=args.retry_failed, tensorboard_root=tensorboard_root)
+                             device=device, retry_failed=args.retry_failed,
+                             allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
@@ -368,6 +369,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def add_execution_options(p: argparse.ArgumentParser) -> None:
     """What ``run`` and ``demo`` take on top of :func:`add_run_options`: where and how runs execute."""
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="resume checkpoints written by another code version (result.json lists every version)")
     p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
                    help="where runs execute (local: in this process)")
     p.add_argument("--profile", help="cluster profile TOML for --executor slurm (slurm/profiles/)")
@@ -418,11 +421,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_grid_options(p)
     p.set_defaults(func=cmd_plan)
 
-    from reports.cli import add_report_arguments, run_report
+    from reports.cli import (
+        add_export_arguments,
+        add_plot_arguments,
+        add_report_arguments,
+        run_export,
+        run_plot,
+        run_report,
+    )
 
-    p = sub.add_parser("report", help="paper tables (LaTeX/markdown) from result.json files or a CSV")
+    p = sub.add_parser("report", help="tables (markdown/LaTeX/CSV) of every result, or of a paper layout")
     add_report_arguments(p)
     p.set_defaults(func=run_report)
+
+    p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, …) to CSV/JSONL/Parquet")
+    add_export_arguments(p)
+    p.set_defaults(func=run_export)
+
+    p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
+    add_plot_arguments(p)
+    p.set_defaults(func=run_plot)
 
     p = sub.add_parser("figures", help="prototype-map figures of finished runs: one run's panels per image, or "
                                        "several runs side by side on the same test images")

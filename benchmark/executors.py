@@ -79,7 +79,7 @@ def preflight(runs: list[RunSpec]) -> None:
 
 def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
               retry_failed: bool = False, progress: bool | None = None,
-              tensorboard_root: Path | None = None) -> list[Outcome]:
+              allow_code_change: bool = False, tensorboard_root: Path | None = None) -> list[Outcome]:
     """Execute the pending runs in this process; a failed run is recorded and the next one starts.
     ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
@@ -87,6 +87,7 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
     for spec in todo:
         try:
             execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
+                        allow_code_change=allow_code_change,
                         tensorboard_dir=grid.run_dir(tensorboard_root, spec) if tensorboard_root else None)
             outcomes.append(Outcome(spec, "done"))
         except ProtobenchError as err:
@@ -157,7 +158,7 @@ def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name
 
 def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *, executor: str,
                 profile: ClusterProfile, device: str | None = None, retry_failed: bool = False,
-                tensorboard_root: Path | None = None) -> Submission:
+                allow_code_change: bool = False, tensorboard_root: Path | None = None) -> Submission:
     """Submit the runs still to do as one job array per job shape; record each run's job in
     its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device;
     ``tensorboard_root`` as in :func:`run_local`."""
@@ -178,7 +179,8 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
             with ex.batch():
                 board = tensorboard_root.resolve() if tensorboard_root else None
                 jobs = [ex.submit(RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot,
-                                         grid.run_dir(board, spec) if board else None))
+                                         allow_code_change=allow_code_change,
+                                         tensorboard_dir=grid.run_dir(board, spec) if board else None))
                         for spec in job_specs]
             array = ArraySubmission(shape, tuple(job_specs), tuple(jobs))
             _record(grid, runs_root, array, executor, result, profile)

@@ -74,10 +74,10 @@ class RunJob(submitit.helpers.Checkpointable):
     finished epoch. A job requeued from outside (``scontrol requeue``, preemption by SLURM)
     restarts the same way."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None,
-                 tensorboard_dir: Path | None = None) -> None:
+    def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None, *,
+                 allow_code_change: bool = False, tensorboard_dir: Path | None = None) -> None:
         self.spec, self.run_dir, self.cache_root, self.snapshot = spec, run_dir, cache_root, snapshot
-        self.tensorboard_dir = tensorboard_dir
+        self.allow_code_change, self.tensorboard_dir = allow_code_change, tensorboard_dir
 
     def __call__(self) -> dict[str, Any]:
         from benchmark.runner import execute_run
@@ -94,7 +94,7 @@ class RunJob(submitit.helpers.Checkpointable):
         })
         try:
             return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False,
-                               tensorboard_dir=self.tensorboard_dir)
+                               allow_code_change=self.allow_code_change, tensorboard_dir=self.tensorboard_dir)
         except SystemExit:
             # submitit's requeue handler exits the process after checkpointing; the run is not failed
             RunDir(self.run_dir).failure_path.unlink(missing_ok=True)

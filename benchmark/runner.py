@@ -22,9 +22,9 @@ from benchmark.features import TokenSource, View, token_source
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json
-from benchmark.training import EpochRecord, TrainingInterrupted, train
+from benchmark.training import EpochRecord, TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
-from methods.registry import build_method
+from methods.registry import build_method, method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
 
@@ -126,10 +126,11 @@ def execute_run(
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
     tensorboard_dir: Path | None = None,
+    allow_code_change: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
     Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
-    scalars there.
+    scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
@@ -149,7 +150,7 @@ def execute_run(
             echo(line)
 
         try:
-            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, tensorboard_dir)
+            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change, tensorboard_dir)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -162,11 +163,12 @@ def execute_run(
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
-             say: Callable[[str], None], stop_after_epoch: int | None,
+             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool,
              tensorboard_dir: Path | None = None) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
+    resume_checkpoint(rd.checkpoint_path, allow_code_change=allow_code_change)  # refuse before the token cache
     prep = prepare(spec)
     wall["prepare"] = time.perf_counter() - tic
 
@@ -186,7 +188,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     try:
         report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
                        checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
-                       stop_after_epoch=stop_after_epoch, on_epoch_end=record_epoch)
+                       stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
+                       on_epoch_end=record_epoch)
     finally:
         if board is not None:
             board.close()
@@ -207,10 +210,12 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
+        "method_display_name": method_display_name(type(prep.method)),  # what reports label it
         **evaluated,
         "timing": timing,
         "provenance": {
-            **provenance(prep.device),
+            **provenance(prep.device),  # code_version: the code that evaluated
+            "code_versions": report.code_versions,  # the code that trained, epochs per version
             "weights_checksum": prep.trunk.weights_checksum,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

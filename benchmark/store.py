@@ -5,12 +5,16 @@ A run is complete iff ``result.json`` exists and parses (architecture.md, rules 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmark.errors import ProtobenchError
 
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
@@ -19,6 +23,8 @@ CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.epochlog)
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
+FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
 
 
 def default_cache_root(runs_root: Path) -> Path:
@@ -39,6 +45,33 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def disk_full_error(path: Path, needed: int, why: str) -> ProtobenchError:
+    """The error for a file that does not fit: names the path, the bytes needed and free."""
+    free = shutil.disk_usage(path.parent).free
+    return ProtobenchError(
+        f"cannot write {str(path)!r}: {why}; it needs {needed:,} bytes (+ {FREE_SPACE_MARGIN:,} kept free) and "
+        f"{free:,} bytes are free there. Free space on that filesystem (or raise the quota / file-size "
+        "limit), or move the runs directory (--runs-dir), then run again: the run resumes from its last "
+        "complete file"
+    )
+
+
+def atomic_write_checked(path: Path, data: bytes) -> None:
+    """:func:`atomic_write_bytes` that first checks the filesystem has room for ``data`` (plus
+    :data:`FREE_SPACE_MARGIN`) and turns a disk-full, quota or file-size-limit failure of the write
+    into a :class:`ProtobenchError`. Either way the old file at ``path`` is left as it was and no
+    temporary file remains."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(path.parent).free < len(data) + FREE_SPACE_MARGIN:
+        raise disk_full_error(path, len(data), "not enough free disk space")
+    try:
+        atomic_write_bytes(path, data)
+    except OSError as err:
+        if err.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise disk_full_error(path, len(data), f"the write failed ({os.strerror(err.errno)})") from err
 
 
 def atomic_write_json(path: Path, payload: dict[str, Any]) -> None:

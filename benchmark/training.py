@@ -4,12 +4,18 @@ resumes from the last finished epoch, fails loudly on a non-finite loss.
 The batch order of epoch ``e`` is a pure function of (seed, e), and the checkpoint holds the
 model, optimiser, scheduler and every RNG state, so an interrupted and resumed run follows
 exactly the path of an uninterrupted one.
+
+Checkpoints hold only tensors and plain Python data and are read with torch's weights-only
+unpickler, so a crafted ``checkpoint.pt`` cannot run code. Each records the code versions that
+trained it; resuming under another version needs ``allow_code_change``.
 """
 from __future__ import annotations
 
 import io
 import math
+import pickle
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,10 +28,11 @@ import torch
 from benchmark.errors import ProtobenchError
 from benchmark.features import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
-from benchmark.store import atomic_write_bytes
+from benchmark.provenance import code_version
+from benchmark.store import atomic_write_checked
 from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: loadable with weights_only=True (1 pickled NumPy RNG state); records code versions
 
 
 class NonFiniteLossError(ProtobenchError):
@@ -80,11 +87,21 @@ class EpochRecord:
 
 @dataclass
 class TrainingReport:
-    """Wall time per stage and per epoch (seconds), and where training resumed from."""
+    """Wall time per stage and per epoch (seconds), where training resumed from, and which code
+    versions trained which epochs: ``[{"version": …, "epochs": [first, last]}, …]`` (1-based global
+    epochs, in training order; one entry unless a resume passed ``allow_code_change``)."""
 
     stage_seconds: dict[str, float] = field(default_factory=dict)
     epoch_seconds: list[float] = field(default_factory=list)
     resumed_from_epoch: int = 0
+    code_versions: list[dict[str, Any]] = field(default_factory=list)
+
+    def record_epoch(self, version: str, epoch: int) -> None:
+        """Note that code ``version`` trained global epoch ``epoch`` (1-based)."""
+        if self.code_versions and self.code_versions[-1]["version"] == version:
+            self.code_versions[-1]["epochs"][1] = epoch
+        else:
+            self.code_versions.append({"version": version, "epochs": [epoch, epoch]})
 
     def to_json(self) -> dict[str, Any]:
         epochs = self.epoch_seconds
@@ -97,7 +114,12 @@ class TrainingReport:
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG state in types the weights-only unpickler accepts: Python's is a tuple of ints,
+    NumPy's MT19937 key (624 × uint32) goes into an int64 tensor, which holds it exactly."""
+    kind, key, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    numpy_state = {"kind": str(kind), "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -105,7 +127,9 @@ def _rng_state() -> dict[str, Any]:
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    np.random.set_state((numpy_state["kind"], numpy_state["key"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -176,16 +200,59 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Serialise in memory, check the disk has room, write atomically: a failed write leaves the
+    previous checkpoint as it was."""
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_checked(path, buffer.getvalue())
+
+
+def _restart_hint(path: Path) -> str:
+    return (f"delete it (rm {str(path)!r}) to train the run from the start, then run the grid again "
+            "(with --retry-failed if the run is marked failed)")
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, read with torch's weights-only unpickler: tensors, containers and
+    plain values only, so nothing in the file can run code."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:  # a global outside torch's allow-list: nothing was called
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        what = f"it references {found.group(1)}, which" if found else "it holds something that"
+        raise ProtobenchError(
+            f"checkpoint {str(path)!r} was not loaded: {what} is neither a tensor nor plain data, and nothing "
+            f"in it was run. Checkpoints written before protobench checkpoint format {CHECKPOINT_FORMAT} "
+            "(they pickled NumPy's RNG state) are refused this way, and so is a crafted file; "
+            f"{_restart_hint(path)}"
+        ) from err
     except Exception as err:  # a truncated or foreign file
-        raise ProtobenchError(f"checkpoint {str(path)!r} cannot be read ({err}); delete it to restart the run") from err
+        raise ProtobenchError(f"checkpoint {str(path)!r} cannot be read ({err}); {_restart_hint(path)}") from err
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+        found = checkpoint.get("format") if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise ProtobenchError(f"checkpoint {str(path)!r} has format {found!r}, this protobench reads format "
+                              f"{CHECKPOINT_FORMAT}; {_restart_hint(path)}")
+    return checkpoint
+
+
+def resume_checkpoint(path: Path | None, *, code: str | None = None,
+                      allow_code_change: bool = False) -> dict[str, Any] | None:
+    """The checkpoint to resume from (None: none yet), refused when another code version than
+    ``code`` (default: this checkout's) wrote it, unless ``allow_code_change``."""
+    if path is None or not path.exists():
+        return None
+    checkpoint = load_checkpoint(path)
+    written_by = checkpoint["report"]["code_versions"][-1]["version"]
+    code = code_version() if code is None else code
+    if written_by != code and not allow_code_change:
+        raise ProtobenchError(
+            f"checkpoint {str(path)!r} was written by code version {written_by!r}, but this is {code!r}: "
+            "resuming would train one run with two versions of the code. Resume with the code of "
+            f"{written_by!r}, or run again with --allow-code-change (and --retry-failed once the run is "
+            "marked failed) to resume anyway (result.json then lists both under provenance.code_versions), "
+            f"or {_restart_hint(path)}"
+        )
+    return checkpoint
 
 
 def train(
@@ -199,21 +266,21 @@ def train(
     log: Callable[[str], None] = print,
     progress: Progress = NO_PROGRESS,
     stop_after_epoch: int | None = None,
+    allow_code_change: bool = False,
     on_epoch_end: Callable[[EpochRecord], None] | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
-    a checkpoint. ``stop_after_epoch`` ends training after that global epoch (tests, preemption).
+    a checkpoint (written by this code version, or any with ``allow_code_change``).
+    ``stop_after_epoch`` ends training after that global epoch (tests, preemption).
     ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed."""
     method.to(device)
     data = SourceTrainData(source, device, seed)
     stages = method.stages()
     report = TrainingReport()
     start_stage, start_epoch, global_epoch = 0, 0, 0
-    resume: dict[str, Any] | None = None
-    if checkpoint_path is not None and checkpoint_path.exists():
-        resume = load_checkpoint(checkpoint_path)
-        if resume.get("format") != CHECKPOINT_FORMAT:
-            raise ProtobenchError(f"checkpoint {str(checkpoint_path)!r} has an unknown format; delete it to restart")
+    code = code_version()
+    resume = resume_checkpoint(checkpoint_path, code=code, allow_code_change=allow_code_change)
+    if resume is not None:
         method.load_state_dict(resume["method"])
         method.to(device)
         start_stage, start_epoch = resume["stage_index"], resume["epoch_in_stage"]
@@ -262,6 +329,7 @@ def train(
                 on_epoch_end(EpochRecord(global_epoch + 1, stage.name, elapsed, lrs, running))
             task.done()
             global_epoch += 1
+            report.record_epoch(code, global_epoch)
             if checkpoint_path is not None:
                 last_in_stage = epoch_in_stage + 1 == stage.epochs
                 _save_checkpoint(checkpoint_path, {
@@ -273,7 +341,8 @@ def train(
                     "epoch_in_stage": 0 if last_in_stage else epoch_in_stage + 1,
                     "global_epoch": global_epoch,
                     "report": {"stage_seconds": report.stage_seconds, "epoch_seconds": report.epoch_seconds,
-                               "resumed_from_epoch": report.resumed_from_epoch},
+                               "resumed_from_epoch": report.resumed_from_epoch,
+                               "code_versions": report.code_versions},
                     "rng": _rng_state(),
                 })
             if stop_after_epoch is not None and global_epoch >= stop_after_epoch:

@@ -118,6 +118,8 @@ class PrototypeMethod(nn.Module, ABC):
 
     #: name in the registry (set by ``@register_method``)
     name: str = ""
+    #: how reports label the method (e.g. ``"My ProtoNet"``); None: the class name
+    display_name: str | None = None
     #: whether the trunk cache must hold the early block's tokens (EvalProtoPNet's SDFA)
     needs_early_tokens: bool = False
 

@@ -4,8 +4,9 @@ tests, and on your own adapter with ``check_method("package.module:Class")``.
 """
 from __future__ import annotations
 
-import copy
 import inspect
+import io
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -113,7 +114,14 @@ def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> N
     with torch.no_grad():
         method.after_step(batch, stage, 0)
     restored = _build(name, source, J, 123)
-    restored.load_state_dict(copy.deepcopy(method.state_dict()))
+    buffer = io.BytesIO()
+    torch.save(method.state_dict(), buffer)
+    try:  # the checkpoint loader's rules (benchmark.training.load_checkpoint)
+        state = torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ContractError(f"{name}: state_dict() must hold only tensors and plain Python data, so that "
+                            f"checkpoints load with weights_only=True ({str(err).splitlines()[0]})") from err
+    restored.load_state_dict(state)
     method.eval(), restored.eval()
     with torch.no_grad():
         _require(torch.equal(method.logits(batch), restored.logits(batch)),

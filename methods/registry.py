@@ -72,6 +72,11 @@ def get_method_class(name: str) -> type[PrototypeMethod]:
     return _REGISTRY[name]
 
 
+def method_display_name(cls: type[PrototypeMethod]) -> str:
+    """The label reports show for a method: its ``display_name``, else its class name."""
+    return cls.display_name or cls.__name__
+
+
 def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
     """Keyword hyperparameters of an adapter with their defaults (everything after ``ctx``)."""
     params = inspect.signature(cls.__init__).parameters

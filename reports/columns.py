@@ -33,6 +33,9 @@ SEED_COLUMNS: tuple[str, ...] = ("seed", "n_seeds")
 # Where a row came from: run identity for results, "file.csv:line" in ``source`` for CSV rows.
 ORIGIN_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "source")
 
+# How reports label the method: the adapter's ``display_name`` the runner wrote (None: unknown).
+LABEL_COLUMNS: tuple[str, ...] = ("method_display_name",)
+
 PROVENANCE_COLUMNS: tuple[str, ...] = (
     "code_version",
     "device",
@@ -42,7 +45,8 @@ PROVENANCE_COLUMNS: tuple[str, ...] = (
 )
 
 TIDY_COLUMNS: tuple[str, ...] = (
-    KEY_COLUMNS + SEED_COLUMNS + METRIC_COLUMNS + STD_COLUMNS + ORIGIN_COLUMNS + PROVENANCE_COLUMNS
+    KEY_COLUMNS + SEED_COLUMNS + METRIC_COLUMNS + STD_COLUMNS + ORIGIN_COLUMNS + LABEL_COLUMNS
+    + PROVENANCE_COLUMNS
 )
 
 INTEGER_COLUMNS: tuple[str, ...] = ("J", "seed", "n_seeds")

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
+from reports.layouts import VMFPROTO
 from reports.table import CellView, HeaderCell, RowView, TableView
 
 MISSING = "--"
+# --method-macro: the paper defines \newcommand{\method}{\textsc{vMFProto}\xspace} (vmfproto.tex,
+# preamble) and writes \method{} wherever vMFProto's label stands; "{}" ends the macro name.
+METHOD_MACRO = r"\method{}"
 DAGGER = r"$^\dagger$"
 DAGGER_NOTE = (
     r"$\dagger$ marks means over several seeds (on a row label: every value of the row); "
@@ -21,12 +25,16 @@ _HEADING = {"bold": r"\textbf{{{}}}", "emph": r"\emph{{{}}}", "plain": "{}"}
 _MATH_MARKUP = {"best": r"{{\boldmath{}}}", "second": r"\underline{{{}}}", None: "{}"}
 
 
-def render_latex(table: TableView) -> str:
+def render_latex(table: TableView, *, method_macro: bool = False) -> str:
+    """The table as a LaTeX float; ``method_macro``: vMFProto as the paper's ``\\method{}``."""
     layout = table.layout
     env = "table*" if layout.wide else "table"
-    lines = [
-        f"\\begin{{{env}}}[t]",
-        "  \\centering",
+    lines = [f"\\begin{{{env}}}[t]", "  \\centering"]
+    if layout.tabcolsep is not None:
+        lines.append(f"  \\setlength{{\\tabcolsep}}{{{layout.tabcolsep}}}")
+    if layout.arraystretch is not None:
+        lines.append(f"  \\renewcommand{{\\arraystretch}}{{{layout.arraystretch}}}")
+    lines += [
         f"  \\caption{{{_caption(table)}}}",
         f"  \\label{{{layout.tex_label}}}",
     ]
@@ -42,13 +50,14 @@ def render_latex(table: TableView) -> str:
         elif isinstance(item, Heading):
             lines.append(f"    \\multicolumn{{{layout.n_columns}}}{{{item.align}}}{{{_styled(item)}}} \\\\")
         else:
-            lines.append(f"    {_row(item)}")
+            lines.append(f"    {_row(layout, item)}")
     lines.append("    \\bottomrule")
     lines.append("  \\end{tabular}")
     if layout.resize:
         lines.append("  }%")
     lines.append(f"\\end{{{env}}}")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text.replace(VMFPROTO.tex, METHOD_MACRO) if method_macro else text
 
 
 def column_spec(layout: Layout) -> str:
@@ -84,21 +93,23 @@ def _styled(heading: Heading) -> str:
     return _HEADING[heading.style].format(heading.text.tex)
 
 
-def _row(row: RowView) -> str:
+def _row(layout: Layout, row: RowView) -> str:
     first = row.labels[0].tex + (DAGGER if row.dagger else "") + (row.qualifier.tex if row.qualifier else "")
     labels = [first, *(label.tex for label in row.labels[1:])]
-    return " & ".join(labels + [_cell(c) for c in row.cells]) + " \\\\"
+    return " & ".join(labels + [_cell(layout, c) for c in row.cells]) + " \\\\"
 
 
-def _cell(cell: CellView) -> str:
+def _cell(layout: Layout, cell: CellView) -> str:
     if cell.value is None:
         shown = MISSING
-    elif cell.std is None:
+    elif cell.std is None or not layout.show_std:
         shown = _MARKUP[cell.mark].format(cell.value)
     else:
         shown = _MATH_MARKUP[cell.mark].format(f"${cell.value}{{\\pm}}{cell.std}$")
     if cell.dagger:
         shown += DAGGER
+    if layout.show_n and cell.n > 1:
+        shown += f" (n={cell.n})"
     return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
 
 

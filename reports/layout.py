@@ -104,15 +104,18 @@ class Layout:
 
     mark_best: bold the best and underline the second-best value of every column.
     show_std: print mean±std for multi-seed cells (otherwise the mean, marked with †).
+    show_n: after a multi-seed mean, print how many seeds it averages, ``(n=3)``.
     rule_after_labels / rule_between_groups: vertical rules in the tabular column spec.
     wide / resize: ``table*`` float; scale the tabular to ``\\textwidth``.
+    tabcolsep / arraystretch: the float's ``\\tabcolsep`` and ``\\arraystretch`` (None: LaTeX's).
+    dataset: the one dataset of a paper table; None when the rows and columns select it.
     """
 
     name: str
     description: str
     caption: Text
     tex_label: str
-    dataset: str
+    dataset: str | None
     filters: Where
     label_headers: tuple[Text, ...]
     label_align: tuple[Literal["l", "c"], ...]
@@ -124,6 +127,9 @@ class Layout:
     rule_between_groups: bool = False
     wide: bool = False
     resize: bool = False
+    show_n: bool = False
+    tabcolsep: str | None = None
+    arraystretch: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.label_align) != len(self.label_headers):
@@ -146,7 +152,7 @@ class Layout:
 
     def cell_key(self, row: Row, group: ColumnGroup) -> tuple[KeyValue, ...]:
         """The (dataset, backbone, method, J, variant) value selecting one cell."""
-        merged: dict[str, KeyValue] = {"dataset": self.dataset}
+        merged: dict[str, KeyValue] = {} if self.dataset is None else {"dataset": self.dataset}
         for part in (self.filters, row.where, group.where):
             clash = merged.keys() & part.keys()
             if clash:

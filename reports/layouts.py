@@ -1,6 +1,7 @@
 """The registry of table layouts: one entry per quantitative table of the paper.
 
-Names, row order, labels and column structure follow ``paper/vmfproto.tex``; the LaTeX
+Names, row order, labels, column structure and each float's ``\\tabcolsep`` and
+``\\arraystretch`` follow ``paper/vmfproto.tex``; the LaTeX
 label of each layout is the paper's, so ``\\cref`` in a manuscript keeps working.
 """
 from __future__ import annotations
@@ -98,6 +99,8 @@ def _accuracy_sweep(
         body=_method_sweep(),
         wide=True,
         resize=len(backbones) > 2,
+        tabcolsep="3.4pt",
+        arraystretch="1.02",
     )
 
 
@@ -155,6 +158,8 @@ _CUB_MAIN = Layout(
     rule_between_groups=True,
     wide=True,
     resize=True,
+    tabcolsep="1.8pt",
+    arraystretch="1.04",
 )
 
 _SEED_ROBUSTNESS = Layout(
@@ -174,6 +179,8 @@ _SEED_ROBUSTNESS = Layout(
     body=_seed_robustness_body(),
     mark_best=False,
     show_std=True,
+    tabcolsep="3.0pt",
+    arraystretch="1.02",
 )
 
 _ABLATION = Layout(
@@ -220,6 +227,8 @@ _ABLATION = Layout(
     ),
     mark_best=False,
     rule_after_labels=False,
+    tabcolsep="3.8pt",
+    arraystretch="1.06",
 )
 
 _GATING = Layout(
@@ -248,6 +257,8 @@ _GATING = Layout(
         )
     ),
     mark_best=False,
+    tabcolsep="3.4pt",
+    arraystretch="1.02",
 )
 
 _OFFLINE_AUG = Layout(
@@ -268,6 +279,8 @@ _OFFLINE_AUG = Layout(
     body=_protocol_pairs(METHODS, (("No", "default"), ("Yes", "offline_aug"))),
     mark_best=False,
     wide=True,
+    tabcolsep="3.4pt",
+    arraystretch="1.02",
 )
 
 _EXPANDED = Layout(
@@ -293,6 +306,8 @@ _EXPANDED = Layout(
     ),
     mark_best=False,
     wide=True,
+    tabcolsep="3.0pt",
+    arraystretch="1.02",
 )
 
 _RUNTIME = Layout(
@@ -314,6 +329,7 @@ _RUNTIME = Layout(
     body=tuple(Row((label,), {"method": method}) for method, label in METHODS[5:]),
     mark_best=False,
     rule_after_labels=False,
+    tabcolsep="5.0pt",
 )
 
 LAYOUTS: dict[str, Layout] = {

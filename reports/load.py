@@ -36,6 +36,14 @@ def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
     A file reached through two of the directories is read once. Raises ProtobenchError
     when a directory does not exist, when none holds a result, or when a result is malformed.
     """
+    return _tidy([_read_result(path) for path in result_files(runs_dirs)])
+
+
+def result_files(runs_dirs: Iterable[str | Path]) -> list[Path]:
+    """Every ``result.json`` under the given directories, each once, sorted per directory.
+
+    Raises ProtobenchError when a directory does not exist or when none holds a result.
+    """
     files: dict[Path, Path] = {}
     dirs = [Path(d) for d in runs_dirs]
     for runs_dir in dirs:
@@ -52,7 +60,18 @@ def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
             f"No {RESULT_FILE} under {shown}; finish some runs first or pass the folder "
             f"that holds them (runs/<grid>/<run_id>/{RESULT_FILE})."
         )
-    return _tidy([_read_result(path) for path in files.values()])
+    return list(files.values())
+
+
+def read_result_json(path: Path) -> dict[str, object]:
+    """The JSON object of one ``result.json`` (plain data: nothing read can execute code)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _malformed(path, f"not readable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise _malformed(path, "the top level is not a JSON object")
+    return data
 
 
 def load_csv(path: str | Path) -> pd.DataFrame:
@@ -101,12 +120,7 @@ def _malformed(path: Path, problem: str) -> ProtobenchError:
 
 
 def _read_result(path: Path) -> Record:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _malformed(path, f"not readable JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise _malformed(path, "the top level is not a JSON object")
+    data = read_result_json(path)
     spec = _section(path, data, "spec", required=True)
     metrics = _section(path, data, "metrics", required=True)
     timing = _section(path, data, "timing", required=False)
@@ -123,6 +137,7 @@ def _read_result(path: Path) -> Record:
         "grid": data.get("grid"),
         "run_dir": str(path.parent),
         "source": str(path),
+        "method_display_name": _optional_text(path, data, "method_display_name"),
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})
@@ -154,6 +169,13 @@ def _text(path: Path, data: Mapping[str, object], section: str, key: str) -> str
     value = data.get(key)
     if not isinstance(value, str) or not value:
         raise _malformed(path, f"{_field(section, key)} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _optional_text(path: Path, data: Mapping[str, object], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _malformed(path, f"{key} must be a non-empty string or absent, got {value!r}")
     return value
 
 

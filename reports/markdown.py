@@ -9,7 +9,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from reports.compare import Reference
-from reports.layout import Heading, Rule
+from reports.layout import Heading, Layout, Rule
 from reports.table import CellView, HeaderCell, RowView, TableView
 
 MISSING = "–"
@@ -32,7 +32,7 @@ def render_markdown(table: TableView) -> str:
         if isinstance(item, Heading):
             lines.append([_HEADING[item.style].format(item.text.md)] + [""] * (layout.n_columns - 1))
         elif not isinstance(item, Rule):
-            lines.append(_row(item))
+            lines.append(_row(layout, item))
     n_values = layout.n_columns - len(layout.label_align)
     align = [_ALIGN[a] for a in layout.label_align] + ["center"] * n_values
     grid = tabulate(lines, headers=header_rows[0], tablefmt="github", colalign=align, disable_numparse=True)
@@ -56,17 +56,19 @@ def _header_row(cells: tuple[HeaderCell, ...]) -> list[str]:
     return out
 
 
-def _row(row: RowView) -> list[str]:
+def _row(layout: Layout, row: RowView) -> list[str]:
     first = row.labels[0].md + (DAGGER if row.dagger else "") + (row.qualifier.md if row.qualifier else "")
-    return [first, *(label.md for label in row.labels[1:])] + [_cell(c) for c in row.cells]
+    return [first, *(label.md for label in row.labels[1:])] + [_cell(layout, c) for c in row.cells]
 
 
-def _cell(cell: CellView) -> str:
+def _cell(layout: Layout, cell: CellView) -> str:
     if cell.value is None:
         shown = MISSING
     else:
-        shown = cell.value if cell.std is None else f"{cell.value}±{cell.std}"
+        shown = cell.value if cell.std is None or not layout.show_std else f"{cell.value}±{cell.std}"
         shown = _MARKUP[cell.mark].format(shown) + (DAGGER if cell.dagger else "")
+        if layout.show_n and cell.n > 1:
+            shown += f" (n={cell.n})"
     return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
 
 

@@ -1,4 +1,4 @@
-"""The reports' front door: a tidy frame + a layout name → LaTeX or markdown text."""
+"""The reports' front door: a tidy frame + a layout (name) → LaTeX, markdown or CSV text."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -8,14 +8,19 @@ from typing import Literal
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
+from reports.csvtable import render_csv
 from reports.latex import render_latex
 from reports.layout import Layout
 from reports.layouts import get_layout
 from reports.markdown import render_markdown
 from reports.table import TableView, build_table
 
-Format = Literal["latex", "markdown"]
-WRITERS: dict[str, Callable[[TableView], str]] = {"latex": render_latex, "markdown": render_markdown}
+Format = Literal["latex", "markdown", "csv"]
+WRITERS: dict[str, Callable[[TableView], str]] = {
+    "latex": render_latex,
+    "markdown": render_markdown,
+    "csv": render_csv,
+}
 
 
 @dataclass(frozen=True)
@@ -33,16 +38,21 @@ def render_report(
     *,
     against: pd.DataFrame | None = None,
     decimals: int = 1,
+    method_macro: bool = False,
 ) -> RenderedReport:
     """Render the results in ``frames`` (``reports.load``) as the table ``layout``.
 
     against: published numbers (``reports.load.load_csv``) shown next to ours with the difference.
     decimals: digits after the point; marks and differences use the rounded, shown values.
+    method_macro: LaTeX only; vMFProto as the paper's ``\\method{}`` macro.
     """
     spec = get_layout(layout) if isinstance(layout, str) else layout
     if fmt not in WRITERS:
         raise ProtobenchError(f"Unknown report format {fmt!r}; choose one of {', '.join(WRITERS)}.")
     if decimals < 0:
         raise ProtobenchError(f"decimals must be 0 or more, got {decimals}.")
+    if method_macro and fmt != "latex":
+        raise ProtobenchError("--method-macro only applies to LaTeX; add --format latex.")
     table = build_table(frames, spec, decimals=decimals, against=against)
-    return RenderedReport(text=WRITERS[fmt](table), missing=list(table.missing))
+    text = render_latex(table, method_macro=True) if method_macro else WRITERS[fmt](table)
+    return RenderedReport(text=text, missing=list(table.missing))

@@ -23,13 +23,18 @@ from reports.numbers import format_number, shown_value
 
 @dataclass(frozen=True)
 class CellView:
-    """One value cell. ``value`` None means missing; ``reference`` is set when comparing."""
+    """One value cell. ``value`` None means missing; ``reference`` is set when comparing.
+
+    ``std`` (the seeds' spread, or a published one) and ``n`` (seeds averaged; 0 when missing)
+    are always filled in; the writers show them where the layout asks (``show_std``, ``show_n``).
+    """
 
     value: str | None
     std: str | None
     mark: Mark
     dagger: bool
     reference: Reference | None
+    n: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,17 +98,18 @@ def build_table(
         cells = tuple(
             CellView(
                 value=shown[r][c],
-                std=_std(layout, stats[r][c], decimals),
+                std=_std(stats[r][c], decimals),
                 mark=marks[c][r],
                 dagger=cell_daggers[c],
                 reference=None
                 if published is None
                 else reference(shown[r][c], published.get(keys[r][c]), decimals),
+                n=0 if stats[r][c] is None else stats[r][c].n,
             )
             for c in range(len(columns))
         )
         missing.extend(
-            f"{' / '.join([*context, _row_name(item)])} | {_column_name(group, metric)}"
+            f"{' / '.join([*context, row_name(item)])} | {column_name(group, metric)}"
             for (group, metric), cell in zip(columns, cells)
             if cell.value is None
         )
@@ -133,8 +139,8 @@ def _marks(
     return marks
 
 
-def _std(layout: Layout, stat: Stat | None, decimals: int) -> str | None:
-    if not layout.show_std or stat is None or stat.std is None:
+def _std(stat: Stat | None, decimals: int) -> str | None:
+    if stat is None or stat.std is None:
         return None
     return format_number(stat.std, decimals)
 
@@ -147,11 +153,13 @@ def _daggers(layout: Layout, stats: list[Stat | None]) -> tuple[bool, list[bool]
     return row_dagger, [m and not row_dagger for m in multi]
 
 
-def _row_name(row: Row) -> str:
+def row_name(row: Row) -> str:
+    """``vMFProto (J=5)``: the row's labels and qualifier as plain text (messages, CSV headers)."""
     return " / ".join(label.md for label in row.labels) + (row.qualifier.md if row.qualifier else "")
 
 
-def _column_name(group: ColumnGroup, metric: Metric) -> str:
+def column_name(group: ColumnGroup, metric: Metric) -> str:
+    """``DINOv2 ViT-B/14 / Con.``: the column's group and metric as plain text."""
     return f"{group.label.md} / {metric.header.md}" if group.label else metric.header.md
 
 

@@ -13,6 +13,8 @@ from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, Toke
 
 
 class CosinePrototypes(PrototypeMethod):
+    display_name = "Cosine prototypes"  # how reports label it (default: the class name)
+
     def __init__(self, ctx: MethodContext, *, epochs: int = 10, lr: float = 0.1, temperature: float = 0.1) -> None:
         super().__init__(ctx)
         self.epochs, self.lr, self.temperature = epochs, lr, temperature

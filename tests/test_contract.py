@@ -1,5 +1,6 @@
 """The adapter contract, run over every registered method and the example adapter; and proof
 that it catches a broken adapter."""
+import numpy as np
 import pytest
 import torch
 
@@ -37,10 +38,19 @@ class UndeclaredLossTerm(CosinePrototypes):
         return {**super().loss_terms(batch, stage, epoch), "extra": torch.zeros(())}
 
 
+class NumpyExtraState(CosinePrototypes):
+    def get_extra_state(self):
+        return {"rng": np.random.get_state()}  # an ndarray: refused by the weights-only checkpoint loader
+
+    def set_extra_state(self, state):
+        np.random.set_state(state["rng"])
+
+
 @pytest.mark.parametrize("cls, rule", [
     (WrongMapShape, "activation_maps must be B×J×H×W"),
     (LosesStateOnRoundTrip, "load_state_dict(state_dict()) must restore identical logits"),
     (UndeclaredLossTerm, "missing from loss_weights"),
+    (NumpyExtraState, "checkpoints load with weights_only=True"),
 ])
 def test_contract_names_the_broken_rule(cls, rule):
     with pytest.raises(ContractError, match=None) as err:

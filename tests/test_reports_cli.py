@@ -30,10 +30,12 @@ def test_markdown_to_stdout_and_missing_cells_to_stderr(capsys: pytest.CaptureFi
     assert report(str(RUNS), "--layout", "gating") == 0
     out, err = capsys.readouterr()
     assert out == render_report(load_results([RUNS]), "gating", "markdown").text
-    assert err.splitlines() == [
+    assert err.splitlines()[:5] == [
         "4 cell(s) of layout gating have no result:",
         *(f"  Attention only | {m}" for m in ("Con.", "Sta.", "Dis.", "Acc.")),
     ]
+    assert err.splitlines()[5].startswith("gating: ")  # the count: tests/test_reports_pivot.py
+    assert len(err.splitlines()) == 6
 
 
 def test_latex_against_paper_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -47,8 +49,10 @@ def test_latex_against_paper_to_a_file(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_usage_mistakes_are_user_errors(tmp_path: Path) -> None:
-    with pytest.raises(ProtobenchError, match="--layout NAME"):
-        report(str(RUNS))
+    with pytest.raises(ProtobenchError, match="--cols shape the table of every result"):
+        report(str(RUNS), "--layout", "cub_main", "--cols", "J")
+    with pytest.raises(ProtobenchError, match="--method-macro only applies to LaTeX"):
+        report(str(RUNS), "--layout", "cub_main", "--method-macro")
     with pytest.raises(ProtobenchError, match="Unknown layout 'nope'"):
         report(str(tmp_path / "not-there"), "--layout", "nope")
     with pytest.raises(ProtobenchError, match="at least one RUNS_DIR"):

@@ -122,8 +122,9 @@ PAPER_TABLES = [
 ]
 
 
-def _tabular(lines: list[str], anchor: int) -> list[str]:
-    """The tabular nearest the ``\\label`` at line ``anchor`` (before or after it), normalised."""
+def _tabular(lines: list[str], anchor: int, *, expand_macro: bool = True) -> list[str]:
+    """The tabular nearest the ``\\label`` at line ``anchor`` (before or after it), normalised;
+    ``expand_macro``: the paper's ``\\method{}`` spelt out as ``\\textsc{vMFProto}``."""
     spans = [
         (begin, next(i for i in range(begin, len(lines)) if "\\end{tabular}" in lines[i]))
         for begin, line in enumerate(lines)
@@ -132,7 +133,8 @@ def _tabular(lines: list[str], anchor: int) -> list[str]:
     begin, end = min(spans, key=lambda span: span[0] - anchor if span[0] >= anchor else anchor - span[1])
     out: list[str] = []
     for line in lines[begin : end + 1]:
-        line = re.sub(r"\s+", " ", line.strip()).replace(r"\method{}", r"\textsc{vMFProto}")
+        line = re.sub(r"\s+", " ", line.strip())
+        line = line.replace(r"\method{}", r"\textsc{vMFProto}") if expand_macro else line
         if not (line == r"\midrule" and out and out[-1] == r"\midrule"):  # dogs_b doubles its rules
             out.append(line)
     return out
@@ -145,3 +147,43 @@ def test_published_numbers_regenerate_the_papers_tabular(name: str, csv: str, la
     anchor = next(i for i, line in enumerate(paper) if f"\\label{{{label}}}" in line)
     ours = render_report(load_csv(PAPER_CSV / f"{csv}.csv"), name, "latex").text.splitlines()
     assert _tabular(ours, 0) == _tabular(paper, anchor)
+
+
+def _float_setup(lines: list[str], anchor: int) -> dict[str, str]:
+    """``\\tabcolsep`` and ``\\arraystretch`` set between the float's start and its tabular."""
+    begin = max(i for i, line in enumerate(lines[: anchor + 1]) if re.search(r"\\begin\{(table|figure|minipage)", line))
+    setup: dict[str, str] = {}
+    for line in lines[begin:]:
+        if "\\begin{tabular}" in line:
+            break
+        for name, pattern in (("tabcolsep", r"\\setlength\{\\tabcolsep\}\{([^}]*)\}"),
+                              ("arraystretch", r"\\renewcommand\{\\arraystretch\}\{([^}]*)\}")):
+            if match := re.search(pattern, line):
+                setup[name] = match.group(1)
+    return setup
+
+
+@pytest.mark.skipif(not PAPER_TEX.is_file(), reason="the paper's source is not beside the checkout")
+@pytest.mark.parametrize(("name", "csv", "label"), PAPER_TABLES)
+def test_each_float_sets_the_papers_column_gap_and_row_stretch(name: str, csv: str, label: str) -> None:
+    paper = PAPER_TEX.read_text(encoding="utf-8").splitlines()
+    anchor = next(i for i, line in enumerate(paper) if f"\\label{{{label}}}" in line)
+    ours = render_report(load_csv(PAPER_CSV / f"{csv}.csv"), name, "latex").text.splitlines()
+    assert _float_setup(ours, 0) == _float_setup(paper, anchor)
+
+
+def test_table_1_is_set_as_in_the_paper() -> None:
+    """Written out from vmfproto.tex, Table 1: \\tabcolsep 1.8pt, \\arraystretch 1.04, before the caption."""
+    lines = render_report(load_csv(PAPER_CSV / "cub_main.csv"), "cub_main", "latex").text.splitlines()
+    assert lines[:4] == [r"\begin{table*}[t]", r"  \centering", r"  \setlength{\tabcolsep}{1.8pt}",
+                         r"  \renewcommand{\arraystretch}{1.04}"]
+
+
+@pytest.mark.skipif(not PAPER_TEX.is_file(), reason="the paper's source is not beside the checkout")
+def test_method_macro_gives_the_papers_table_1_rows_verbatim() -> None:
+    """With --method-macro the tabular equals the paper's without mapping \\method{} back."""
+    paper = PAPER_TEX.read_text(encoding="utf-8").splitlines()
+    anchor = next(i for i, line in enumerate(paper) if "\\label{tab:cub_main}" in line)
+    text = render_report(load_csv(PAPER_CSV / "cub_main.csv"), "cub_main", "latex", method_macro=True).text
+    assert r"\textsc{vMFProto}" not in text and text.count(r"\method{}$^\dagger$ (J=") == 3
+    assert _tabular(text.splitlines(), 0, expand_macro=False) == _tabular(paper, anchor, expand_macro=False)

@@ -16,11 +16,12 @@ from benchmark.errors import ProtobenchError
 from reports.layout import ColumnGroup, Layout, Row, text
 from reports.layouts import EPOCH_TIME, LAYOUTS, THROUGHPUT
 from reports.load import load_csv, load_results
+from reports.pivot import filter_frame, parse_where, pivot_layout
 from reports.render import render_report
 from test_reports_support import GOLDEN, PAPER_CSV, RUNS, check_latex, latex_rows, markdown_rows
 
 UPDATE = os.environ.get("PROTOBENCH_UPDATE_GOLDEN") == "1"
-SUFFIX = {"latex": "tex", "markdown": "md"}
+SUFFIX = {"latex": "tex", "markdown": "md", "csv": "csv"}
 # Layouts rendered next to the paper's numbers, with the CSV they compare against.
 COMPARED = {
     "cub_main": "cub_main", "ablation": "ablation", "seed_robustness": "seed_robustness", "dogs_b": "dogs"}
@@ -51,6 +52,13 @@ def test_golden(runs: pd.DataFrame, name: str, fmt: str) -> None:
 def test_golden_against_paper(runs: pd.DataFrame, name: str, fmt: str) -> None:
     against = load_csv(PAPER_CSV / f"{COMPARED[name]}.csv")
     _golden(f"{name}_vs_paper", fmt, render_report(runs, name, fmt, against=against).text)
+
+
+@pytest.mark.parametrize("fmt", ["latex", "markdown", "csv"])
+def test_golden_pivot_of_the_cub_fixture(runs: pd.DataFrame, fmt: str) -> None:
+    """``report RUNS --where dataset=cub`` (no layout); cells hand-checked in test_reports_pivot.py."""
+    cub = filter_frame(runs, parse_where(["dataset=cub"]))
+    _golden("pivot_cub", fmt, render_report(cub, pivot_layout(cub), fmt).text)
 
 
 @pytest.mark.parametrize("against", [False, True])

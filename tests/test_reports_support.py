@@ -1,6 +1,8 @@
-"""Shared helpers of the reports tests (no tests here): fixture paths, a LaTeX check, table parsers."""
+"""Shared helpers of the reports tests (no tests here): fixture paths, a LaTeX check, table parsers,
+a result.json writer."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -53,3 +55,33 @@ def markdown_rows(source: str) -> list[list[str]]:
     """Cells of every table line below the ``|---|`` separator."""
     lines = [line for line in source.splitlines() if line.startswith("|")]
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
+
+
+def write_run(
+    root: Path,
+    name: str,
+    *,
+    method: str = "vmfproto",
+    J: int = 5,
+    seed: int = 0,
+    dataset: str = "synthbirds",
+    backbone: str = "dinov2_vits14",
+    variant: str = "default",
+    metrics: dict[str, float | None] | None = None,
+    **extra: object,
+) -> Path:
+    """A minimal ``result.json`` at ``root/name/`` (runner's layout), for report/export/plot tests."""
+    payload = {
+        "run_id": name,
+        "grid": root.name,
+        "spec": {"dataset": dataset, "backbone": backbone, "method": method, "prototypes_per_class": J,
+                 "seed": seed, "variant": variant, "method_args": {}, "map_pool": 1},
+        "metrics": metrics if metrics is not None else {"acc": 50.0},
+        "timing": {"epoch_seconds": 1.5, "stage_seconds": {"train": 3.0}},
+        "provenance": {"code_version": "test", "device": "cpu", "packages": {"torch": "2.14.1"}},
+        **extra,
+    }
+    path = root / name / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload), encoding="utf-8")
+    return path

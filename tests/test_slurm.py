@@ -187,7 +187,7 @@ def finished_epochs(rd: RunDir) -> int:
     import torch
 
     try:
-        return int(torch.load(rd.checkpoint_path, map_location="cpu", weights_only=False)["global_epoch"])
+        return int(torch.load(rd.checkpoint_path, map_location="cpu", weights_only=True)["global_epoch"])
     except Exception:  # absent, or being replaced
         return 0
 

@@ -1,0 +1,89 @@
+"""``protobench export``: one flat row per finished run, for pandas, W&B or a spreadsheet.
+
+Every ``result.json`` becomes one record with dotted column names: ``spec.*`` (every RunSpec
+field, ``spec.method_args.*`` included), ``metrics.*``, ``diagnostics.*`` (when present),
+``timing.*``, ``evaluation.*``, ``provenance.*``, plus ``run_id``, ``grid``,
+``method_display_name`` and ``run_dir``. An empty mapping stays one column holding ``{}``
+(so a spec field never vanishes); lists stay lists in JSON Lines and are JSON text in CSV
+and Parquet cells.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from benchmark.errors import ProtobenchError
+from benchmark.store import atomic_write_bytes
+from reports.load import read_result_json, result_files
+
+#: columns first in every export, in this order; the rest follow in first-seen order
+LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name")
+FORMATS: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
+PARQUET_EXTRA = "pip install 'protobench[parquet]' (or pip install pyarrow)"
+
+Record = dict[str, object]
+
+
+def flatten(value: Mapping[str, object], prefix: str = "") -> Record:
+    """``{"spec": {"seed": 0}}`` → ``{"spec.seed": 0}``; an empty mapping stays ``{}``."""
+    flat: Record = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, Mapping) and item:
+            flat.update(flatten(item, f"{name}."))
+        else:
+            flat[name] = dict(item) if isinstance(item, Mapping) else item
+    return flat
+
+
+def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
+    """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths)."""
+    records = []
+    for path in result_files(runs_dirs):
+        flat = flatten(read_result_json(path))
+        flat["run_dir"] = str(path.parent)
+        records.append(flat)
+    return records
+
+
+def columns_of(records: Iterable[Record]) -> list[str]:
+    """The union of the records' keys: LEADING_COLUMNS, then each other key where first seen."""
+    seen: dict[str, None] = dict.fromkeys(LEADING_COLUMNS)
+    for record in records:
+        seen.update(dict.fromkeys(record))
+    return list(seen)
+
+
+def check_export_path(out: Path) -> None:
+    """Reject an unknown suffix, or .parquet without pyarrow, before anything is read."""
+    if out.suffix not in FORMATS:
+        raise ProtobenchError(
+            f"Cannot export to {out}: unknown file type {out.suffix or '(none)'!r}; "
+            f"end the name with {', '.join(FORMATS)}."
+        )
+    if out.suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise ProtobenchError(f"Writing {out} needs pyarrow, which is not installed: {PARQUET_EXTRA}.")
+
+
+def write_export(records: list[Record], out: Path) -> None:
+    """Write ``records`` to ``out`` (format from the suffix), atomically: no partial file is left."""
+    check_export_path(out)
+    columns = columns_of(records)
+    if out.suffix == ".jsonl":
+        lines = (json.dumps({c: record.get(c) for c in columns}) for record in records)
+        atomic_write_bytes(out, "".join(line + "\n" for line in lines).encode("utf-8"))
+        return
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records([_cells(record) for record in records], columns=columns)
+    if out.suffix == ".csv":
+        atomic_write_bytes(out, frame.to_csv(index=False, lineterminator="\n").encode("utf-8"))
+    else:
+        atomic_write_bytes(out, frame.to_parquet(index=False))
+
+
+def _cells(record: Record) -> Record:
+    """Lists and ``{}`` as JSON text: CSV and Parquet cells hold scalars."""
+    return {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in record.items()}

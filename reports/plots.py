@@ -1,0 +1,171 @@
+"""``protobench plot``: a metric against one dimension, mean over seeds with their spread as error bars.
+
+``--x J --y con --hue method --facet backbone``: one panel per facet value, one line per hue
+value, one point per x value. A point is the mean over the seeds of its runs and its error bar
+the sample standard deviation (ddof = 1; none for a single seed). As in the pivot tables, a
+key dimension that is none of x, hue and facet must take one value (or be fixed with --where),
+so a point never pools runs that differ in something the plot does not show.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from benchmark.errors import ProtobenchError
+from benchmark.store import atomic_write_bytes
+from reports.columns import KEY_COLUMNS
+from reports.layout import KeyValue
+from reports.pivot import METRICS, dimension_label, display_names, fixed_dimensions, ordered_values
+
+FIGURE_FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")
+X_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, "seed")
+PERCENT_METRICS = frozenset({"acc", "con", "sta", "dis", "comp"})
+_PANEL_INCHES = (4.2, 3.2)
+_MAX_PANELS_PER_ROW = 4
+
+
+@dataclass(frozen=True)
+class Point:
+    """One plotted point: the mean of ``n`` seeds and their sample standard deviation (None if n = 1)."""
+
+    x: KeyValue
+    mean: float
+    std: float | None
+    n: int
+
+
+@dataclass(frozen=True)
+class Series:
+    """The points of one hue value in one facet panel."""
+
+    facet: KeyValue | None
+    hue: KeyValue | None
+    label: str
+    points: tuple[Point, ...]
+
+
+def check_figure_path(out: Path) -> None:
+    if out.suffix not in FIGURE_FORMATS:
+        raise ProtobenchError(
+            f"Cannot draw to {out}: unknown figure type {out.suffix or '(none)'!r}; "
+            f"end the name with {', '.join(FIGURE_FORMATS)}."
+        )
+
+
+def result_series(
+    frame: pd.DataFrame, *, x: str, y: str, hue: str | None = None, facet: str | None = None
+) -> list[Series]:
+    """Aggregate ``frame`` (``reports.load``) into the series ``plot_results`` draws."""
+    _check_axes(x, y, hue, facet)
+    _fixed(frame, x, hue, facet)
+    rows = frame.dropna(subset=[y, x])  # x = seed: published means have none
+    if rows.empty:
+        raise ProtobenchError(f"No result has a value for {y}; plot another metric (--y).")
+    names = display_names(frame)
+    series = []
+    for facet_value in ordered_values(rows, facet):
+        in_facet = rows if facet is None else rows[rows[facet] == facet_value]
+        for hue_value in ordered_values(in_facet, hue):
+            selected = in_facet if hue is None else in_facet[in_facet[hue] == hue_value]
+            points = tuple(
+                _point(x_value, selected[selected[x] == x_value][y]) for x_value in ordered_values(selected, x)
+            )
+            label = METRICS[y].header.md if hue is None else dimension_label(hue, hue_value, names).md
+            series.append(Series(facet=facet_value, hue=hue_value, label=label, points=points))
+    return series
+
+
+def plot_results(
+    frame: pd.DataFrame, out: Path, *, x: str, y: str, hue: str | None = None, facet: str | None = None
+) -> list[Series]:
+    """Draw the mean ± seed spread of ``y`` against ``x`` to ``out`` (PNG, PDF or SVG); returns the series."""
+    check_figure_path(out)
+    series = result_series(frame, x=x, y=y, hue=hue, facet=facet)
+    names = display_names(frame)
+    facets = list(dict.fromkeys(s.facet for s in series))
+    hues = ordered_values(frame, hue)  # one colour per hue value in every panel
+    fig, axes = panels(len(facets))
+    colours = [f"C{i % 10}" for i in range(len(hues))]
+    categorical = any(isinstance(p.x, str) for s in series for p in s.points)
+    ticks = list(dict.fromkeys(p.x for s in series for p in s.points))
+    for ax, facet_value in zip(axes, facets):
+        for s in (s for s in series if s.facet == facet_value):
+            xs = [ticks.index(p.x) if categorical else p.x for p in s.points]
+            ax.errorbar(
+                xs, [p.mean for p in s.points], yerr=[p.std or 0.0 for p in s.points],
+                marker="o", capsize=3, linewidth=1.5, label=s.label, color=colours[hues.index(s.hue)],
+            )
+        if categorical:
+            ax.set_xticks(range(len(ticks)), [dimension_label(x, t, names).md for t in ticks], rotation=30, ha="right")
+        elif all(isinstance(t, int) for t in ticks):
+            ax.set_xticks(sorted(ticks))
+        if facet is not None:
+            ax.set_title(f"{facet}: {dimension_label(facet, facet_value, names).md}")
+        ax.set_xlabel(x)
+        ax.set_ylabel(METRICS[y].header.md + (" (%)" if y in PERCENT_METRICS else ""))
+        ax.grid(alpha=0.3)
+        if hue is not None:
+            ax.legend(fontsize="small")
+    fixed = ", ".join(f"{d} {dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items())
+    fig.suptitle(f"{fixed}; mean over seeds, error bars ±1 sample s.d.", fontsize="small")
+    save_figure(fig, out)
+    return series
+
+
+def panels(count: int):  # -> tuple[Figure, list[Axes]]
+    """A figure of ``count`` equal panels, at most four per row (Agg backend: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = min(count, _MAX_PANELS_PER_ROW)
+    nrows = math.ceil(count / ncols)
+    fig, grid = plt.subplots(
+        nrows, ncols, figsize=(_PANEL_INCHES[0] * ncols, _PANEL_INCHES[1] * nrows), squeeze=False
+    )
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    return fig, axes[:count]
+
+
+def save_figure(fig, out: Path) -> None:
+    """Render to memory, then write atomically (no half-written figure); closes ``fig``."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        fig.tight_layout()
+        fig.savefig(buffer, format=out.suffix[1:], dpi=200)
+    finally:
+        plt.close(fig)
+    atomic_write_bytes(out, buffer.getvalue())
+
+
+def _check_axes(x: str, y: str, hue: str | None, facet: str | None) -> None:
+    if x not in X_COLUMNS:
+        raise ProtobenchError(f"--x {x}: choose one of {', '.join(X_COLUMNS)}.")
+    if y not in METRICS:
+        raise ProtobenchError(f"--y {y}: choose one of {', '.join(METRICS)}.")
+    for option, dim in (("--hue", hue), ("--facet", facet)):
+        if dim is not None and dim not in KEY_COLUMNS:
+            raise ProtobenchError(f"{option} {dim}: choose one of {', '.join(KEY_COLUMNS)}.")
+    used = [d for d in (x, hue, facet) if d is not None]
+    if len(set(used)) != len(used):
+        raise ProtobenchError(f"--x, --hue and --facet must differ, got {', '.join(used)}.")
+
+
+def _fixed(frame: pd.DataFrame, x: str, hue: str | None, facet: str | None) -> dict[str, KeyValue]:
+    """The key dimensions the plot does not show, each with its one value (else an error)."""
+    return fixed_dimensions(frame, [d for d in KEY_COLUMNS if d not in (x, hue, facet)], hint="--hue or --facet")
+
+
+def _point(x: KeyValue, values: pd.Series) -> Point:
+    n = len(values)
+    # sample standard deviation over seeds (ddof = 1), the spread the tables print as ±std
+    return Point(x=x, mean=float(values.mean()), std=float(values.std(ddof=1)) if n > 1 else None, n=n)
