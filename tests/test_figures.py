@@ -158,3 +158,10 @@ def test_run_tensorboard_writes_events_per_run(two_runs):
     work, runs = two_runs
     for path in runs:
         assert list((work / "tb" / "fig" / path.name).glob("events.out.tfevents.*"))
+
+
+def test_plot_curves_reads_the_runs_metrics_jsonl(two_runs):
+    work, runs = two_runs
+    out = work / "curves.png"
+    assert main(["plot", "--curves", *map(str, runs), "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
