@@ -321,7 +321,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
     if len(run_dirs) == 1:
         written = write_figures(explained[0], Path(args.out))
     else:
-        labels = run_labels([RunDir(d).spec() or {} for d in run_dirs])
+        labels = run_labels([RunDir(d).spec() or {} for d in run_dirs],
+                            [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
         written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     return 0

@@ -174,13 +174,15 @@ LABEL_FIELDS = (("prototypes_per_class", "J={}"), ("seed", "seed {}"), ("backbon
                 ("dataset", "{}"))
 
 
-def run_labels(specs: Sequence[dict[str, object]]) -> list[str]:
-    """A caption per run (from its spec.json): the method (a class name for an import path), then
-    each of J, seed, backbone, variant, dataset that differs between the runs."""
+def run_labels(specs: Sequence[dict[str, object]], display_names: Sequence[str | None] | None = None) -> list[str]:
+    """A caption per run (from its spec.json): the method's display name (result.json's
+    ``method_display_name``; else the registry key, or the class name of an import path), then each
+    of J, seed, backbone, variant, dataset that differs between the runs."""
     differing = [(key, fmt) for key, fmt in LABEL_FIELDS if len({str(s.get(key)) for s in specs}) > 1]
+    names = display_names or [None] * len(specs)
     labels = []
-    for spec in specs:
-        method = str(spec.get("method", "?")).rpartition(":")[2]
+    for spec, name in zip(specs, names):
+        method = name or str(spec.get("method", "?")).rpartition(":")[2]
         labels.append(" ".join([method, *(fmt.format(spec.get(key)) for key, fmt in differing)]))
     return labels
 
