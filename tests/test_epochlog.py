@@ -3,6 +3,7 @@ epochs after a resume (also after a kill between the record and the checkpoint),
 TensorBoard is optional with one clear error."""
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -70,6 +71,24 @@ def test_resumed_run_records_each_epoch_once_with_the_uninterrupted_values(tmp_p
     for x, y in zip(a, b):  # resume is exact, so the losses and rates are the uninterrupted run's
         assert x["terms"] == pytest.approx(y["terms"], rel=1e-6) and x["lr"] == y["lr"]
     assert b[2]["terms"]["ce"] != 123.0
+
+
+class Halving(CosinePrototypes):
+    """The example adapter with the learning rate halved after every epoch (StepLR, γ = 0.5)."""
+
+    def stages(self):
+        (stage,) = super().stages()
+        return [replace(stage, scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5))]
+
+
+def test_lr_is_the_rate_the_epochs_steps_used(tmp_path):
+    log = EpochLog(tmp_path / "metrics.jsonl")
+    source = SyntheticTokens()
+    torch.manual_seed(0)
+    method = Halving(source.context(2), epochs=3, lr=0.1)
+    train(method, source, seed=0, batch_size=8, device=CPU, checkpoint_path=None, log=quiet, on_epoch_end=log.append)
+    # epoch e (1-based) steps with 0.1 · 0.5^(e−1): the scheduler steps after the epoch
+    assert [r["lr"]["prototypes"] for r in read_epoch_log(log.path)] == pytest.approx([0.1, 0.05, 0.025])
 
 
 def test_a_corrupt_line_is_one_clear_error(tmp_path):
