@@ -51,19 +51,33 @@ def demo_table(runs: list[RunSpec], run_dirs: list[Path]) -> Table:
     return table
 
 
+def figure_runs(runs: list[RunSpec], run_dirs: list[Path]) -> list[Path]:
+    """Finished runs to compare in a figure: the lowest seed of each J (at most two)."""
+    finished = sorted(((spec.seed, spec.prototypes_per_class, path) for spec, path in zip(runs, run_dirs)
+                       if RunDir(path).is_complete), key=lambda t: (t[0], t[1]))
+    chosen: dict[int, Path] = {}
+    for _, j, path in finished:
+        chosen.setdefault(j, path)
+    return list(chosen.values())[:2]
+
+
 def print_demo_story(runs: list[RunSpec], run_dirs: list[Path], grid_dir: Path) -> None:
     console = output_console()
     console.print(demo_table(runs, run_dirs))
     console.print("metrics (percent, higher is better; std over seeds with n − 1):")
     for name, meaning in LEGEND.items():
         console.print(f"  {name:<5} {meaning}")
-    first = next((p for p in run_dirs if RunDir(p).is_complete), run_dirs[0])
+    shown = figure_runs(runs, run_dirs)
+    if not shown:
+        return
+    commands = [
+        (f"protobench report {grid_dir}", "a table of any grid"),
+        (f"protobench plot {grid_dir} --x J --y con --out con.png", "a metric against J, seeds as error bars"),
+        (f"protobench plot --curves {shown[0]} --out curves.png", "loss terms per epoch (metrics.jsonl)"),
+        (f"protobench figures {' '.join(map(str, shown))} --images 4 --out figures/", "prototype maps side by side"),
+        (f"protobench status {grid_dir} --json", "every run's state and metrics"),
+    ]
+    width = max(len(command) for command, _ in commands)
     console.print("next:")
-    for command in (
-        f"protobench report {grid_dir}                                # a table of any grid",
-        f"protobench plot {grid_dir} --x J --y con --out con.png      # a metric against J, seeds as error bars",
-        f"protobench plot --curves {first} --out curves.png            # loss terms per epoch (metrics.jsonl)",
-        f"protobench figures {' '.join(map(str, run_dirs[:2]))} --images 4 --out figures/   # prototype maps",
-        f"protobench status {grid_dir} --json                         # every run's state and metrics",
-    ):
-        console.print(f"  {command}")
+    for command, what in commands:
+        console.print(f"  {command:<{width}}  # {what}", markup=False)

@@ -48,3 +48,11 @@ def test_story_has_a_legend_and_next_commands(tmp_path, capsys):
         assert f"  {name} " in out
     for command in ("protobench report", "protobench plot", "protobench figures"):
         assert command in out
+
+
+def test_figures_compare_the_two_js_at_the_lowest_seed(tmp_path, capsys):
+    runs, dirs = fake_runs(tmp_path)
+    print_demo_story(runs, dirs, tmp_path / "demo")
+    line = next(line for line in capsys.readouterr().out.splitlines() if "protobench figures" in line)
+    expected = [str(d) for spec, d in zip(runs, dirs) if spec.seed == 0]
+    assert sorted(line.split("--images")[0].split()[2:]) == sorted(expected)
