@@ -12,6 +12,7 @@ from benchmark.store import default_cache_root
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
+    from benchmark.executors import Outcome
     from benchmark.grid import GridSpec
 
 
@@ -90,9 +91,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
                          allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     print_status(runs_root / grid.name)
-    failed = [o for o in outcomes if o.state == "failed"]
+    return _summary(outcomes)
+
+
+def _summary(outcomes: list[Outcome]) -> int:
+    """Print the runs left to another process and the failed ones (failed now or in an earlier
+    invocation, with the ``--retry-failed`` hint); exit status 1 when any run is failed."""
+    for o in outcomes:
+        if o.state == "running-elsewhere":
+            print(f"running elsewhere: {o.spec.run_id} {o.spec.label}: {o.detail or 'another process holds it'}")
+    failed = [o for o in outcomes if o.failed]
     for o in failed:
         print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
+    if failed:
+        print(f"{len(failed)} run(s) of the grid failed; run the same command with --retry-failed to try them again",
+              file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -114,7 +127,7 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
-        if o.state != "skipped":
+        if o.state != "skipped" and not o.failed:  # the failed ones are listed by _summary
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
@@ -124,16 +137,14 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
         print(f"code snapshot: {submission.snapshot}")
     if not submission.arrays:
         print("nothing to submit")
-        return 0
+        return _summary(submission.settled)
     if args.executor == "slurm":
         print(f"job logs: {submission.folder}\nfollow with `protobench status {runs_root / grid.name}`, "
               f"stop with `protobench cancel {runs_root / grid.name}`")
-        return 0
-    failed = [o for o in wait_for(submission) if o.state == "failed"]
+        return _summary(submission.settled)
+    outcomes = wait_for(submission)
     print_status(runs_root / grid.name)
-    for o in failed:
-        print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
-    return 1 if failed else 0
+    return _summary(submission.settled + outcomes)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -204,11 +215,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from benchmark.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid
-    from benchmark.plan import load_perf, make_plan, paper_costs, print_plan
+    from benchmark.plan import check_present_data, load_perf, make_plan, paper_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     costs = load_perf(args.perf) if args.perf else paper_costs()
+    check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
     _print_plan_file_checks(grid)
     return 0
@@ -325,6 +337,35 @@ def cmd_figures(args: argparse.Namespace) -> int:
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
         written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from benchmark.cache.admin import list_cache, remove_cache, verify_cache
+
+    cache_dir = _cache_root(args, Path(args.runs_dir))
+    if args.action == "ls":
+        items = list_cache(cache_dir)
+        for item in items:
+            used = datetime.fromtimestamp(item.last_used).isoformat(sep=" ", timespec="minutes")
+            print(f"{item.name}  {item.bytes / 2**20:.1f} MiB  {item.state}  built {item.built_by}  last used {used}")
+        print(f"{cache_dir}: {len(items)} folder(s), {sum(i.bytes for i in items) / 2**30:.2f} GiB")
+        return 0
+    if args.action == "verify":
+        problems = verify_cache(cache_dir, args.names)
+        for name, found in problems.items():
+            print(f"{name}: {'ok' if not found else 'CORRUPT: ' + '; '.join(found)}")
+        bad = [name for name, found in problems.items() if found]
+        if bad:
+            print(f"{len(bad)} corrupt: remove with `protobench cache rm {' '.join(bad)} --cache-dir {cache_dir}`",
+                  file=sys.stderr)
+        return 1 if bad else 0
+    if args.unused is not None and args.unused < 0:
+        raise ProtobenchError(f"--unused {args.unused} must be ≥ 0 days")
+    for line in remove_cache(cache_dir, args.names, args.unused):
+        print(line)
     return 0
 
 
@@ -471,6 +512,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")
+    p.add_argument("action", choices=["ls", "verify", "rm"],
+                   help="ls: list entries; verify: rehash every block; rm: remove entries")
+    p.add_argument("names", nargs="*", metavar="NAME", help="entry names, name prefixes or key digests "
+                                                            "(verify: default every entry)")
+    p.add_argument("--unused", nargs="?", const=30.0, type=float, metavar="DAYS",
+                   help="rm: also entries not opened for DAYS days (default 30), dead builds and idle entries "
+                        "moved aside")
+    p.add_argument("--runs-dir", default="runs", help="runs directory whose .token-cache to use (default: runs)")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("evaluate", help="re-evaluate a finished run from its checkpoint")
     p.add_argument("run_dir", help="a finished run's directory (runs/GRID/RUN_ID)")

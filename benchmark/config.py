@@ -20,9 +20,18 @@ DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
 CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
+CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
+
+# Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
+# grid load rather than out of memory: the per-prototype similarity maps of one batch are
+# B × C·J × H·W float32, 131 KB per prototype at B = 128 on a 16×16 grid, 2.6 GB at 20,000
+# prototypes, and a training step holds a few such tensors, which fits one 24 GB GPU.
+# CUB's 200 classes allow J ≤ 100 (the paper uses J ≤ 10).
+MAX_PROTOTYPES = 20_000
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
-OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens")
+OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
+                      "cache_stage")
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,9 @@ class RunSpec:
     # Store the early block's tokens too (set by the grid when any run sharing this trunk and
     # dataset needs them, so every run reads one cache entry); the run's science is unchanged.
     cache_early_tokens: bool = False
+    # "local": read a checksum-verified copy of each cache entry on node-local scratch
+    # ($SLURM_TMPDIR, else $TMPDIR) instead of the shared filesystem (benchmark/cache/stage.py)
+    cache_stage: str = "shared"
     device: str = "auto"
     num_workers: int = 0
 
@@ -143,9 +155,19 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
     return spec
 
 
+def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
+    """C·J ≤ :data:`MAX_PROTOTYPES` once the dataset's number of classes C is known."""
+    if num_classes * spec.prototypes_per_class > MAX_PROTOTYPES:
+        raise ProtobenchError(
+            f"run {spec.label}: {num_classes} classes × J = {spec.prototypes_per_class} is "
+            f"{num_classes * spec.prototypes_per_class} prototypes, more than {MAX_PROTOTYPES} fit in memory; "
+            f"use J ≤ {MAX_PROTOTYPES // num_classes} for {spec.dataset}")
+
+
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.backbones import BACKBONES
+    from benchmark.cache.tokens import STORAGE_DTYPES
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from methods.registry import validate_method_args
 
@@ -158,6 +180,9 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
         raise bad(f"unknown backbone {spec.backbone!r}; choose one of {', '.join(sorted(BACKBONES))}")
     if spec.prototypes_per_class < 1:
         raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
+    if spec.prototypes_per_class > MAX_PROTOTYPES:
+        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} is more than fits in memory: "
+                  f"classes × J must be ≤ {MAX_PROTOTYPES} (benchmark.config.MAX_PROTOTYPES)")
     for name in ("batch_size", "eval_batch_size", "image_size"):
         if getattr(spec, name) < 1:
             raise bad(f"{name} = {getattr(spec, name)} must be ≥ 1")
@@ -169,8 +194,11 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
         raise bad(f"augmentation = {spec.augmentation!r} must be one of {', '.join(AUGMENTATIONS)}")
     if spec.map_pool not in MAP_POOLS:
         raise bad(f"map_pool = {spec.map_pool} must be 1 (native grid) or 2 (NPPP's 2×2 pooling)")
-    if spec.cache_dtype not in ("float16", "float32", "bfloat16"):
-        raise bad(f"cache_dtype = {spec.cache_dtype!r} must be float16, bfloat16 or float32")
+    if spec.cache_dtype not in STORAGE_DTYPES:
+        raise bad(f"cache_dtype = {spec.cache_dtype!r} must be one the token cache can store: "
+                  f"{', '.join(STORAGE_DTYPES)}")
+    if spec.cache_stage not in CACHE_STAGES:
+        raise bad(f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
     if spec.device != "auto" and not (spec.device == "cpu" or spec.device.startswith("cuda")):
         raise bad(f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
     if not spec.weights:

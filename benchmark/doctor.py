@@ -167,16 +167,15 @@ def trunk_geometry(backbone: str, backbone_args: str, image_size: int) -> tuple[
 
 
 def cache_entry_bytes(spec: Any, images: int, early_tokens: bool) -> int:
-    """Bytes of one token-cache entry, by the layout of ``benchmark.features`` (tokens N×HW×D,
-    block_input N×(P+HW)×D and early_tokens N×HW×D in the storage dtype; attention N×HW float32;
-    labels N int64), headers left out."""
-    import torch
+    """Bytes of the ``.npy`` files of one token-cache entry (``benchmark.cache.tokens.entry_layout``,
+    headers included; the manifest's few KiB left out)."""
+    from benchmark.cache.tokens import entry_layout
 
     patches, prefix, width = trunk_geometry(spec.backbone, json.dumps(spec.backbone_args, sort_keys=True),
                                             spec.image_size)
-    storage = getattr(torch, spec.cache_dtype).itemsize
-    per_image = (patches + (prefix + patches) + (patches if early_tokens else 0)) * width * storage + patches * 4 + 8
-    return images * per_image
+    layout = entry_layout(images, patches=patches, prefix=prefix, width=width, dtype=spec.cache_dtype,
+                          early_tokens=early_tokens)
+    return sum(array.file_bytes for array in layout.values())
 
 
 def grid_cache_bytes(grid: GridSpec) -> int:

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from benchmark.data import ImageDataset
-from benchmark.features import TokenSource
+from benchmark.cache.tokens import TokenSource
 from methods.base import PrototypeMethod
 from metrics import accuracy, explanation_metrics, map_parts_to_frame
 from metrics.comprehensiveness import segmentation_to_frame

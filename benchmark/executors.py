@@ -5,9 +5,10 @@
   cluster named explicitly). Runs are grouped by job shape (cluster profile); each group is
   one job array (``executor.batch()``) of :class:`benchmark.jobs.RunJob` callables, ordered so
   that runs reading the same token caches are neighbours. Runs that share a cache entry and
-  start together do not build it twice: the cache's per-entry ``flock`` makes all but one wait,
-  then they read the published entry. ``submitit-local`` and ``debug`` wait for their jobs;
-  ``slurm`` returns once the arrays are queued.
+  start together do not build it twice: the cache's per-entry lock file
+  (``benchmark/cache/lock.py``, valid across nodes) makes all but one wait, then they read the
+  published entry. ``submitit-local`` and ``debug`` wait for their jobs; ``slurm`` returns once
+  the arrays are queued.
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from pathlib import Path
 import submitit
 
 from benchmark.cluster import ClusterProfile, JobShape
-from benchmark.config import RunSpec
+from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
-from benchmark.jobs import JobRecord, RunJob, add_job_record, run_states
-from benchmark.runner import execute_run, load_split, load_trunk
+from benchmark.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, add_job_record, run_states
+from benchmark.runner import check_data, execute_run, load_trunk
 from benchmark.snapshot import code_snapshot, snapshot_path
-from benchmark.store import RunDir, atomic_write_json
+from benchmark.store import RunBusy, RunDir, atomic_write_json
+from methods.registry import stand_in_method
 
 SUBMITIT_CLUSTERS = {"submitit-local": "local", "debug": "debug", "slurm": "slurm"}
 SUBMITIT_DIR = ".submitit"
@@ -35,7 +37,13 @@ SUBMITIT_DIR = ".submitit"
 class Outcome:
     spec: RunSpec
     state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" (pending or running in SLURM)
+    #           | "running-elsewhere" (another live process holds the run's lock)
     detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The run has no result because it failed, now or in an earlier invocation."""
+        return self.state in ("failed", "skipped-failed")
 
 
 def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
@@ -61,16 +69,18 @@ def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
 
 
 def preflight(runs: list[RunSpec]) -> None:
-    """Read every dataset's annotations and check every trunk's weights before any training,
-    so a missing file fails the grid at once rather than hours in."""
-    seen_data: set[tuple[str, str, int]] = set()
+    """Every user error before any training, so a bad grid fails at once rather than hours in:
+    each method built with its ``method_args`` on a stand-in context, every dataset's
+    annotations read and every image decoded (:func:`benchmark.data.check_images`), the number
+    of prototypes against the dataset's classes, every trunk's weights loaded."""
+    seen_data: dict[tuple[str, str, int], int] = {}  # → number of classes
     seen_trunks: set[tuple[str, str, str]] = set()
     for spec in runs:
+        stand_in_method(spec.method, spec.method_args, spec.prototypes_per_class)
         data_key = (spec.dataset, spec.data_root, spec.image_size)
         if data_key not in seen_data:
-            seen_data.add(data_key)
-            load_split(spec, "train")
-            load_split(spec, "test")
+            seen_data[data_key] = check_data(spec)
+        check_prototype_count(spec, seen_data[data_key])
         trunk_key = (spec.backbone, spec.weights, repr(sorted(spec.backbone_args.items())))
         if trunk_key not in seen_trunks:
             seen_trunks.add(trunk_key)
@@ -90,6 +100,8 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
                         allow_code_change=allow_code_change,
                         tensorboard_dir=grid.run_dir(tensorboard_root, spec) if tensorboard_root else None)
             outcomes.append(Outcome(spec, "done"))
+        except RunBusy as busy:  # another `protobench run` (or a job) is training it: leave it alone
+            outcomes.append(Outcome(spec, "running-elsewhere", busy.holder))
         except ProtobenchError as err:
             outcomes.append(Outcome(spec, "failed", str(err)))
         except Exception as err:  # recorded in failure.json by execute_run
@@ -210,8 +222,11 @@ def wait_for(submission: Submission) -> list[Outcome]:
     for array in submission.arrays:
         for spec, job in zip(array.specs, array.jobs):
             try:
-                job.result()
-                outcomes.append(Outcome(spec, "done"))
+                value = job.result()
+                if isinstance(value, dict) and RUNNING_ELSEWHERE in value:
+                    outcomes.append(Outcome(spec, "running-elsewhere", value[RUNNING_ELSEWHERE]))
+                else:
+                    outcomes.append(Outcome(spec, "done"))
             except Exception as err:  # the job's traceback is in its submitit log and failure.json
                 lines = str(err).strip().splitlines()
                 outcomes.append(Outcome(spec, "failed", lines[-1] if lines else type(err).__name__))

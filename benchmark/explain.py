@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from benchmark.data import ImageDataset
-from benchmark.features import TokenSource
+from benchmark.cache.tokens import TokenSource
 from benchmark.reevaluate import load_trained, run_cache_root
 from methods.base import PrototypeMethod
 

@@ -22,6 +22,7 @@ dinov3_vitb16 = "hf-cache" }``): each run takes its backbone's entry. Command-li
 from __future__ import annotations
 
 import itertools
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from benchmark.errors import ProtobenchError
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
 ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`
+# A grid's name is its folder under the runs directory: one path component, never '.' or '..'.
+GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,9 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         if key not in GRID_KEYS:
             raise unknown_key_error(key, list(GRID_KEYS), source)
     name = data.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise ProtobenchError(f"{source}: 'name' must be a non-empty string without '/'")
+    if not isinstance(name, str) or not GRID_NAME.fullmatch(name):
+        raise ProtobenchError(f"{source}: name = {name!r} must be a folder name of letters, digits, '.', '_' "
+                              "and '-' that starts with a letter or digit (runs go to RUNS_DIR/NAME/), e.g. 'cub_main'")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise ProtobenchError(f"{source}: [defaults] must be a table")

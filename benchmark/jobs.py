@@ -19,10 +19,15 @@ import submitit
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.scheduler import JobState, query_jobs
-from benchmark.store import RunDir, atomic_write_json, read_json
+from benchmark.store import RunBusy, RunDir, atomic_write_json, read_json
 
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
+RUNNING_ELSEWHERE = "running_elsewhere"  # key of what a job returns when another process holds its run
+# How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
+# which the server frees the locks of a failed node, so a job requeued after a node failure
+# is not turned away by its dead predecessor's lock.
+LOCK_WAIT_S = 180.0
 
 
 def code_dir() -> Path:
@@ -94,7 +99,10 @@ class RunJob(submitit.helpers.Checkpointable):
         })
         try:
             return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False,
-                               allow_code_change=self.allow_code_change, tensorboard_dir=self.tensorboard_dir)
+                               allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S,
+                               tensorboard_dir=self.tensorboard_dir)
+        except RunBusy as busy:  # not a failure: the live holder writes the result
+            return {RUNNING_ELSEWHERE: busy.holder}
         except SystemExit:
             # submitit's requeue handler exits the process after checkpointing; the run is not failed
             RunDir(self.run_dir).failure_path.unlink(missing_ok=True)

@@ -1,9 +1,10 @@
 """``protobench plan``: what a grid will cost before anything is submitted — runs, job arrays
 (one per job shape of the cluster profile), token caches to build, and GPU-hours.
 
-Nothing here reads a dataset or a weights file: dataset sizes are the official split sizes,
+Nothing here needs a dataset or a weights file: dataset sizes are the official split sizes,
 epochs come from each method's stages (built on a tiny stand-in context), and per-epoch
 costs come from ``protobench perf --out`` measurements or, by default, from the paper.
+Datasets already on disk are checked as ``run`` checks them (:func:`check_present_data`).
 
 Default per-epoch costs — source: the paper's "Computational Cost" section
 (``paper/vmfproto.tex``, Table ``tab:supp_runtime``; also ``reports/paper/runtime.csv``):
@@ -22,7 +23,6 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -64,25 +64,23 @@ def split_images(spec: RunSpec, split: str) -> int:
     return train if split == "train" else test
 
 
-@lru_cache(maxsize=None)
-def _epochs(method: str, method_args: str, prototypes_per_class: int) -> int:
-    import torch
-
-    from methods.base import MethodContext
-    from methods.registry import build_method
-    from methods.testing import TinyAppendedBlock
-
-    dim = 32
-    ctx = MethodContext(num_classes=2, prototypes_per_class=prototypes_per_class, embed_dim=dim, grid=(4, 4),
-                        num_prefix_tokens=1, depth=4, make_block=lambda: TinyAppendedBlock(dim), seed=0)
-    with torch.random.fork_rng(devices=[]):
-        method_obj = build_method(method, ctx, **json.loads(method_args))
-    return sum(stage.epochs for stage in method_obj.stages())
-
-
 def run_epochs(spec: RunSpec) -> int:
     """Epochs of every stage of the run's method with its hyperparameters."""
-    return _epochs(spec.method, json.dumps(spec.method_args, sort_keys=True), spec.prototypes_per_class)
+    from methods.registry import stand_in_method
+
+    return sum(stage.epochs for stage in stand_in_method(spec.method, spec.method_args,
+                                                         spec.prototypes_per_class).stages())
+
+
+def check_present_data(runs: tuple[RunSpec, ...]) -> None:
+    """Decode the images of every dataset whose ``data_root`` exists, as ``run`` does before
+    compute (:func:`benchmark.runner.check_data`); absent datasets are left to ``run``."""
+    from benchmark.runner import check_data
+
+    present = {(s.dataset, s.data_root, s.image_size): s for s in runs
+               if s.data_root and Path(s.data_root).expanduser().is_dir()}
+    for spec in present.values():
+        check_data(spec)
 
 
 # ---- per-epoch costs -------------------------------------------------------------------------

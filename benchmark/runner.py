@@ -13,15 +13,16 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk, create_backbone
+from benchmark.cache.stage import stage_root
+from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
+from benchmark.data import ImageDataset, OfflineAugmentedDataset, check_images, ensure_synthbirds, load_dataset
 from benchmark.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
-from benchmark.features import TokenSource, View, token_source
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
-from benchmark.store import RunDir, atomic_write_json
+from benchmark.store import RunDir, atomic_write_json, run_lock
 from benchmark.training import EpochRecord, TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
 from methods.registry import build_method, method_display_name
@@ -42,6 +43,15 @@ def load_split(spec: RunSpec, split: str) -> ImageDataset:
     if spec.dataset == "synthbirds":
         ensure_synthbirds(root, spec.dataset_args)
     return load_dataset(spec.dataset, root, split, image_size=spec.image_size)
+
+
+def check_data(spec: RunSpec) -> int:
+    """Read both splits' annotations and decode every image (a missing synthbirds root is
+    generated); the number of classes."""
+    train = load_split(spec, "train")
+    check_images(train)
+    check_images(load_split(spec, "test"))
+    return train.num_classes
 
 
 def load_trunk(spec: RunSpec) -> FrozenTrunk:
@@ -85,6 +95,7 @@ class Prepared:
             if self.method.needs_early_tokens or spec.cache_early_tokens else None,
             dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
             num_workers=spec.num_workers, progress=progress,
+            stage_dir=stage_root() if spec.cache and spec.cache_stage == "local" else None,
         )
 
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
@@ -127,18 +138,32 @@ def execute_run(
     log: Callable[[str], None] | None = None,
     tensorboard_dir: Path | None = None,
     allow_code_change: bool = False,
+    lock_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
     Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
     scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
+    The attempt holds the run's lock (:func:`benchmark.store.run_lock`) from start to end: a run
+    another live process holds (still, after ``lock_wait_s``) raises
+    :class:`benchmark.store.RunBusy` and is left alone.
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
     rd = RunDir(run_dir)
     done = rd.result()
     if done is not None:
         return done
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir, wait_s=lock_wait_s):
+        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir)
+
+
+def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bool | None,
+                stop_after_epoch: int | None, log: Callable[[str], None] | None,
+                allow_code_change: bool, tensorboard_dir: Path | None) -> dict[str, Any]:
+    done = rd.result()  # finished by another process between the first look and the lock
+    if done is not None:
+        return done
+    rd.remove_stale_temp_files()
     atomic_write_json(rd.spec_path, spec.to_json())
     rd.failure_path.unlink(missing_ok=True)
     with rd.log_path.open("a") as logfile, Progress(progress) as bars:

@@ -1,15 +1,22 @@
 """The results store: one directory per run, files written atomically.
 
-``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json}``.
+``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json, .lock}``.
 A run is complete iff ``result.json`` exists and parses (architecture.md, rules of thumb).
+Files and folders are created with the user's umask, so a lab sharing a runs directory can
+read each other's results.
 """
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
+import secrets
 import shutil
-import tempfile
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,11 @@ FAILURE_FILE = "failure.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.epochlog)
+LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (see run_lock)
+# Files only the lock holder writes: their temporary files left by a killed process are stale
+# once the lock is held. (spec.json and job.json are also written by a submitting process
+# that holds no lock, so their temporary files may be in flight.)
+LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE)
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
@@ -32,10 +44,21 @@ def default_cache_root(runs_root: Path) -> Path:
     return Path(runs_root) / TOKEN_CACHE_DIR
 
 
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new ``.NAME.XXXXXXXX.tmp`` beside ``path``, opened for writing with mode 0o666 less the
+    umask (``tempfile.mkstemp`` would make it 0600, unreadable by the rest of a lab)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write temp file in the same directory, fsync, rename: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -114,6 +137,18 @@ class RunDir:
     def metrics_path(self) -> Path:
         return self.path / METRICS_FILE
 
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_FILE
+
+    def remove_stale_temp_files(self) -> list[Path]:
+        """Delete the temporary files a killed writer of :data:`LOCKED_FILES` left behind; call
+        only while holding :func:`run_lock` (no live writer can own them then)."""
+        stale = [tmp for name in LOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")]
+        for tmp in stale:
+            tmp.unlink(missing_ok=True)
+        return stale
+
     def result(self) -> dict[str, Any] | None:
         return read_json(self.result_path)
 
@@ -137,6 +172,54 @@ class RunDir:
         if self.checkpoint_path.exists():
             return "started"
         return "new"
+
+
+class RunBusy(Exception):
+    """Another live process holds the run's lock; ``holder`` says which (pid, host, since)."""
+
+    def __init__(self, run_dir: Path, holder: str) -> None:
+        super().__init__(f"running elsewhere: {holder}" if holder else "running elsewhere")
+        self.run_dir, self.holder = run_dir, holder
+
+
+@contextmanager
+def run_lock(run_dir: Path, *, wait_s: float = 0.0) -> Iterator[None]:
+    """Hold the run's exclusive lock for the life of an attempt, or raise :class:`RunBusy` when
+    another process still holds it after ``wait_s`` seconds (0: at once).
+
+    ``fcntl.flock`` on ``RUN_DIR/.lock``: the kernel drops it when the holder's file is closed,
+    also when the process dies (``kill -9``), so a crash never leaves a run locked and a
+    requeued SLURM job is never locked out by its dead predecessor. (After a node failure, an
+    NFS server frees the dead node's locks only when its lease expires, 90 s by default: the
+    reason jobs wait, :data:`benchmark.jobs.LOCK_WAIT_S`.) The file is never deleted (unlinking
+    it would let two processes lock two different files); it names the holder for the message
+    of those it turns away."""
+    rd = RunDir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(rd.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    deadline = time.monotonic() + wait_s
+    try:
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(1.0)  # poll: a blocking flock could not give up at the deadline
+        except BlockingIOError:
+            raise RunBusy(run_dir, rd.lock_path.read_text(errors="replace").strip()) from None
+        except OSError as err:  # ENOLCK, EOPNOTSUPP: a filesystem mounted without lock support
+            raise ProtobenchError(f"cannot lock {rd.lock_path} ({err.strerror}): the runs directory must be on a "
+                                  "filesystem with file locks (local disk, NFS with lockd, Lustre mounted "
+                                  "with -o flock)") from err
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n"
+                 .encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def find_run_dirs(root: Path) -> list[RunDir]:

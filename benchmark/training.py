@@ -18,6 +18,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from benchmark.errors import ProtobenchError
-from benchmark.features import TokenSource
+from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.provenance import code_version
 from benchmark.store import atomic_write_checked
@@ -36,7 +37,19 @@ CHECKPOINT_FORMAT = 2  # 2: loadable with weights_only=True (1 pickled NumPy RNG
 
 
 class NonFiniteLossError(ProtobenchError):
-    """A loss term became NaN or infinite: the run stops and names where."""
+    """A loss term became NaN or infinite, or a decomposition failed: the run stops and names where."""
+
+
+@contextmanager
+def numerical_step(method: PrototypeMethod, stage: Stage, epoch: int, part: str) -> Iterator[None]:
+    """A failed Cholesky, eigen- or singular value decomposition inside ``part`` of a step (a
+    symptom of diverged parameters) → :class:`NonFiniteLossError` naming stage, epoch and part."""
+    try:
+        yield
+    except torch.linalg.LinAlgError as err:
+        raise NonFiniteLossError(
+            f"numerical failure in {part} of stage {stage.name!r}, epoch {epoch} (method {method.name!r}): "
+            f"{str(err).splitlines()[0]}; lower the learning rates or check the inputs") from err
 
 
 def seed_everything(seed: int) -> None:
@@ -186,14 +199,15 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
     for start in range(0, len(order), batch_size):
         batch = source.batch(order[start:start + batch_size], device)
         if optimizer is not None:
-            terms = method.loss_terms(batch, stage, epoch)
-            loss = total_loss(method, terms, stage, epoch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            with numerical_step(method, stage, epoch, "the loss terms, backward pass and optimiser step"):
+                terms = method.loss_terms(batch, stage, epoch)
+                loss = total_loss(method, terms, stage, epoch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
             for name, value in terms.items():
                 running[name] = running.get(name, 0.0) + float(value.detach()) / num_batches
-        with torch.no_grad():
+        with torch.no_grad(), numerical_step(method, stage, epoch, "the after_step hook"):
             method.after_step(batch, stage, epoch)
         task.advance()
     return running
@@ -307,7 +321,8 @@ def train(
             if scheduler is not None:
                 scheduler.load_state_dict(resume["scheduler"])
         if first_epoch == 0:
-            method.on_stage_start(stage, global_epoch, data)
+            with numerical_step(method, stage, global_epoch, "the on_stage_start hook"):
+                method.on_stage_start(stage, global_epoch, data)
         for epoch_in_stage in range(first_epoch, stage.epochs):
             tic = time.perf_counter()
             order = epoch_order(len(source), seed, global_epoch)
@@ -318,7 +333,7 @@ def train(
             lrs = {g["name"]: g["lr"] for g in optimizer.param_groups} if optimizer is not None else {}
             if scheduler is not None:
                 scheduler.step()
-            with torch.no_grad():
+            with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"):
                 method.on_epoch_end(stage, global_epoch, data)
             elapsed = time.perf_counter() - tic
             report.epoch_seconds.append(elapsed)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import json
+import math
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from benchmark.errors import ProtobenchError
@@ -88,7 +91,8 @@ def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
 
 
 def validate_method_args(name: str, overrides: dict[str, Any]) -> None:
-    """Fail before any compute when a grid gives a hyperparameter the method does not take."""
+    """Fail before any compute when a grid gives a hyperparameter the method does not take, or
+    one of the wrong type or range (:func:`check_hyperparameter`)."""
     cls = get_method_class(name)
     known = method_hyperparameters(cls)
     unknown = sorted(set(overrides) - set(known))
@@ -99,6 +103,69 @@ def validate_method_args(name: str, overrides: dict[str, Any]) -> None:
             f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}{hint}; "
             f"valid ones are: {', '.join(sorted(known)) or '(none)'}"
         )
+    for key, value in overrides.items():
+        check_hyperparameter(name, key, value, known[key])
+
+
+def _expected_type(default: Any) -> type | tuple[type, ...] | None:
+    """The type a hyperparameter's default implies (a float also takes an int, TOML's ``1``);
+    None when the default says nothing (``None`` or no default)."""
+    if default is None or default is inspect.Parameter.empty:
+        return None
+    if isinstance(default, float):
+        return (int, float)
+    if isinstance(default, (tuple, list)):
+        return (tuple, list)
+    return type(default)
+
+
+def check_hyperparameter(method: str, key: str, value: Any, default: Any) -> None:
+    """Checks every adapter gets from its hyperparameters' names and defaults, before the
+    adapter's own checks: the default's type; numbers finite; a learning rate (a float
+    hyperparameter with the word ``lr`` in its name; ``joint_lr_step`` is an int) > 0; an epoch
+    count (the word ``epochs``) an int ≥ 0."""
+    from benchmark.config import require_type
+
+    where = f"method {method!r} method_args"
+    expected = _expected_type(default)
+    if expected is not None:
+        require_type(key, value, expected, where)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    words = key.split("_")
+    if not math.isfinite(value):
+        raise ProtobenchError(f"{where}: {key} = {value!r} must be a finite number")
+    if "lr" in words and isinstance(default, float) and value <= 0:
+        raise ProtobenchError(f"{where}: {key} = {value!r} is a learning rate and must be > 0")
+    if "epochs" in words and (not isinstance(value, int) or value < 0):
+        raise ProtobenchError(f"{where}: {key} = {value!r} is a number of epochs and must be an integer ≥ 0")
+
+
+@lru_cache(maxsize=None)
+def _stand_in(name: str, method_args: str, prototypes_per_class: int) -> PrototypeMethod:
+    import torch
+
+    from methods.testing import TinyAppendedBlock
+
+    dim = 32
+    ctx = MethodContext(num_classes=2, prototypes_per_class=prototypes_per_class, embed_dim=dim, grid=(4, 4),
+                        num_prefix_tokens=1, depth=4, make_block=lambda: TinyAppendedBlock(dim), seed=0)
+    with torch.random.fork_rng(devices=[]):
+        try:
+            return build_method(name, ctx, **json.loads(method_args))
+        except ProtobenchError:
+            raise
+        except Exception as err:  # an adapter's own check that raised something else
+            raise ProtobenchError(f"method {name!r} rejects method_args {method_args}: "
+                                  f"{type(err).__name__}: {err}") from err
+
+
+def stand_in_method(name: str, method_args: dict[str, Any], prototypes_per_class: int) -> PrototypeMethod:
+    """The method built with these hyperparameters on a tiny stand-in context (2 classes, 32-dim
+    tokens on a 4×4 grid, 4 blocks; no data, no trunk): everything its constructor rejects is one
+    ProtobenchError before compute, and its ``stages()`` give the epochs. Cached per arguments;
+    read it, do not train it."""
+    return _stand_in(name, json.dumps(method_args, sort_keys=True, default=str), prototypes_per_class)
 
 
 def build_method(name: str, ctx: MethodContext, **overrides: Any) -> PrototypeMethod:

@@ -35,7 +35,7 @@ class TinyAppendedBlock(nn.Module):
 
 
 class SyntheticTokens:
-    """A TokenSource of synthetic tokens (same interface as benchmark.features.TokenSource)."""
+    """A TokenSource of synthetic tokens (same interface as benchmark.cache.tokens.TokenSource)."""
 
     def __init__(self, *, num_classes: int = 4, images_per_class: int = 12, dim: int = 32,
                  grid: tuple[int, int] = (6, 6), parts: int = 3, noise: float = 0.3, seed: int = 0) -> None:

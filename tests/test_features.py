@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.errors import ProtobenchError
-from benchmark.features import (
+from benchmark.cache.tokens import (
     NOISE_CLIP,
     CachedTokens,
     LiveTokens,
@@ -236,8 +236,8 @@ def _build_in_child(cache_dir: str, barrier, results) -> None:
 
 
 def test_two_processes_build_one_entry(tmp_path: Path) -> None:
-    # fork: the children start without re-importing torch and timm; each opens its own lock file
-    # description, so flock excludes them exactly as it excludes two jobs on a node
+    # fork: the children start without re-importing torch and timm; the O_EXCL lock file lets one
+    # build while the other waits for it (tests/test_faults_cache.py: the same without the lock)
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(2), context.Queue()
     workers = [context.Process(target=_build_in_child, args=(str(tmp_path), barrier, results)) for _ in range(2)]

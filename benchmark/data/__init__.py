@@ -16,7 +16,7 @@ from benchmark.config import DATASET_NAMES as DATASETS
 from benchmark.data.augment import OfflineAugmentedDataset
 from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
-from benchmark.data.dataset import ImageDataset, PartAnnotations, check_split
+from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images, check_split
 from benchmark.data.dogs import read_dogs
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS, ensure_synthbirds, generate_synthbirds
 from benchmark.errors import ProtobenchError
@@ -46,6 +46,7 @@ __all__ = [
     "OfflineAugmentedDataset",
     "PartAnnotations",
     "SYNTHBIRDS_DEFAULTS",
+    "check_images",
     "ensure_synthbirds",
     "generate_synthbirds",
     "load_dataset",

@@ -1,8 +1,10 @@
 """The dataset object every reader returns: images, labels and (for CUB-format data) parts."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -28,6 +30,53 @@ def check_images_exist(image_paths: list[Path], listed_in: Path, fix: str) -> No
         raise ProtobenchError(
             f"Image file {missing[0]} listed in {listed_in} is missing ({len(missing)} missing in all); {fix}."
         )
+
+
+JPEG_END_OF_IMAGE = b"\xff\xd9"  # the EOI marker (ITU-T T.81, Table B.1)
+
+
+def _ends_with(file: BinaryIO, marker: bytes) -> bool:
+    file.seek(-len(marker), os.SEEK_END)
+    return file.read(len(marker)) == marker
+
+
+def box_outside_image(box: np.ndarray, width: int, height: int, path: Path) -> str | None:
+    """What is wrong with a box ``(x1, y1, x2, y2)`` that starts outside its image, else None."""
+    x1, y1, x2, y2 = (int(v) for v in box)
+    if x1 < width and y1 < height:
+        return None
+    return (f"the box ({x1}, {y1}, {x2}, {y2}) of {path} starts outside the {width}×{height} image; "
+            "fix its line in bounding_boxes.txt")
+
+
+def check_images(dataset: ImageDataset) -> None:
+    """Check that every image of the split decodes and its annotation box fits, before any compute.
+
+    Each file's header is decoded (format and size). A JPEG that ends with its end-of-image
+    marker (FF D9) is complete; one that does not (truncated, or bytes after the marker) and
+    every other format is decoded, at 1/8 scale where the format allows (PIL ``draft``), which
+    reads the whole compressed stream, so a corrupt or truncated file fails here. A CUB-format
+    box must start inside its image (x1 < width, y1 < height); its far edge may reach past the
+    border, where the crop is clipped as the official ``img[y1:y2, x1:x2]`` slice is
+    (:func:`crop_to_box`). One error names the first bad image and how many are bad."""
+    bad: list[str] = []
+    boxes = None if dataset.annotations is None else dataset.annotations.boxes
+    for i, path in enumerate(dataset.image_paths):
+        try:
+            with Image.open(path) as image:
+                width, height = image.size
+                if not (image.format == "JPEG" and _ends_with(image.fp, JPEG_END_OF_IMAGE)):
+                    image.draft("RGB", (max(width // 8, 1), max(height // 8, 1)))
+                    image.load()
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+            bad.append(f"{path} cannot be decoded ({err}); re-download or regenerate the dataset")
+            continue
+        problem = None if boxes is None else box_outside_image(boxes[i], width, height, path)
+        if problem:
+            bad.append(problem)
+    if bad:
+        raise ProtobenchError(f"{len(bad)} of {len(dataset)} images of {dataset.name} {dataset.split} are unusable; "
+                              f"the first: {bad[0]}.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,12 +143,9 @@ class ImageDataset(torch.utils.data.Dataset):
         image = open_rgb(self.image_paths[i])
         if self.annotations is None:
             return image
-        x1, y1, x2, y2 = self.annotations.boxes[i]
-        if x1 >= image.width or y1 >= image.height:
-            raise ProtobenchError(
-                f"The box ({x1}, {y1}, {x2}, {y2}) of {self.image_paths[i]} starts outside the "
-                f"{image.width}×{image.height} image; fix its line in bounding_boxes.txt."
-            )
+        problem = box_outside_image(self.annotations.boxes[i], image.width, image.height, self.image_paths[i])
+        if problem:
+            raise ProtobenchError(problem[0].upper() + problem[1:] + ".")
         return crop_to_box(image, self.annotations.boxes[i])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:

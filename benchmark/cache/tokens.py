@@ -2,7 +2,8 @@
 
 A key is (backbone key, weights checksum, dataset fingerprint, split, view, image size, early
 block, storage dtype, format version); its digest names the entry directory (see
-``benchmark/cache_store.py`` for the locking and atomic publication). Arrays per entry, in
+``benchmark/cache/store.py`` for publication, checksums and locking, ``stage.py`` for copies to
+node-local scratch). Arrays per entry, in
 dataset order: ``tokens`` N×HW×D, ``block_input`` N×(P+HW)×D, ``early_tokens`` N×HW×D (only with
 an early block) in the storage dtype (float16 by default), ``attention`` N×HW float32,
 ``labels`` N int64. ``cache_dir = None`` gives the same interface computed live.
@@ -13,7 +14,7 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +26,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.backbones import FrozenTrunk
-from benchmark.cache_store import list_manifests, open_arrays, open_or_build
+from benchmark.cache.arrays import ArraySpec, ArrayWriter
+from benchmark.cache.stage import stage_entry
+from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
 from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
 from methods.base import TokenBatch
@@ -44,7 +47,7 @@ __all__ = [
 ]
 
 #: bump when the arrays or their meaning change: every older entry then misses and is rebuilt
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-block checksums in the manifest
 #: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
 NOISE_STD = 0.2
 NOISE_CLIP = 0.25
@@ -185,12 +188,13 @@ def _labels_tensor(dataset: TokenDataset) -> Tensor:
 class CachedTokens(TokenSource):
     """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the device."""
 
-    def __init__(self, entry: Path, manifest: dict[str, Any]) -> None:
-        self.entry = entry
-        self.manifest = manifest
-        self._arrays = open_arrays(entry, manifest)
+    def __init__(self, entry: Entry) -> None:
+        self._open = entry  # holds the reader's lock on the entry while this source lives
+        self.entry = entry.path
+        self.manifest = entry.manifest
+        self._arrays = entry.arrays
         self.labels = torch.from_numpy(np.array(self._arrays["labels"]))
-        self.grid = tuple(manifest["grid"])
+        self.grid = tuple(entry.manifest["grid"])
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -251,7 +255,29 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
     return array
 
 
-def _build_arrays(
+def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: str,
+                 early_tokens: bool) -> dict[str, ArraySpec]:
+    """The arrays of an entry of ``count`` images from a trunk with ``patches`` patch tokens,
+    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench doctor`` sizes)."""
+    storage = np.dtype(dtype)
+    layout = {
+        "tokens": ArraySpec((count, patches, width), storage),
+        "block_input": ArraySpec((count, prefix + patches, width), storage),
+        "attention": ArraySpec((count, patches), np.dtype("float32")),
+        "labels": ArraySpec((count,), np.dtype("int64")),
+    }
+    if early_tokens:
+        layout["early_tokens"] = ArraySpec((count, patches, width), storage)
+    return layout
+
+
+def _layout(trunk: FrozenTrunk, count: int, key: CacheKey) -> dict[str, ArraySpec]:
+    """The arrays of an entry, known before the trunk pass (so free space is checked first)."""
+    return entry_layout(count, patches=trunk.grid[0] * trunk.grid[1], prefix=trunk.num_prefix_tokens,
+                        width=trunk.embed_dim, dtype=key.dtype, early_tokens=key.early_block is not None)
+
+
+def _trunk_pass(
     trunk: FrozenTrunk,
     dataset: TokenDataset,
     key: CacheKey,
@@ -260,60 +286,43 @@ def _build_arrays(
     batch_size: int,
     num_workers: int,
     progress: Progress,
-) -> Callable[[Path], dict[str, Any]]:
-    """The ``build`` callback of ``open_or_build``: one trunk pass over the split, rows in dataset order."""
+) -> Fill:
+    """The ``fill`` callback of ``open_or_build``: one trunk pass over the split, rows in dataset order."""
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def fill(writers: dict[str, ArrayWriter]) -> dict[str, Any]:
         started = time.perf_counter()
-        count, tokens_n, width = len(dataset), trunk.grid[0] * trunk.grid[1], trunk.embed_dim
         storage = np.dtype(key.dtype)
-        layout = {
-            "tokens": ((count, tokens_n, width), storage),
-            "block_input": ((count, trunk.num_prefix_tokens + tokens_n, width), storage),
-            "attention": ((count, tokens_n), np.dtype("float32")),
-            "labels": ((count,), np.dtype("int64")),
-        }
-        if key.early_block is not None:
-            layout["early_tokens"] = ((count, tokens_n, width), storage)
-        arrays = {
-            name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
-            for name, (shape, dtype) in layout.items()
-        }
         loader = DataLoader(
             _ViewedDataset(dataset, key.view),
             batch_size=batch_size,
-            shuffle=False,
+            shuffle=False,  # rows are appended in dataset order
             num_workers=num_workers,
             pin_memory=device.type == "cuda",
         )
         task = progress.task(f"trunk pass {key.dirname}", len(loader))
-        for images, labels, positions in loader:
-            rows = slice(int(positions[0]), int(positions[-1]) + 1)  # shuffle=False: contiguous
+        for images, labels, _ in loader:
             with torch.inference_mode():
                 out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
-            arrays["tokens"][rows] = _to_storage(out.tokens, storage, "tokens", key)
-            arrays["block_input"][rows] = _to_storage(out.block_input, storage, "block inputs", key)
-            arrays["attention"][rows] = out.attention.cpu().numpy()
-            arrays["labels"][rows] = labels.numpy()
+            writers["tokens"].write(_to_storage(out.tokens, storage, "tokens", key))
+            writers["block_input"].write(_to_storage(out.block_input, storage, "block inputs", key))
+            writers["attention"].write(out.attention.cpu().numpy())
+            writers["labels"].write(labels.numpy().astype(np.int64, copy=False))
             if out.early_tokens is not None:
-                arrays["early_tokens"][rows] = _to_storage(out.early_tokens, storage, "early tokens", key)
+                writers["early_tokens"].write(_to_storage(out.early_tokens, storage, "early tokens", key))
             task.advance()
         task.done()
-        for array in arrays.values():
-            array.flush()
         return {
-            "arrays": {name: {"shape": list(shape), "dtype": str(dtype)} for name, (shape, dtype) in layout.items()},
-            "num_images": count,
+            "num_images": len(dataset),
             "grid": list(trunk.grid),
             "num_prefix_tokens": trunk.num_prefix_tokens,
-            "embed_dim": width,
+            "embed_dim": trunk.embed_dim,
             "weights_source": trunk.weights_source,
             "device": str(device),
             "build_seconds": round(time.perf_counter() - started, 3),
             "versions": {"torch": torch.__version__, "timm": timm.__version__, "numpy": np.__version__},
         }
 
-    return build
+    return fill
 
 
 def token_source(
@@ -329,10 +338,12 @@ def token_source(
     batch_size: int = 64,
     num_workers: int = 0,
     progress: Progress = NO_PROGRESS,
+    stage_dir: Path | None = None,
 ) -> TokenSource:
     """Tokens of ``dataset`` through ``trunk``: from the cache entry of their key (built on first
     use, on ``device``), or live when ``cache_dir`` is None (``cache = false``). A building pass
-    shows a bar in ``progress`` (the caller's running display; one live display at a time)."""
+    shows a bar in ``progress`` (the caller's running display; one live display at a time).
+    ``stage_dir`` (``cache_stage = "local"``): read a verified copy of the entry made there."""
     if backbone_key != trunk.spec.key:
         raise ProtobenchError(
             f"backbone_key {backbone_key!r} does not name the trunk passed ({trunk.spec.key!r}); pass the trunk's key."
@@ -352,14 +363,17 @@ def token_source(
         early_block=early_block,
         dtype=dtype,
     )
-    build = _build_arrays(
+    fill = _trunk_pass(
         trunk, dataset, key, device=device, batch_size=batch_size, num_workers=num_workers, progress=progress
     )
-    entry, manifest, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), build)
-    source = CachedTokens(entry, manifest)
+    entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), _layout(trunk, len(dataset), key), fill)
+    if stage_dir is not None:
+        entry = stage_entry(entry, stage_dir)
+    source = CachedTokens(entry)
     if not torch.equal(source.labels, _labels_tensor(dataset)):
         raise ProtobenchError(
-            f"The cache entry {entry} holds other labels than the dataset it was looked up for, so the dataset "
-            f"fingerprint does not identify its images; delete the entry and make fingerprint() cover the split."
+            f"The cache entry {entry.path} holds other labels than the dataset it was looked up for, so the dataset "
+            f"fingerprint does not identify its images; make fingerprint() cover the split and remove the entry "
+            f"(`{rm_command(entry.path)}`)."
         )
     return source
