@@ -89,14 +89,16 @@ def preflight(runs: list[RunSpec]) -> None:
 
 def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
               retry_failed: bool = False, progress: bool | None = None,
-              allow_code_change: bool = False) -> list[Outcome]:
-    """Execute the pending runs in this process; a failed run is recorded and the next one starts."""
+              allow_code_change: bool = False, tensorboard_root: Path | None = None) -> list[Outcome]:
+    """Execute the pending runs in this process; a failed run is recorded and the next one starts.
+    ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
     preflight(todo)
     for spec in todo:
         try:
             execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
-                        allow_code_change=allow_code_change)
+                        allow_code_change=allow_code_change,
+                        tensorboard_dir=grid.run_dir(tensorboard_root, spec) if tensorboard_root else None)
             outcomes.append(Outcome(spec, "done"))
         except RunBusy as busy:  # another `protobench run` (or a job) is training it: leave it alone
             outcomes.append(Outcome(spec, "running-elsewhere", busy.holder))
@@ -168,9 +170,10 @@ def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name
 
 def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *, executor: str,
                 profile: ClusterProfile, device: str | None = None, retry_failed: bool = False,
-                allow_code_change: bool = False) -> Submission:
+                allow_code_change: bool = False, tensorboard_root: Path | None = None) -> Submission:
     """Submit the runs still to do as one job array per job shape; record each run's job in
-    its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device."""
+    its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device;
+    ``tensorboard_root`` as in :func:`run_local`."""
     todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
     runs_root = runs_root.resolve()
     result = Submission(runs_root / SUBMITIT_DIR / grid.name, settled=settled)
@@ -186,8 +189,10 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
             ex.update_parameters(**shape.submitit_parameters())
             job_specs = [job_spec(spec, device) for spec in specs]
             with ex.batch():
+                board = tensorboard_root.resolve() if tensorboard_root else None
                 jobs = [ex.submit(RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot,
-                                         allow_code_change=allow_code_change))
+                                         allow_code_change=allow_code_change,
+                                         tensorboard_dir=grid.run_dir(board, spec) if board else None))
                         for spec in job_specs]
             array = ArraySubmission(shape, tuple(job_specs), tuple(jobs))
             _record(grid, runs_root, array, executor, result, profile)

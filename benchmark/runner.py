@@ -17,12 +17,13 @@ from benchmark.cache.stage import stage_root
 from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
 from benchmark.data import ImageDataset, OfflineAugmentedDataset, check_images, ensure_synthbirds, load_dataset
+from benchmark.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json, run_lock
-from benchmark.training import TrainingInterrupted, resume_checkpoint, train
+from benchmark.training import EpochRecord, TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
 from methods.registry import build_method, method_display_name
 
@@ -135,11 +136,13 @@ def execute_run(
     progress: bool | None = None,
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
+    tensorboard_dir: Path | None = None,
     allow_code_change: bool = False,
     lock_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
-    ``allow_code_change`` resumes a checkpoint that another code version wrote.
+    Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
+    scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
     The attempt holds the run's lock (:func:`benchmark.store.run_lock`) from start to end: a run
     another live process holds (still, after ``lock_wait_s``) raises
@@ -151,12 +154,12 @@ def execute_run(
     if done is not None:
         return done
     with run_lock(run_dir, wait_s=lock_wait_s):
-        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change)
+        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir)
 
 
 def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bool | None,
                 stop_after_epoch: int | None, log: Callable[[str], None] | None,
-                allow_code_change: bool) -> dict[str, Any]:
+                allow_code_change: bool, tensorboard_dir: Path | None) -> dict[str, Any]:
     done = rd.result()  # finished by another process between the first look and the lock
     if done is not None:
         return done
@@ -172,7 +175,7 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
             echo(line)
 
         try:
-            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change)
+            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change, tensorboard_dir)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -185,7 +188,8 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
-             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool) -> dict[str, Any]:
+             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool,
+             tensorboard_dir: Path | None = None) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
@@ -198,9 +202,22 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
     wall["token_cache"] = time.perf_counter() - tic
 
-    report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch,
-                   allow_code_change=allow_code_change)
+    epoch_log = EpochLog(rd.metrics_path)
+    board = TensorBoardLog(tensorboard_dir) if tensorboard_dir is not None else None
+
+    def record_epoch(record: EpochRecord) -> None:
+        epoch_log.append(record)
+        if board is not None:
+            board.append(record)
+
+    try:
+        report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
+                       checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
+                       stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
+                       on_epoch_end=record_epoch)
+    finally:
+        if board is not None:
+            board.close()
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,30 +18,41 @@ def _fmt(value: object) -> str:
     return "–" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
+def status_records(root: Path, extra_states: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One record per run below ``root`` (each run's files read once): its directory, grid, run id,
+    state, spec fields, metrics and, for a failed run, the reason.
+
+    ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
+    records = []
+    for rd in find_run_dirs(root):
+        spec = rd.spec() or {}
+        result = rd.result()
+        state = "done" if result is not None else rd.state
+        reason = (rd.failure() or {}).get("reason", "") if state == "failed" else None
+        if extra_states and str(rd.path) in extra_states and state != "done":
+            state = extra_states[str(rd.path)]
+        records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
+                        "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason})
+    return records
+
+
 def status_table(root: Path, extra_states: dict[str, str] | None = None
                  ) -> tuple[Table, Counter[str], list[tuple[Path, str]]]:
     """A rich table of the runs below ``root``, the count of each state, and the failed runs with
-    their reasons (one pass, each run's files read once).
-
-    ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
+    their reasons."""
     table = Table(title=f"runs under {root}", show_lines=False)
     for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS):
         table.add_column(column, justify="right" if column in METRIC_COLUMNS or column in ("J", "seed") else "left")
     counts: Counter[str] = Counter()
     failed: list[tuple[Path, str]] = []
-    for rd in find_run_dirs(root):
-        spec = rd.spec() or {}
-        result = rd.result()
-        state = "done" if result is not None else rd.state
-        if state == "failed":
-            failed.append((rd.path, (rd.failure() or {}).get("reason", "")))
-        if extra_states and str(rd.path) in extra_states and state != "done":
-            state = extra_states[str(rd.path)]
+    for record in status_records(root, extra_states):
+        spec, metrics, state = record["spec"], record["metrics"], record["state"]
+        if record["failure"] is not None:
+            failed.append((Path(record["path"]), record["failure"]))
         counts[state] += 1
-        metrics = (result or {}).get("metrics", {})
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
         table.add_row(
-            rd.path.parent.name, rd.path.name[:8], f"[{style}]{state}[/{style}]",
+            record["grid"], record["run_id"][:8], f"[{style}]{state}[/{style}]",
             str(spec.get("method", "?")), str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS),

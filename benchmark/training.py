@@ -86,6 +86,18 @@ class SourceTrainData(TrainData):
             yield self.source.batch(order[start:start + batch_size], self.device)
 
 
+@dataclass(frozen=True)
+class EpochRecord:
+    """What ``train`` reports after each epoch, before its checkpoint (the runner writes it to
+    ``metrics.jsonl``)."""
+
+    epoch: int  # 1-based, global over stages
+    stage: str
+    seconds: float
+    lr: dict[str, float]  # param-group name → learning rate the epoch's steps used
+    terms: dict[str, float]  # loss term → epoch mean (empty for a stage that trains nothing)
+
+
 @dataclass
 class TrainingReport:
     """Wall time per stage and per epoch (seconds), where training resumed from, and which code
@@ -269,10 +281,12 @@ def train(
     progress: Progress = NO_PROGRESS,
     stop_after_epoch: int | None = None,
     allow_code_change: bool = False,
+    on_epoch_end: Callable[[EpochRecord], None] | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
     a checkpoint (written by this code version, or any with ``allow_code_change``).
-    ``stop_after_epoch`` ends training after that global epoch (tests, preemption)."""
+    ``stop_after_epoch`` ends training after that global epoch (tests, preemption).
+    ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed."""
     method.to(device)
     data = SourceTrainData(source, device, seed)
     stages = method.stages()
@@ -316,6 +330,7 @@ def train(
                                  math.ceil(len(order) / batch_size))
             running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
                                 epoch=global_epoch, task=task)
+            lrs = {g["name"]: g["lr"] for g in optimizer.param_groups} if optimizer is not None else {}
             if scheduler is not None:
                 scheduler.step()
             with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"):
@@ -325,6 +340,8 @@ def train(
             report.stage_seconds[stage.name] = report.stage_seconds.get(stage.name, 0.0) + elapsed
             terms_text = " ".join(f"{k}={v:.4f}" for k, v in running.items())
             log(f"epoch {global_epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
+            if on_epoch_end is not None:
+                on_epoch_end(EpochRecord(global_epoch + 1, stage.name, elapsed, lrs, running))
             task.done()
             global_epoch += 1
             report.record_epoch(code, global_epoch)
