@@ -7,10 +7,11 @@ logits ``log Σ_j π_cj max_grid N(z | μ_cj)`` with means and priors detached (
 changed only by EM and push); ``L = CE + 0.2 L_mine`` (mining from ``mine_start_epoch``). After
 every step the top-1 features of the ground-truth prototypes enter a per-class FIFO memory bank;
 in every epoch from ``em_start_epoch`` whose start finds every class's bank full (main.py decides
-``update_GMM`` once per epoch), the classes of the batch run EM on their banks after each step. Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based
-pruning to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The
-Proxy-Anchor auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen
-trunk it cannot reach the prototypes (methods.md **Decision**).
+``update_GMM`` once per epoch), the classes of the batch run EM on their banks after each step.
+Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based pruning
+to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The Proxy-Anchor
+auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen trunk it cannot
+reach the prototypes (methods.md **Decision**).
 
 The 120-epoch official schedule is compressed to 20 epochs (methods.md **Decision**): every
 official epoch milestone e is mapped to ⌈e·20/120⌉ — EM from 35 → 6, mining from 40 → 7, pushes

@@ -299,7 +299,7 @@ class VMFProto(PrototypeMethod):
 
     # ---- stage 1 ----------------------------------------------------------------------------------
     @torch.no_grad()
-    def discover(self, batch: TokenBatch, epoch: int = 0) -> None:
+    def discover(self, batch: TokenBatch, epoch: int) -> None:
         """One stage-1 step: initialise unseen classes (``mu_init="patches"``), OT-assign the
         foreground patches of each class present, and apply Eq. (mu_momentum) to every
         prototype that received a patch."""
