@@ -23,8 +23,9 @@ from benchmark.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json, run_lock
-from benchmark.training import EpochRecord, TrainingInterrupted, resume_checkpoint, train
+from benchmark.training import EpochRecord, SourceTrainData, TrainingInterrupted, resume_checkpoint, train
 from methods.base import MethodContext, PrototypeMethod
+from methods.diagnostics import collect_diagnostics
 from methods.registry import build_method, method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
@@ -224,6 +225,12 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)
     wall["evaluate"] = time.perf_counter() - tic
+    diagnostics = collect_diagnostics(prep.method, {
+        "train": SourceTrainData(train_src, prep.device, spec.seed),
+        "test": SourceTrainData(test_src, prep.device, spec.seed),
+    })
+    for warning in diagnostics["warnings"]:
+        say(f"diagnostic out of range: {warning}")
 
     timing: dict[str, Any] = {**report.to_json(), "wall_seconds": wall}
     if spec.measure_inference:
@@ -237,6 +244,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "spec": spec.to_json(),
         "method_display_name": method_display_name(type(prep.method)),  # what reports label it
         **evaluated,
+        "diagnostics": diagnostics,
         "timing": timing,
         "provenance": {
             **provenance(prep.device),  # code_version: the code that evaluated
