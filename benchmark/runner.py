@@ -14,7 +14,7 @@ import torch
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
+from benchmark.data import AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, ensure_synthbirds, load_dataset
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.features import TokenSource, View, token_source
@@ -89,11 +89,16 @@ class Prepared:
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
                      augmented: bool = True) -> TokenSource:
         """Training tokens: the clean split, or (``augmented`` and the run asks for it) its
-        offline-augmented copies."""
+        offline-augmented copies, made from ``AUGMENTATION_SEED`` whatever the run's seed."""
         data: Any = self.train_set
-        if augmented and self.spec.augmentation == "offline40":
-            data = OfflineAugmentedDataset(self.train_set, seed=self.spec.seed)
+        if augmented and self.augmented:
+            data = OfflineAugmentedDataset(self.train_set, seed=AUGMENTATION_SEED)
         return self._source(data, View(), cache_root, progress)
+
+    @property
+    def augmented(self) -> bool:
+        """Whether the training epochs read offline-augmented copies of the training split."""
+        return self.spec.augmentation == "offline40"
 
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
@@ -167,11 +172,14 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     tic = time.perf_counter()
     train_src = prep.train_source(cache_root, progress=bars)
+    # push reads the un-augmented split (ProtoPNet main.py: train_push_loader over train_cropped)
+    clean_src = prep.train_source(cache_root, progress=bars, augmented=False) if prep.augmented else None
     test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
     wall["token_cache"] = time.perf_counter() - tic
 
     report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch)
+                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch,
+                   clean_source=clean_src)
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()
@@ -185,6 +193,10 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
         timing["inference_images_per_second"] = inference_throughput(
             prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
+    if spec.measure_live_epoch:
+        from benchmark.perf import live_trunk_epoch_seconds
+
+        timing.update(live_trunk_epoch_seconds(prep))
     result = {
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,
@@ -195,6 +207,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             **provenance(prep.device),
             "weights_checksum": prep.trunk.weights_checksum,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
+            "augmentation_seed": AUGMENTATION_SEED,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }
