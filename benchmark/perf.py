@@ -108,7 +108,8 @@ def _time_epoch(prep: Prepared, source: Any, seed: int, stage: Stage | None = No
     ``source``: the training loop's ``run_epoch`` (forward, loss, backward, step and the
     ``after_step`` hook per batch), with a fresh optimiser when the stage trains."""
     method = prep.method
-    stage = stage or [s for s in method.stages() if s.trains][-1]
+    if stage is None:
+        stage = [s for s in method.stages() if s.trains][-1]
     set_trainable(method, stage)
     optimizer = make_optimizer(stage) if stage.trains else None
     order = epoch_order(len(source), seed, 0)
@@ -119,7 +120,7 @@ def _time_epoch(prep: Prepared, source: Any, seed: int, stage: Stage | None = No
     return time.perf_counter() - tic
 
 
-def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, float]:
+def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, Any]:
     """The paper's epoch time (tab:supp_runtime): the frozen trunk's forward at every step, images
     read and transformed in the loop as a ``cache = false`` run does. One epoch of each stage of
     the method's schedule over the training images its epochs read, then the mean over the
