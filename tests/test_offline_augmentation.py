@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+import benchmark.training
 import methods.protopnet
 from benchmark.config import build_run_spec
-from benchmark.data import AUGMENTATION_SEED
+from benchmark.data import AUGMENTATION_SEED, load_dataset
 from benchmark.runner import execute_run
 from benchmark.store import RunDir
 
@@ -35,8 +36,13 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     push and the last-layer phase read recorded, and the cache entries after each run."""
     work = tmp_path_factory.mktemp("offline40")
     cache = work / "cache"
-    reads: dict[str, list[int]] = {"push": [], "last_layer": []}
+    reads: dict[str, list[int]] = {"epoch": [], "push": [], "last_layer": []}
     real_push, real_last_layer = methods.protopnet.ProtoPNet.push, methods.protopnet.last_layer_phase
+    real_run_epoch = benchmark.training.run_epoch
+
+    def run_epoch(method, source, stage, optimizer, order, **kwargs):
+        reads["epoch"].append(len(order))
+        return real_run_epoch(method, source, stage, optimizer, order, **kwargs)
 
     def push(self, data):
         reads["push"].append(len(data))
@@ -50,6 +56,7 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(methods.protopnet.ProtoPNet, "push", push)
         patch.setattr(methods.protopnet, "last_layer_phase", last_layer_phase)
+        patch.setattr(benchmark.training, "run_epoch", run_epoch)
         for seed in (0, 1):
             spec = build_run_spec(tiny_spec(work / "synthbirds", seed), where="test")
             results.append(execute_run(spec, work / "runs" / spec.run_id, cache_root=cache, progress=False,
@@ -59,15 +66,14 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _train_size(work: Path) -> int:
-    from benchmark.data import load_dataset
-
     return len(load_dataset("synthbirds", work / "synthbirds", "train", image_size=56))
 
 
 def test_push_reads_the_clean_split_and_the_last_layer_the_augmented_copies(two_seeds: dict) -> None:
     clean = _train_size(two_seeds["work"])
     assert clean > 0
-    # one push (after global epoch 1) and one last-layer phase per run, two runs
+    # two epochs (warm, joint), one push after global epoch 1 and one last-layer phase per run
+    assert two_seeds["reads"]["epoch"] == [40 * clean] * 4
     assert two_seeds["reads"]["push"] == [clean, clean]
     assert two_seeds["reads"]["last_layer"] == [40 * clean, 40 * clean]
 
