@@ -16,7 +16,8 @@ from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.cache.stage import stage_root
 from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset, OfflineAugmentedDataset, check_images, ensure_synthbirds, load_dataset
+from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
+                            ensure_synthbirds, load_dataset)
 from benchmark.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
@@ -102,11 +103,16 @@ class Prepared:
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
                      augmented: bool = True) -> TokenSource:
         """Training tokens: the clean split, or (``augmented`` and the run asks for it) its
-        offline-augmented copies."""
+        offline-augmented copies, made from ``AUGMENTATION_SEED`` whatever the run's seed."""
         data: Any = self.train_set
-        if augmented and self.spec.augmentation == "offline40":
-            data = OfflineAugmentedDataset(self.train_set, seed=self.spec.seed)
+        if augmented and self.augmented:
+            data = OfflineAugmentedDataset(self.train_set, seed=AUGMENTATION_SEED)
         return self._source(data, View(), cache_root, progress)
+
+    @property
+    def augmented(self) -> bool:
+        """Whether the training epochs read offline-augmented copies of the training split."""
+        return self.spec.augmentation == "offline40"
 
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
@@ -200,6 +206,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     tic = time.perf_counter()
     train_src = prep.train_source(cache_root, progress=bars)
+    # push reads the un-augmented split (ProtoPNet main.py: train_push_loader over train_cropped)
+    clean_src = prep.train_source(cache_root, progress=bars, augmented=False) if prep.augmented else None
     test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
     wall["token_cache"] = time.perf_counter() - tic
 
@@ -215,7 +223,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
                        checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
                        stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
-                       on_epoch_end=record_epoch)
+                       on_epoch_end=record_epoch, clean_source=clean_src)
     finally:
         if board is not None:
             board.close()
@@ -226,7 +234,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
-        "train": SourceTrainData(train_src, prep.device, spec.seed),
+        "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),
         "test": SourceTrainData(test_src, prep.device, spec.seed),
     })
     for warning in diagnostics["warnings"]:
@@ -238,6 +246,10 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
         timing["inference_images_per_second"] = inference_throughput(
             prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
+    if spec.measure_live_epoch:
+        from benchmark.perf import live_trunk_epoch_seconds
+
+        timing.update(live_trunk_epoch_seconds(prep))
     result = {
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,
@@ -251,6 +263,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             "code_versions": report.code_versions,  # the code that trained, epochs per version
             "weights_checksum": prep.trunk.weights_checksum,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
+            "augmentation_seed": AUGMENTATION_SEED,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }

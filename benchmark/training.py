@@ -66,14 +66,22 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 class SourceTrainData(TrainData):
-    """The training split as seen by method hooks (push, last-layer phases)."""
+    """The un-augmented training split as seen by method hooks (push, last-layer phases); its
+    ``epoch_data`` reads ``epoch_source`` (the offline-augmented copies the epochs train on), or
+    the split itself when there is none."""
 
-    def __init__(self, source: TokenSource, device: torch.device, seed: int) -> None:
+    def __init__(self, source: TokenSource, device: torch.device, seed: int, *,
+                 epoch_source: TokenSource | None = None) -> None:
         self.source, self.device, self.seed = source, device, seed
+        self._epoch_data = self if epoch_source is None else SourceTrainData(epoch_source, device, seed)
         self._calls = 0
 
     def __len__(self) -> int:
         return len(self.source)
+
+    @property
+    def epoch_data(self) -> TrainData:
+        return self._epoch_data
 
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
         n = len(self.source)
@@ -282,13 +290,18 @@ def train(
     stop_after_epoch: int | None = None,
     allow_code_change: bool = False,
     on_epoch_end: Callable[[EpochRecord], None] | None = None,
+    clean_source: TokenSource | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
     a checkpoint (written by this code version, or any with ``allow_code_change``).
     ``stop_after_epoch`` ends training after that global epoch (tests, preemption).
-    ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed."""
+    ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed.
+    ``clean_source``: the un-augmented split the method's hooks read when ``source`` holds
+    offline-augmented copies (ProtoPNet main.py pushes on ``train_push_loader``); None when
+    ``source`` is the un-augmented split itself."""
     method.to(device)
-    data = SourceTrainData(source, device, seed)
+    data = SourceTrainData(source, device, seed) if clean_source is None else \
+        SourceTrainData(clean_source, device, seed, epoch_source=source)
     stages = method.stages()
     report = TrainingReport()
     start_stage, start_epoch, global_epoch = 0, 0, 0

@@ -100,14 +100,22 @@ class Stage:
 
 
 class TrainData(ABC):
-    """Read access to the training split's tokens, for hooks that pass over the data (push, EM
-    warm starts, last-layer phases). Provided by the harness; batches are on the device."""
+    """Read access to the un-augmented training split's tokens, for hooks that pass over the data
+    (push, EM warm starts, last-layer phases): the official code's ``train_push_loader`` over
+    ``train_cropped``. Provided by the harness; batches are on the device; ``batch.indices`` are
+    positions in this split."""
 
     @abstractmethod
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]: ...
 
     @abstractmethod
     def __len__(self) -> int: ...
+
+    @property
+    def epoch_data(self) -> TrainData:
+        """The images the training epochs read (the official ``train_loader``): the offline-augmented
+        copies under ``augmentation = "offline40"``, otherwise this split itself."""
+        return self
 
 
 class PrototypeMethod(nn.Module, ABC):
