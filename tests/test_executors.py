@@ -99,6 +99,12 @@ def test_executors_name_the_cluster_explicitly(tmp_path: Path, executor: str, cl
     assert make_executor(executor, tmp_path, ClusterProfile(), "job").cluster == cluster
 
 
+def test_slurm_executor_without_slurm_commands_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, no srun
+    with pytest.raises(ProtobenchError, match=r"--executor slurm needs SLURM's commands \(sbatch, srun\) on PATH"):
+        make_executor("slurm", tmp_path, ClusterProfile(), "job")
+
+
 def test_job_spec_makes_paths_absolute_and_keeps_the_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = tiny_grid("g", Path("data/synth")).runs[0]
