@@ -28,11 +28,6 @@ SOURCE_FILE = "source.json"
 DIFF_FILE = "uncommitted.diff"
 
 
-def suite_root() -> Path:
-    """The directory the running suite's ``benchmark`` package lies in."""
-    return Path(__file__).resolve().parent.parent
-
-
 def git(root: Path, *args: str) -> bytes:
     """``git ARGS`` in ``root``: its stdout; a missing git or a failure is a ProtobenchError."""
     try:
@@ -110,7 +105,7 @@ def recorded_state(snapshot: Path) -> SourceState | None:
 
 def code_version(root: Path | None = None) -> str:
     """The version of the code at ``root`` (default: the running suite's): see the module doc."""
-    root = root or suite_root()
+    root = root or Path(__file__).resolve().parent.parent
     recorded = recorded_state(root)
     if recorded is not None:
         return recorded.version

@@ -25,8 +25,8 @@ from datetime import datetime
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.provenance import (DIFF_FILE, SNAPSHOT_RECORD_DIR, SOURCE_FILE, checkout_state, git, suite_root,
-                                  uncommitted_diff)
+from benchmark.jobs import code_dir
+from benchmark.provenance import DIFF_FILE, SNAPSHOT_RECORD_DIR, SOURCE_FILE, checkout_state, git, uncommitted_diff
 from benchmark.store import atomic_write_bytes, atomic_write_json
 
 SNAPSHOTS_DIR = ".snapshots"
@@ -35,7 +35,7 @@ EXCLUDED_DIRS = ("tests/",)
 
 def repository_root() -> Path:
     """The git checkout the running suite was imported from."""
-    root = suite_root()
+    root = code_dir()
     try:
         top = Path(git(root, "rev-parse", "--show-toplevel").decode().strip()).resolve()
     except ProtobenchError as err:
