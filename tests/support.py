@@ -35,18 +35,24 @@ def scaled(seconds: float) -> float:
 
 
 def wait_until(predicate: Callable[[], T], what: str, timeout_s: float, *, poll_s: float = 0.5,
-               context: Callable[[], str] = lambda: "") -> T:
+               context: Callable[[], str] = lambda: "", progress: Callable[[], object] | None = None) -> T:
     """Poll ``predicate`` until it returns something truthy (returned); past the scaled deadline
-    fail naming ``what`` and ``context()`` (e.g. the scheduler's queue)."""
+    fail naming ``what`` and ``context()`` (e.g. the scheduler's queue). With ``progress`` (e.g.
+    the epochs a job finished) the deadline counts from the last change of its value: work that
+    keeps advancing on a slow machine is waited for, work that stalls fails."""
     limit = scaled(timeout_s)
     end = time.monotonic() + limit
+    seen = progress() if progress else None
     while True:
         value = predicate()
         if value:
             return value
+        if progress is not None and (now := progress()) != seen:
+            seen, end = now, time.monotonic() + limit
         if time.monotonic() >= end:
-            pytest.fail(f"timed out after {limit:.0f} s ({TIMEOUT_SCALE_ENV}={timeout_scale():g}) waiting for "
-                        f"{what}\n{context()}")
+            stalled = f" with no progress (last: {seen!r})" if progress else ""
+            pytest.fail(f"timed out after {limit:.0f} s{stalled} ({TIMEOUT_SCALE_ENV}={timeout_scale():g}) "
+                        f"waiting for {what}\n{context()}")
         time.sleep(poll_s)
 
 

@@ -82,9 +82,12 @@ def squeue() -> str:
     return subprocess.run(["squeue"], capture_output=True, text=True).stdout
 
 
-def wait_until(predicate: Callable[[], T], what: str, deadline_s: float = DEADLINE_S) -> T:
-    """Poll ``predicate`` until it is truthy; fail with the queue's state at the (scaled) deadline."""
-    return support.wait_until(predicate, what, deadline_s, poll_s=1.0, context=lambda: f"squeue:\n{squeue()}")
+def wait_until(predicate: Callable[[], T], what: str, deadline_s: float = DEADLINE_S,
+               progress: Callable[[], object] | None = None) -> T:
+    """Poll ``predicate`` until it is truthy; fail with the queue's state at the (scaled) deadline
+    (counted from the last change of ``progress``, when given)."""
+    return support.wait_until(predicate, what, deadline_s, poll_s=1.0, context=lambda: f"squeue:\n{squeue()}",
+                              progress=progress)
 
 
 def job_log(rd: RunDir) -> str:
@@ -108,9 +111,24 @@ def results(grid: GridSpec, runs_root: Path) -> Callable[[], bool]:
     return all_done
 
 
+SUBMITTED: list[str] = []  # every job id the tests queued
+
+
+@pytest.fixture(autouse=True)
+def cancel_leftover_jobs() -> Iterator[None]:
+    """Jobs a test queued are cancelled when it ends: one that failed while they still ran
+    (a deadline passed) would otherwise hold the cluster's GPUs from the tests after it."""
+    before = len(SUBMITTED)
+    yield
+    if SUBMITTED[before:]:
+        subprocess.run(["scancel", *SUBMITTED[before:]], capture_output=True, timeout=scaled(60))
+
+
 def submit(grid: GridSpec, runs_root: Path, cache_root: Path, profile: ClusterProfile, **kw: bool) -> Submission:
-    return submit_runs(grid, list(grid.runs), runs_root, cache_root, executor="slurm", profile=profile,
-                       device=profile.device, **kw)
+    submission = submit_runs(grid, list(grid.runs), runs_root, cache_root, executor="slurm", profile=profile,
+                             device=profile.device, **kw)
+    SUBMITTED.extend(job_id for array in submission.arrays for job_id in array.job_ids)
+    return submission
 
 
 # ---- a grid as one job array ----------------------------------------------------------------
@@ -205,11 +223,14 @@ def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: Cluster
     wait_until(lambda: finished_epochs(rd) > resumed_at, "an epoch after the restart")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)  # what SLURM sends before preempting
     wait_until(lambda: restart_count(rd) >= 2, "the job requeued by submitit's signal handler to start again")
-    wait_until(results(grid, preempted_root), "the preempted run's result")
-    wait_until(results(grid, reference_root), "the uninterrupted run's result")
+    reference_rd = RunDir(grid.run_dir(reference_root, grid.runs[0]))
+    # 300 epochs take 30 s on an idle machine and far longer on a busy one: wait while they advance
+    wait_until(results(grid, preempted_root), "the preempted run's result", progress=lambda: finished_epochs(rd))
+    wait_until(results(grid, reference_root), "the uninterrupted run's result",
+               progress=lambda: finished_epochs(reference_rd))
 
     result = rd.result()
-    reference = RunDir(grid.run_dir(reference_root, grid.runs[0])).result()
+    reference = reference_rd.result()
     assert rd.log_path.read_text().count("resuming at") == 2, f"the job ended before a requeue:\n{job_log(rd)}"
     assert not rd.failure_path.exists()
     assert result["metrics"] == reference["metrics"]
@@ -258,6 +279,7 @@ def test_queued_job_runs_the_code_of_submission_time(profile: ClusterProfile, tm
         [sys.executable, "-c", f"import pathlib, probe; pathlib.Path({str(out)!r}).write_text(probe.VALUE)"])
     with code_snapshot(tmp_path / "snapshot", root=repo) as snapshot:
         job = executor.submit(probe)
+    SUBMITTED.append(job.job_id)
     (repo / "helper.py").write_text("WORD = 'edited after submission'\n")
     subprocess.run(["scontrol", "release", job.job_id], check=True)
 
