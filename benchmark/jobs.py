@@ -74,6 +74,15 @@ def add_job_record(run_dir: Path, record: JobRecord) -> None:
     atomic_write_json(run_dir / JOB_FILE, {"submissions": entries})
 
 
+@dataclass(frozen=True)
+class TaskRun:
+    """One run of an array task: its spec, its directory, and where its TensorBoard events go."""
+
+    spec: RunSpec
+    run_dir: Path
+    tensorboard_dir: Path | None = None
+
+
 class RunJob(submitit.helpers.Checkpointable):
     """The runs of one array task as a submitit job, back to back in one process (one run
     unless the profile packs ``runs_per_task`` > 1). The task pays process start-up and
@@ -89,7 +98,7 @@ class RunJob(submitit.helpers.Checkpointable):
     ``failure.json``) does not stop the task's next runs; the task then ends with the first
     failure's error."""
 
-    def __init__(self, runs: tuple[tuple[RunSpec, Path], ...], cache_root: Path, snapshot: Path | None, *,
+    def __init__(self, runs: tuple[TaskRun, ...], cache_root: Path, snapshot: Path | None, *,
                  allow_code_change: bool = False) -> None:
         if not runs:
             raise ValueError("an array task needs at least one run")
@@ -105,37 +114,38 @@ class RunJob(submitit.helpers.Checkpointable):
                                   f"{self.snapshot}; remove {imported} from PYTHONPATH")
         outcomes: dict[str, dict[str, str]] = {}
         failures: list[BaseException] = []
-        for position, (spec, run_dir) in enumerate(self.runs):
-            if RunDir(run_dir).is_complete:  # finished before this task was requeued: not trained again
-                outcomes[spec.run_id] = {"state": "done"}
+        for position, run in enumerate(self.runs):
+            if RunDir(run.run_dir).is_complete:  # finished before this task was requeued: not trained again
+                outcomes[run.spec.run_id] = {"state": "done"}
                 continue
             try:
-                outcomes[spec.run_id] = self._execute(spec, run_dir, position, imported)
+                outcomes[run.spec.run_id] = self._execute(run, position, imported)
             except Exception as err:  # recorded in the run's failure.json by execute_run
                 failures.append(err)
         if failures:
             raise failures[0]
         return outcomes
 
-    def _execute(self, spec: RunSpec, run_dir: Path, position: int, imported: Path) -> dict[str, str]:
+    def _execute(self, run: TaskRun, position: int, imported: Path) -> dict[str, str]:
         from benchmark.runner import execute_run
 
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run.run_dir.mkdir(parents=True, exist_ok=True)
         env = submitit.JobEnvironment()
-        atomic_write_json(run_dir / ATTEMPT_FILE, {
+        atomic_write_json(run.run_dir / ATTEMPT_FILE, {
             "job_id": env.job_id, "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
             "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "code_dir": str(imported),
             "task_position": position, "task_runs": len(self.runs),
         })
         try:
-            execute_run(spec, run_dir, cache_root=self.cache_root, progress=False,
-                        allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S)
+            execute_run(run.spec, run.run_dir, cache_root=self.cache_root, progress=False,
+                        allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S,
+                        tensorboard_dir=run.tensorboard_dir)
             return {"state": "done"}
         except RunBusy as busy:  # not a failure: the live holder writes the result
             return {"state": RUNNING_ELSEWHERE, "holder": busy.holder}
         except SystemExit:
             # submitit's requeue handler exits the process after checkpointing; the run is not failed
-            RunDir(run_dir).failure_path.unlink(missing_ok=True)
+            RunDir(run.run_dir).failure_path.unlink(missing_ok=True)
             raise
 
 

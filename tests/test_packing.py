@@ -15,31 +15,15 @@ from benchmark.cluster import ClusterProfile, load_profile, pack_runs, parse_pro
 from benchmark.errors import ProtobenchError
 from benchmark.executors import group_by_shape, submit_runs, wait_for
 from benchmark.grid import GridSpec, cache_group, parse_grid
-from benchmark.jobs import ATTEMPT_FILE, JobRecord, RunJob, job_records, merge_state
+from benchmark.jobs import ATTEMPT_FILE, JobRecord, RunJob, TaskRun, job_records, merge_state
 from benchmark.plan import make_plan, paper_costs
 from benchmark.scheduler import JobState
 from benchmark.store import RunDir, atomic_write_json
 from benchmark.training import TrainingInterrupted
+from support import tiny_grid
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "slurm" / "profiles" / "example.toml"
-
-
-def tiny_grid(name: str, data_root: Path, *, epochs: int = 1, seeds: tuple[int, ...] = (0, 1),
-              js: tuple[int, ...] = (2, 3)) -> GridSpec:
-    """vMFProto on 4 synthbirds classes × 8 images, a 2-block random trunk: 4 runs, one cache group."""
-    return parse_grid({
-        "name": name,
-        "defaults": {
-            "dataset": "synthbirds", "data_root": str(data_root),
-            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0},
-            "backbone": "dinov2_vits14", "weights": "random",
-            "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
-            "batch_size": 8, "eval_batch_size": 16, "device": "cpu",
-        },
-        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": epochs},
-                   "prototypes_per_class": list(js), "seed": list(seeds)}],
-    }, source=f"{name} (test)")
 
 
 def paper_grid(**sweep: object) -> GridSpec:
@@ -174,7 +158,7 @@ def metrics(grid: GridSpec, runs_root: Path) -> dict[str, dict[str, float | None
 
 @pytest.mark.slow
 def test_packed_tasks_give_each_run_its_unpacked_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    grid = tiny_grid("tiny", tmp_path / "data")
+    grid = tiny_grid("tiny", tmp_path / "data", seeds=(0, 1), js=(2, 3))
     packed_root, unpacked_root = tmp_path / "packed", tmp_path / "unpacked"
     submission = submit_runs(grid, list(grid.runs), packed_root, tmp_path / "cache", executor="submitit-local",
                              profile=ClusterProfile(runs_per_task=2))
@@ -202,11 +186,11 @@ def test_packed_tasks_give_each_run_its_unpacked_result(tmp_path: Path, capsys: 
 @pytest.mark.slow
 def test_interrupted_packed_task_skips_its_finished_run_and_resumes_the_next(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    grid = tiny_grid("resume", tmp_path / "data", epochs=2, seeds=(0,))
+    grid = tiny_grid("resume", tmp_path / "data", epochs=2, js=(2, 3))
     runs_root, cache_root = tmp_path / "runs", tmp_path / "cache"
     ((_, specs),) = group_by_shape(list(grid.runs), ClusterProfile())
     first, second = (RunDir(grid.run_dir(runs_root, spec)) for spec in specs)
-    job = RunJob(tuple((spec, grid.run_dir(runs_root, spec)) for spec in specs), cache_root, None)
+    job = RunJob(tuple(TaskRun(spec, grid.run_dir(runs_root, spec)) for spec in specs), cache_root, None)
     monkeypatch.setenv("SUBMITIT_DEBUG_JOB_ID", "77")  # submitit's job environment of the calls below
 
     real_train = benchmark.runner.train
