@@ -113,16 +113,21 @@ def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> G
 
 
 def select_runs(grid: GridSpec, only: list[str]) -> list[RunSpec]:
-    """Filter runs by ``key=value`` terms (``method=vmfproto``, ``seed=0``) or run ids."""
-    selected = list(grid.runs)
+    """Filter runs by ``key=value`` terms (``method=vmfproto``, ``seed=0``) or run ids: terms
+    of the same key (run-id prefixes are one key) are alternatives, different keys must all
+    match — ``method=vmfproto method=nppp seed=0`` selects both methods' seed-0 runs."""
+    alternatives: dict[str | None, list[str]] = {}
     for term in only:
-        if "=" in term:
-            key, _, value = term.partition("=")
-            if key not in RUN_FIELDS:
-                raise unknown_key_error(key, list(RUN_FIELDS), "--only")
-            selected = [r for r in selected if str(getattr(r, key)) == value]
-        else:
-            selected = [r for r in selected if r.run_id.startswith(term)]
+        key, _, value = term.partition("=") if "=" in term else (None, "", term)
+        if key is not None and key not in RUN_FIELDS:
+            raise unknown_key_error(key, list(RUN_FIELDS), "--only")
+        alternatives.setdefault(key, []).append(value)
+
+    def matches(run: RunSpec) -> bool:
+        return all(any(run.run_id.startswith(v) if key is None else str(getattr(run, key)) == v for v in values)
+                   for key, values in alternatives.items())
+
+    selected = [r for r in grid.runs if matches(r)]
     if not selected:
         raise ProtobenchError(f"--only {' '.join(only)} matches no run of grid {grid.name!r}")
     return selected
