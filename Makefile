@@ -26,7 +26,7 @@ GPU_CHECK_OUT ?= gpu-check
 gpu-check: $(STAMP)
 	$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False')"
 	mkdir -p $(GPU_CHECK_OUT)
-	$(BIN)/python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py
+	$(BIN)/python -m pytest -m gpu -q -p no:cacheprovider
 	$(BIN)/protobench perf --paper-scale --device cuda --data-root $(GPU_CHECK_OUT)/synthbirds-paper-scale \
 		--runs-dir $(GPU_CHECK_OUT)/runs --out $(GPU_CHECK_OUT)/perf-paper-scale.json
 	$(BIN)/protobench plan benchmark/grids/cub_main.toml --perf $(GPU_CHECK_OUT)/perf-paper-scale.json \

@@ -290,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_run_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
-                       help="run a subset: method=vmfproto seed=0 … or run-id prefixes")
+                       help="run a subset: method=vmfproto seed=0 … or run-id prefixes "
+                            "(terms of one key are alternatives: method=vmfproto method=nppp)")
         p.add_argument("--data-root", help="dataset root for every run (overrides the grid)")
         p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
         p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")

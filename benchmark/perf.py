@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk
+from benchmark.config import RunSpec
 from benchmark.data import ImageDataset
 from benchmark.grid import GridSpec, parse_grid
 from benchmark.runner import Prepared, prepare
@@ -59,13 +60,13 @@ def paper_scale_grid(overrides: dict[str, Any] | None = None) -> GridSpec:
     return parse_grid(document, source="protobench perf --paper-scale", overrides=overrides)
 
 
-def _trunk_identity(prep_spec: Any) -> str:
+def _trunk_identity(spec: RunSpec) -> str:
     """What makes two runs' trunks the same module: backbone, weights, overrides, size, device."""
-    s = prep_spec
-    return json.dumps([s.backbone, s.weights, s.weights_id, s.backbone_args, s.image_size, s.device], sort_keys=True)
+    return json.dumps([spec.backbone, spec.weights, spec.weights_id, spec.backbone_args, spec.image_size,
+                       spec.device], sort_keys=True)
 
 
-def prepare_sharing_trunks(specs: list[Any]) -> list[Prepared]:
+def prepare_sharing_trunks(specs: list[RunSpec]) -> list[Prepared]:
     """:func:`benchmark.runner.prepare` for each run, loading each distinct trunk once (the
     seven methods of ``perf.toml`` share one)."""
     trunks: dict[str, FrozenTrunk] = {}
@@ -194,7 +195,7 @@ class _Contender:
             device=self.device, epoch=0))
 
 
-def _walk_schedule(prep: Prepared, cached: Any, warmup: int) -> tuple[list[_Contender], list[dict[str, Any]]]:
+def _walk_schedule(row: int, prep: Prepared, cached: Any, warmup: int) -> tuple[list[_Contender], list[dict[str, Any]]]:
     """Run the method's schedule in order with ``warmup`` steps per stage instead of full epochs,
     timing its hooks: ``on_stage_start`` once per stage, ``on_epoch_end`` after every epoch of
     the schedule (as :func:`benchmark.training.train` calls them). Returns a step contender per
@@ -208,7 +209,7 @@ def _walk_schedule(prep: Prepared, cached: Any, warmup: int) -> tuple[list[_Cont
         if stage.epochs == 0:
             continue
         set_trainable(method, stage)
-        contender = _Contender(0, method, stage, make_optimizer(stage) if stage.trains else None, cached, device)
+        contender = _Contender(row, method, stage, make_optimizer(stage) if stage.trains else None, cached, device)
         start = _timed(device, lambda: method.on_stage_start(stage, global_epoch, data))
         for indices in warm_batches:
             contender.step(indices)
@@ -261,9 +262,7 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
     walked = []
     for k, prep in enumerate(preps):
         cached = prep.train_source(cache_root)
-        contenders, stages = _walk_schedule(prep, cached, warmup)
-        for c in contenders:
-            c.row = k
+        contenders, stages = _walk_schedule(k, prep, cached, warmup)
         walked.append((cached, contenders, stages))
     steppers = [c for _, contenders, _ in walked for c in contenders]
     last_trains = {}
