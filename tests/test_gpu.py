@@ -25,17 +25,8 @@ from benchmark.grid import parse_grid
 from benchmark.plan import run_epochs
 from benchmark.runner import execute_run
 from methods.registry import list_methods, stand_in_method
+from short_schedules import TWO_EPOCHS
 
-#: method_args that cut each method's schedule to two epochs with every stage and hook it has
-TWO_EPOCHS: dict[str, dict[str, object]] = {
-    "vmfproto": {"discovery_epochs": 1, "end_to_end_epochs": 1},
-    "nppp": {"discovery_epochs": 1, "finetune_epochs": 1},
-    "protopnet": {"warm_epochs": 1, "joint_epochs": 1, "push_epochs": [1], "last_layer_epochs": 2},
-    "tesnet": {"warm_epochs": 1, "joint_epochs": 1, "push_epochs": [1], "last_layer_epochs": 2},
-    "evalprotopnet": {"warm_epochs": 1, "joint_epochs": 1},
-    "deformable_protopnet": {"warm_epochs": 1, "joint_epochs": 1, "push_epochs": [1]},
-    "mgproto": {"epochs": 2, "em_start_epoch": 0, "mine_start_epoch": 0, "push_epochs": [1]},
-}
 #: methods with atomically accumulated CUDA kernels (run-to-run float reordering)
 NONDETERMINISTIC = {"nppp", "deformable_protopnet"}
 CLASSES, IMAGES_PER_CLASS = 4, 16

@@ -15,6 +15,7 @@ from benchmark.grid import parse_grid
 from benchmark.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
 from benchmark.plan import load_perf, make_plan, split_images
 from benchmark.cluster import ClusterProfile
+from short_schedules import TWO_EPOCHS
 
 
 @pytest.mark.parametrize("values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], [0.3, 0.1, 0.2, 0.9, 0.5, 0.4]])
@@ -119,3 +120,16 @@ def test_cli_errors_before_compute(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(ProtobenchError, match="matches no run"):
         from benchmark.grid import select_runs
         select_runs(paper_scale_grid(), ["method=nope"])
+
+
+def test_every_method_goes_through_perf(tmp_path: Path) -> None:
+    grid = parse_grid({"name": "all", "defaults": {
+        "dataset": "synthbirds", "data_root": str(tmp_path / "synthbirds"),
+        "dataset_args": {"classes": 2, "images_per_class": 4, "seed": 0},
+        "backbone": "dinov2_vits14", "weights": "random",
+        "backbone_args": {"depth": 4, "embed_dim": 48, "num_heads": 2},
+        "batch_size": 4, "eval_batch_size": 4, "prototypes_per_class": 2, "seed": 0, "device": "cpu"},
+        "sweep": [{"method": m, "method_args": a} for m, a in TWO_EPOCHS.items()]}, source="t")
+    rows = measure(prepare_sharing_trunks(list(grid.runs)), tmp_path / "cache", warmup=1, timed_batches=1)
+    assert [r["method_name"] for r in rows] == list(TWO_EPOCHS)
+    assert all(sum(s["epochs"] for s in r["stages"]) == 2 for r in rows)
