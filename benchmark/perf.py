@@ -334,6 +334,7 @@ def _spread_text(spread: dict[str, float], fmt: str = ".3f") -> str:
 
 def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
     """The measurements as two tables (medians with interquartile ranges) and a summary line."""
+    from rich.markup import escape
     from rich.table import Table
 
     from benchmark.progress import output_console
@@ -343,27 +344,27 @@ def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
     console = output_console()
     title = (f"protobench perf ({first['device']}, batch {first['batch_size']}, {first['train_images']} training "
              f"images, {first['timed_batches']} timed batches; median [quartiles] over batches)")
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in ("method", "img/s (trunk + method)", "÷ bare trunk", "epoch from cache (s)",
                 f"epoch ÷ {base['method_name']}", "hooks (s)", "evaluate (s)"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
         hooks = sum(s["on_stage_start_seconds"] + s["on_epoch_end_seconds"] for s in r["stages"])
-        table.add_row(r["method"], f"{r['method_inference_images_per_second']:.1f}",
+        table.add_row(escape(r["method"]), f"{r['method_inference_images_per_second']:.1f}",
                       _spread_text(r["inference_ratio_method_over_trunk"]),
                       f"{r['epoch_seconds_from_cache']:.3f}" if "epoch_seconds_from_cache" in r else "—",
                       _spread_text(r["epoch_ratio_over_baseline"], ".2f") if "epoch_ratio_over_baseline" in r else "—",
                       f"{hooks:.2f}", f"{r['evaluate_seconds']:.2f}")
     console.print(table)
-    stages = Table(title="every stage: step seconds per batch (median [quartiles]), hooks over the schedule")
+    stages = Table(title=escape("every stage: step seconds per batch (median [quartiles]), hooks over the schedule"))
     for col in ("method", "stage", "epochs", "step (s)", "on_stage_start (s)", "on_epoch_end, all epochs (s)"):
         stages.add_column(col, justify="left" if col in ("method", "stage") else "right")
     for r in rows:
         for s in r["stages"]:
-            stages.add_row(r["method"], s["name"], str(s["epochs"]), _spread_text(s["step_seconds"]),
+            stages.add_row(escape(r["method"]), s["name"], str(s["epochs"]), _spread_text(s["step_seconds"]),
                            f"{s['on_stage_start_seconds']:.3f}", f"{s['on_epoch_end_seconds']:.3f}")
     console.print(stages)
     if "epoch_seconds_recomputing_trunk" in first:
-        console.print(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "
+        console.print(escape(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "
                       f"the trunk: {first['epoch_seconds_recomputing_trunk']:.3f} s = "
-                      f"{_spread_text(first['epoch_speedup_from_cache'], '.1f')}× the cached epoch")
+                      f"{_spread_text(first['epoch_speedup_from_cache'], '.1f')}× the cached epoch"))
