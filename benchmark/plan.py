@@ -26,7 +26,8 @@ scaled by :meth:`Shape.flops`, an appended block's plus the prototype heads' mul
 per image (∝ T·(12·d² + 2·T·d) + C·J·T·d) — the cost of a method without an appended
 block, or dominated by non-matmul work (EM, Sinkhorn), scales less exactly; each run says
 which measurement it used and what was scaled. Token caches cost one pass at the measured
-bare-trunk rate of their backbone.
+bare-trunk rate of their backbone (unscaled: the mean measured rate when that backbone was not
+measured — measure each backbone of the grid for its cache cost).
 """
 from __future__ import annotations
 
