@@ -27,8 +27,8 @@ gpu-check: $(STAMP)
 	$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False')"
 	mkdir -p $(GPU_CHECK_OUT)
 	$(BIN)/python -m pytest -m gpu -q -p no:cacheprovider
-	$(BIN)/protobench perf --paper-scale --device cuda --data-root $(GPU_CHECK_OUT)/synthbirds-paper-scale \
-		--runs-dir $(GPU_CHECK_OUT)/runs --out $(GPU_CHECK_OUT)/perf-paper-scale.json
+	$(BIN)/protobench perf --paper-scale --device cuda --runs-dir $(GPU_CHECK_OUT)/runs \
+		--out $(GPU_CHECK_OUT)/perf-paper-scale.json
 	$(BIN)/protobench plan benchmark/grids/cub_main.toml --perf $(GPU_CHECK_OUT)/perf-paper-scale.json \
 		> $(GPU_CHECK_OUT)/plan-cub_main.txt
 	cat $(GPU_CHECK_OUT)/plan-cub_main.txt

@@ -123,11 +123,11 @@ def test_gpu_built_cache_matches_cpu_built_cache(tmp_path: Path) -> None:
 
 
 @needs_cuda
-def test_perf_paper_scale_on_cuda(tmp_path: Path) -> None:
+def test_perf_paper_scale_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the preset generates its synthbirds under ./data/
     out = tmp_path / "perf.json"
-    assert main(["perf", "--paper-scale", "--device", "cuda", "--data-root", str(tmp_path / "synthbirds"),
-                 "--runs-dir", str(tmp_path / "runs"), "--timed-batches", "3", "--warmup", "1",
-                 "--out", str(out)]) == 0
+    assert main(["perf", "--paper-scale", "--device", "cuda", "--runs-dir", str(tmp_path / "runs"),
+                 "--timed-batches", "3", "--warmup", "1", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert sorted(r["method_name"] for r in rows) == sorted(TWO_EPOCHS)
     for row in rows:

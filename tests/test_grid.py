@@ -81,15 +81,6 @@ def test_select_runs_by_key_and_id():
         select_runs(g, ["seed=9"])
 
 
-def test_select_runs_ors_terms_of_one_key_and_ands_keys():
-    g = parse_grid({"name": "g", "defaults": {**BASE, "prototypes_per_class": 3},
-                    "sweep": [{"method": ["vmfproto", "nppp", "protopnet"], "seed": [0, 1]}]}, source="t")
-    brute = [r for r in g.runs if r.method in ("vmfproto", "nppp") and r.seed == 0]
-    assert select_runs(g, ["method=vmfproto", "method=nppp", "seed=0"]) == brute
-    ids = [g.runs[0].run_id, g.runs[3].run_id]
-    assert select_runs(g, ids) == [g.runs[0], g.runs[3]]
-
-
 def test_runs_sharing_a_trunk_with_evalprotopnet_share_its_early_token_cache():
     g = parse_grid({"name": "g", "defaults": {**BASE, "prototypes_per_class": 3},
                     "sweep": [{"method": ["vmfproto", "evalprotopnet"]},
