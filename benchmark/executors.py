@@ -30,7 +30,7 @@ from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
 from benchmark.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, add_job_record, run_states
-from benchmark.plan import paper_costs, run_hours
+from benchmark.plan import paper_costs, run_epochs
 from benchmark.runner import check_data, execute_run, load_trunk
 from benchmark.snapshot import code_snapshot, snapshot_path
 from benchmark.store import RunBusy, RunDir, atomic_write_json
@@ -192,7 +192,7 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     costs = paper_costs()  # the plan's per-run estimate decides how many runs fit in a task's budget
 
     def estimate(spec: RunSpec) -> float:
-        return run_hours(spec, costs)[0]
+        return costs.run_seconds(spec, run_epochs(spec))[0] / 3600
 
     use_snapshot = executor == "slurm" and profile.snapshot
     result.snapshot = snapshot_path(runs_root) if use_snapshot else None
