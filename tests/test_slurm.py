@@ -264,7 +264,9 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
                                                                           tmp_path: Path) -> None:
     """Two runs in one task; while the first trains the second reads as waiting in the task;
     ``scontrol requeue`` during the second: the first is not trained again, the second resumes."""
-    grid = tiny_grid("packed-long", tmp_path / "data", epochs=60, js=(2, 3))  # 6 s (idle) to 60 s (loaded) each
+    # ≈ 20 s of training each on an idle machine: the second run must outlast the requeue's kill
+    # grace (KillWait), or it finishes before the task is stopped and there is nothing to resume
+    grid = tiny_grid("packed-long", tmp_path / "data", epochs=200, js=(2, 3))
     runs_root = tmp_path / "runs"
     submission = submit(grid, runs_root, tmp_path / "cache", replace(profile, runs_per_task=2))
     ((first_spec, second_spec),) = submission.arrays[0].tasks
