@@ -3,13 +3,20 @@
 A key is (backbone key, weights checksum, dataset fingerprint, split, view, image size, early
 block, storage dtype, format version); its digest names the entry directory (see
 ``benchmark/cache/store.py`` for publication, checksums and locking, ``stage.py`` for copies to
-node-local scratch). Arrays per entry, in
-dataset order: ``tokens`` N×HW×D, ``block_input`` N×(P+HW)×D, ``early_tokens`` N×HW×D (only with
-an early block) in the storage dtype (float16 by default), ``attention`` N×HW float32,
-``labels`` N int64. ``cache_dir = None`` gives the same interface computed live.
+node-local scratch). An entry stores each image once, only what no method can recompute
+(arrays in dataset order, float arrays in the storage dtype, float16 by default):
+``block_input`` N×(P+HW)×D (the last block's pre-norm output, prefix tokens first),
+``attention`` N×HW (CLS→patch), ``labels`` N int64, and ``early_tokens`` N×HW×D only when the
+key names an early block (the runner asks for it on the training split alone). The final-norm
+``tokens`` are not stored: ``CachedTokens`` applies the trunk's frozen final norm to
+``block_input`` on the device, exactly as the trunk pass computes them
+(``FrozenTrunk.forward``: ``tokens = norm(x)[:, P:]`` with ``x`` the block input), so they differ
+from the live ones only by the storage rounding of ``block_input`` propagated through the
+norm (bound: README, "Token cache"). ``cache_dir = None`` gives the same interface computed live.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -22,10 +29,10 @@ from typing import Any, Protocol
 import numpy as np
 import timm
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from benchmark.backbones import FrozenTrunk
+from benchmark.backbones import FrozenTrunk, TrunkGeometry
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.stage import stage_entry
 from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
@@ -37,20 +44,25 @@ __all__ = [
     "CacheKey",
     "CachedTokens",
     "FORMAT_VERSION",
+    "STABILITY_NOISE_SEED",
     "LiveTokens",
     "TokenSource",
     "View",
     "cache_entries",
+    "entry_layout",
     "expected_cache_key",
     "stability_noise",
     "token_source",
 ]
 
 #: bump when the arrays or their meaning change: every older entry then misses and is rebuilt
-FORMAT_VERSION = 2  # 2: per-block checksums in the manifest
+FORMAT_VERSION = 3  # 2: per-block checksums in the manifest; 3: no tokens array, attention in the storage dtype
 #: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
 NOISE_STD = 0.2
 NOISE_CLIP = 0.25
+#: the stability perturbation of every run is drawn from this seed, not the run's: every method and
+#: seed is scored on the same perturbed images (paired comparisons; README "Protocol deviations")
+STABILITY_NOISE_SEED = 0
 STORAGE_DTYPES = ("float16", "float32")
 
 
@@ -186,13 +198,17 @@ def _labels_tensor(dataset: TokenDataset) -> Tensor:
 
 
 class CachedTokens(TokenSource):
-    """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the device."""
+    """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the
+    device, with the final-norm tokens computed there from the block input by ``norm`` (the
+    trunk's frozen final norm)."""
 
-    def __init__(self, entry: Entry) -> None:
+    def __init__(self, entry: Entry, norm: nn.Module, num_prefix_tokens: int) -> None:
         self._open = entry  # holds the reader's lock on the entry while this source lives
         self.entry = entry.path
         self.manifest = entry.manifest
         self._arrays = entry.arrays
+        self._norm = copy.deepcopy(norm).requires_grad_(False).eval()
+        self.num_prefix_tokens = num_prefix_tokens
         self.labels = torch.from_numpy(np.array(self._arrays["labels"]))
         self.grid = tuple(entry.manifest["grid"])
 
@@ -203,12 +219,19 @@ class CachedTokens(TokenSource):
         # gather in the storage dtype, move (half the bytes for float16), widen on the device
         return torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows])).to(device).float()
 
+    def final_tokens(self, block_input: Tensor) -> Tensor:
+        """B×N×D final-norm patch tokens of B×(P+N)×D block inputs (``FrozenTrunk.forward``)."""
+        norm = self._norm.to(block_input.device)
+        with torch.no_grad():
+            return norm(block_input)[:, self.num_prefix_tokens :]
+
     def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
         rows = indices.detach().cpu().numpy()
         early = self._take("early_tokens", rows, device) if "early_tokens" in self._arrays else None
+        block_input = self._take("block_input", rows, device)
         return TokenBatch(
-            tokens=self._take("tokens", rows, device),
-            block_input=self._take("block_input", rows, device),
+            tokens=self.final_tokens(block_input),
+            block_input=block_input,
             attention=self._take("attention", rows, device),
             labels=self.labels[indices.cpu()].to(device),
             indices=indices.to(device),
@@ -255,17 +278,18 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
     return array
 
 
-def _layout(trunk: FrozenTrunk, count: int, key: CacheKey) -> dict[str, ArraySpec]:
-    """The arrays of an entry, known before the trunk pass (so free space is checked first)."""
-    tokens_n, width, storage = trunk.grid[0] * trunk.grid[1], trunk.embed_dim, np.dtype(key.dtype)
+def entry_layout(count: int, geometry: TrunkGeometry, dtype: str, *, early: bool) -> dict[str, ArraySpec]:
+    """The arrays of an entry of ``count`` images, known before the trunk pass (so free space is
+    checked first, and ``protobench plan`` sizes the cache without a trunk)."""
+    storage = np.dtype(dtype)
+    patches, width = geometry.patches, geometry.width
     layout = {
-        "tokens": ArraySpec((count, tokens_n, width), storage),
-        "block_input": ArraySpec((count, trunk.num_prefix_tokens + tokens_n, width), storage),
-        "attention": ArraySpec((count, tokens_n), np.dtype("float32")),
+        "block_input": ArraySpec((count, geometry.num_prefix_tokens + patches, width), storage),
+        "attention": ArraySpec((count, patches), storage),
         "labels": ArraySpec((count,), np.dtype("int64")),
     }
-    if key.early_block is not None:
-        layout["early_tokens"] = ArraySpec((count, tokens_n, width), storage)
+    if early:
+        layout["early_tokens"] = ArraySpec((count, patches, width), storage)
     return layout
 
 
@@ -295,9 +319,8 @@ def _trunk_pass(
         for images, labels, _ in loader:
             with torch.inference_mode():
                 out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
-            writers["tokens"].write(_to_storage(out.tokens, storage, "tokens", key))
             writers["block_input"].write(_to_storage(out.block_input, storage, "block inputs", key))
-            writers["attention"].write(out.attention.cpu().numpy())
+            writers["attention"].write(_to_storage(out.attention, storage, "CLS attentions", key))
             writers["labels"].write(labels.numpy().astype(np.int64, copy=False))
             if out.early_tokens is not None:
                 writers["early_tokens"].write(_to_storage(out.early_tokens, storage, "early tokens", key))
@@ -358,10 +381,11 @@ def token_source(
     fill = _trunk_pass(
         trunk, dataset, key, device=device, batch_size=batch_size, num_workers=num_workers, progress=progress
     )
-    entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), _layout(trunk, len(dataset), key), fill)
+    layout = entry_layout(len(dataset), trunk.geometry, dtype, early=early_block is not None)
+    entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), layout, fill)
     if stage_dir is not None:
         entry = stage_entry(entry, stage_dir)
-    source = CachedTokens(entry)
+    source = CachedTokens(entry, trunk.model.norm, trunk.num_prefix_tokens)
     if not torch.equal(source.labels, _labels_tensor(dataset)):
         raise ProtobenchError(
             f"The cache entry {entry.path} holds other labels than the dataset it was looked up for, so the dataset "

@@ -157,12 +157,19 @@ class VMFProto(PrototypeMethod):
         """B×N×D unit tokens of the appended block (Eqs. block_expansion, token_normalization)."""
         return F.normalize(self.block(batch.block_input), dim=-1)
 
+    def frozen_features(self, batch: TokenBatch) -> dict[str, Tensor]:
+        """The gate depends on the frozen tokens and attention only: the harness computes it once
+        per image (``foreground``: B×N bool, ``foreground_fallback``: B bool, gating.py)."""
+        mask, fallback = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+        return {"foreground": mask, "foreground_fallback": fallback}
+
     def foreground(self, batch: TokenBatch) -> Tensor:
-        """B×N bool gate from the frozen view (gating.py); counts the fallback images."""
+        """B×N bool gate from the frozen view: precomputed by the harness (``batch.frozen``) or
+        computed here (gating.py); counts the fallback images."""
         with torch.no_grad():
-            mask, fallback = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
-            self.fallback_images += fallback.sum()
-        return mask
+            gate = batch.frozen if "foreground" in batch.frozen else self.frozen_features(batch)
+            self.fallback_images += gate["foreground_fallback"].sum()
+        return gate["foreground"]
 
     # ---- scores ----------------------------------------------------------------------------
     def component_scores(self, tokens: Tensor) -> Tensor:
