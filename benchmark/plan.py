@@ -205,8 +205,8 @@ def _geometry(backbone: str, image_size: int, backbone_args: str) -> TrunkGeomet
 
 def entry_bytes(spec: RunSpec, images: int, *, early: bool) -> int:
     """Bytes of one cache entry of ``images`` images of the run's trunk (headers included):
-    N × (P + HW) × D block inputs, N × HW attentions and N × HW × D early tokens (if any) in the
-    storage dtype, and N int64 labels."""
+    N × (P + HW) × D block inputs and N × HW × D early tokens (if any) in the storage dtype,
+    N × HW float32 attentions and N int64 labels."""
     from benchmark.cache.tokens import entry_layout
 
     geometry = _geometry(spec.backbone, spec.image_size, json.dumps(spec.backbone_args, sort_keys=True))

@@ -116,7 +116,7 @@ def test_build_once_then_read_the_same_tensors(tmp_path: Path) -> None:
 
     (entry,) = cache_entries(tmp_path)
     assert set(entry["arrays"]) == {"block_input", "attention", "labels", "early_tokens"}  # tokens: rebuilt
-    assert entry["arrays"]["block_input"]["dtype"] == "float16" and entry["arrays"]["attention"]["dtype"] == "float16"
+    assert entry["arrays"]["block_input"]["dtype"] == "float16" and entry["arrays"]["attention"]["dtype"] == "float32"
     assert entry["key"]["weights_checksum"] == trunk.weights_checksum and entry["num_images"] == COUNT
     assert isinstance(np.load(Path(entry["path"]) / "block_input.npy", mmap_mode="r"), np.memmap)
     assert not leftovers(tmp_path)
@@ -128,8 +128,7 @@ def test_live_equals_cached_within_float16(tmp_path: Path) -> None:
     live = token_source(trunk, data, cache_dir=None, backbone_key=KEY, early_block=1)
     assert isinstance(live, LiveTokens) and live.grid == cached.grid and torch.equal(live.labels, cached.labels)
     assert_same(everything(live), everything(cached), atol=1e-2)
-    # float16 attention: one rounding, relative error ≤ 2⁻¹¹ (tests/test_cache_layout.py bounds the tokens)
-    torch.testing.assert_close(everything(live)["attention"], everything(cached)["attention"], rtol=2**-11, atol=1e-8)
+    torch.testing.assert_close(everything(live)["attention"], everything(cached)["attention"], rtol=0, atol=1e-7)
     # the appended block runs on cached block inputs alone and starts as the identity
     batch = cached.batch(torch.arange(3), "cpu")
     torch.testing.assert_close(trunk.make_appended_block()(batch.block_input), batch.tokens, rtol=0, atol=1e-2)

@@ -163,13 +163,19 @@ class VMFProto(PrototypeMethod):
         mask, fallback = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
         return {"foreground": mask, "foreground_fallback": fallback}
 
-    def foreground(self, batch: TokenBatch) -> Tensor:
-        """B×N bool gate from the frozen view: precomputed by the harness (``batch.frozen``) or
-        computed here (gating.py); counts the fallback images."""
+    def gate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
+        """(B×N bool gate, B bool "fell back to all patches") of the frozen view: as the harness
+        stored it (``batch.frozen``) or, for a batch without it, computed here (gating.py)."""
+        if "foreground" in batch.frozen:
+            return batch.frozen["foreground"], batch.frozen["foreground_fallback"]
         with torch.no_grad():
-            gate = batch.frozen if "foreground" in batch.frozen else self.frozen_features(batch)
-            self.fallback_images += gate["foreground_fallback"].sum()
-        return gate["foreground"]
+            return foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+
+    def foreground(self, batch: TokenBatch) -> Tensor:
+        """B×N bool gate from the frozen view (``gate``); counts the fallback images."""
+        mask, fallback = self.gate(batch)
+        self.fallback_images += fallback.sum()
+        return mask
 
     # ---- scores ----------------------------------------------------------------------------
     def component_scores(self, tokens: Tensor) -> Tensor:
