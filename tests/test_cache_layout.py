@@ -182,7 +182,7 @@ seed = [0, 1]
     assert "warning: Not enough space for the 3 token-cache entries still to build" in err
     assert str(cache) in err and "1000 bytes) are free" in err
     assert main(["run", str(grid), "--cache-dir", str(cache), "--runs-dir", str(tmp_path / "runs")]) != 0
-    assert re.search(rf"error: Not enough space .* in {re.escape(str(cache))}: it needs .* \(91\d+ bytes\)",
+    assert re.search(rf"error: Not enough space .* in {re.escape(str(cache))}: it needs .* \({needed} bytes\)",
                      capsys.readouterr().err)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "sb").exists()  # refused before any compute
 
