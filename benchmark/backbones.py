@@ -33,11 +33,10 @@ __all__ = [
     "AppendedBlock",
     "BackboneSpec",
     "FrozenTrunk",
-    "TrunkGeometry",
     "TrunkOutputs",
     "cls_attention",
     "create_backbone",
-    "trunk_geometry",
+    "resolve_weights",
     "state_dict_checksum",
 ]
 
@@ -72,16 +71,6 @@ BACKBONES: dict[str, BackboneSpec] = {
         BackboneSpec("dinov3_vitb16", "vit_base_patch16_dinov3.lvd1689m", 16, "dinov3"),
     )
 }
-
-
-@dataclass(frozen=True)
-class TrunkGeometry:
-    """Token counts and width of a trunk's outputs: ``patches`` = H·W, ``num_prefix_tokens`` = CLS
-    + registers, ``width`` = D. What sizes a token-cache entry."""
-
-    patches: int
-    num_prefix_tokens: int
-    width: int
 
 
 @dataclass
@@ -206,10 +195,6 @@ class FrozenTrunk(nn.Module):
         self.weights_checksum: str = state_dict_checksum(model)
         self.eval()
 
-    @property
-    def geometry(self) -> TrunkGeometry:
-        return TrunkGeometry(self.grid[0] * self.grid[1], self.num_prefix_tokens, self.embed_dim)
-
     def train(self, mode: bool = True) -> FrozenTrunk:
         """Frozen trunk: stays in eval mode whatever the caller asks (no dropout, no RoPE jitter)."""
         return super().train(False)
@@ -290,7 +275,7 @@ def _hf_cached_weights(spec: BackboneSpec) -> Path | None:
     return None
 
 
-def _resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) -> Path | None:
+def resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) -> Path | None:
     """None for random init, else the weights file to load (ProtobenchError when absent)."""
     if weights == "random":
         return None
@@ -314,28 +299,6 @@ def _resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None)
     return path
 
 
-def trunk_geometry(key: str, *, image_size: int = 224, **overrides: object) -> TrunkGeometry:
-    """The geometry of registry ``key`` at ``image_size`` without weights or memory: the timm model
-    is built on the ``meta`` device and only its ``embed_dim`` and ``num_prefix_tokens`` are read."""
-    spec = _registered(key, image_size)
-    with torch.device("meta"):
-        model = timm.create_model(spec.timm_name, pretrained=False, img_size=image_size, num_classes=0, **overrides)
-    height, width = spec.grid(image_size)
-    return TrunkGeometry(height * width, model.num_prefix_tokens, model.embed_dim)
-
-
-def _registered(key: str, image_size: int) -> BackboneSpec:
-    spec = BACKBONES.get(key)
-    if spec is None:
-        raise ProtobenchError(f"Unknown backbone {key!r}; use one of: {', '.join(BACKBONES)}.")
-    if image_size % spec.patch_size:
-        raise ProtobenchError(
-            f"image_size {image_size} is not a multiple of the patch size {spec.patch_size} of {key}; "
-            f"use e.g. {spec.patch_size * (image_size // spec.patch_size)}."
-        )
-    return spec
-
-
 def create_backbone(
     key: str, *, weights: str | os.PathLike[str] | None = None, image_size: int = 224, **overrides: object
 ) -> FrozenTrunk:
@@ -346,8 +309,15 @@ def create_backbone(
     filter (so original DINOv2/DINOv3 checkpoints convert and position embeddings resample);
     ``"random"`` → no weights (tests, demo). ``overrides`` go to ``timm.create_model``.
     """
-    spec = _registered(key, image_size)
-    weights_file = _resolve_weights(spec, weights)
+    spec = BACKBONES.get(key)
+    if spec is None:
+        raise ProtobenchError(f"Unknown backbone {key!r}; use one of: {', '.join(BACKBONES)}.")
+    if image_size % spec.patch_size:
+        raise ProtobenchError(
+            f"image_size {image_size} is not a multiple of the patch size {spec.patch_size} of {key}; "
+            f"use e.g. {spec.patch_size * (image_size // spec.patch_size)}."
+        )
+    weights_file = resolve_weights(spec, weights)
     kwargs = dict(img_size=image_size, num_classes=0, **overrides)
     if weights_file is None:
         model = timm.create_model(spec.timm_name, pretrained=False, **kwargs)

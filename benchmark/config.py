@@ -30,8 +30,9 @@ CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (bench
 MAX_PROTOTYPES = 20_000
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
+# (measure_live_epoch only adds a timing, taken after evaluation; no metric depends on it.)
 OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
-                      "cache_stage")
+                      "cache_stage", "measure_live_epoch")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class RunSpec:
     augmentation: str = "none"
     map_pool: int = 1
     measure_inference: bool = False
+    # After evaluation, also time an epoch of each stage with the frozen trunk's forward at every
+    # step (the paper's runtime protocol): timing.epoch_seconds_live_trunk (benchmark/perf.py).
+    measure_live_epoch: bool = False
     cache: bool = True
     cache_dtype: str = "float16"
     # Store the early block's tokens too, in the training split's entry (set by the grid when any
@@ -138,7 +142,7 @@ _FIELD_TYPES: dict[str, type] = {
     "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
     "eval_batch_size": int, "map_pool": int, "num_workers": int,
     "method_args": dict, "dataset_args": dict, "backbone_args": dict,
-    "measure_inference": bool, "cache": bool, "cache_early_tokens": bool,
+    "measure_inference": bool, "measure_live_epoch": bool, "cache": bool, "cache_early_tokens": bool,
 }  # every other RunSpec field is a string
 
 

@@ -18,7 +18,6 @@ at NPPP's inference rate (trunk + a light head: an upper bound for the trunk alo
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import math
@@ -28,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.backbones import TrunkGeometry, trunk_geometry
 from benchmark.cluster import ClusterProfile, JobShape
 from benchmark.config import RunSpec
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
@@ -150,7 +148,7 @@ class CacheNeed:
     backbone: str
     dataset: str
     split: str
-    view: str  # "clean" | "noise seed S" | "offline40 seed S"
+    view: str  # "clean" | "noise seed S" | "offline40 seed S" (S: the fixed augmentation seed)
     early_tokens: bool
     images: int
     image_size: int
@@ -198,19 +196,13 @@ class Plan:
         return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.cache_hours
 
 
-@functools.lru_cache(maxsize=None)
-def _geometry(backbone: str, image_size: int, backbone_args: str) -> TrunkGeometry:
-    return trunk_geometry(backbone, image_size=image_size, **json.loads(backbone_args))
-
-
 def entry_bytes(spec: RunSpec, images: int, *, early: bool) -> int:
     """Bytes of one cache entry of ``images`` images of the run's trunk (headers included):
     N × (P + HW) × D block inputs and N × HW × D early tokens (if any) in the storage dtype,
-    N × HW float32 attentions and N int64 labels."""
-    from benchmark.cache.tokens import entry_layout
+    N × HW float32 attentions and N int64 labels (``benchmark.cache.tokens.entry_layout``)."""
+    from benchmark.doctor import cache_entry_bytes
 
-    geometry = _geometry(spec.backbone, spec.image_size, json.dumps(spec.backbone_args, sort_keys=True))
-    return sum(a.file_bytes for a in entry_layout(images, geometry, spec.cache_dtype, early=early).values())
+    return cache_entry_bytes(spec, images, early)
 
 
 def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
@@ -226,9 +218,13 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
              spec.dataset, spec.data_root, json.dumps(spec.dataset_args, sort_keys=True), spec.image_size,
              spec.cache_dtype)
-    train_view = "clean" if spec.augmentation == "none" else f"{spec.augmentation} seed {spec.seed}"
-    views = [("train", train_view, split_images(spec, "train") * augmentation_factor(spec.augmentation), early, None),
+    views = [("train", "clean", split_images(spec, "train"), early, None),
              ("test", "clean", split_images(spec, "test"), False, None)]
+    if spec.augmentation != "none":  # the epochs read the copies, push the clean split (runner.py)
+        from benchmark.data.augment import AUGMENTATION_SEED
+
+        views.append(("train", f"{spec.augmentation} seed {AUGMENTATION_SEED}",
+                      split_images(spec, "train") * augmentation_factor(spec.augmentation), early, None))
     if spec.is_cub_format:
         views.append(("test", f"noise seed {STABILITY_NOISE_SEED}", split_images(spec, "test"), False,
                       STABILITY_NOISE_SEED))

@@ -66,14 +66,22 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 class SourceTrainData(TrainData):
-    """The training split as seen by method hooks (push, last-layer phases)."""
+    """The un-augmented training split as seen by method hooks (push, last-layer phases); its
+    ``epoch_data`` reads ``epoch_source`` (the offline-augmented copies the epochs train on), or
+    the split itself when there is none."""
 
-    def __init__(self, source: TokenSource, device: torch.device, seed: int) -> None:
+    def __init__(self, source: TokenSource, device: torch.device, seed: int, *,
+                 epoch_source: TokenSource | None = None) -> None:
         self.source, self.device, self.seed = source, device, seed
+        self._epoch_data = self if epoch_source is None else SourceTrainData(epoch_source, device, seed)
         self._calls = 0
 
     def __len__(self) -> int:
         return len(self.source)
+
+    @property
+    def epoch_data(self) -> TrainData:
+        return self._epoch_data
 
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
         n = len(self.source)
@@ -84,6 +92,18 @@ class SourceTrainData(TrainData):
             order = torch.arange(n)
         for start in range(0, n, batch_size):
             yield self.source.batch(order[start:start + batch_size], self.device)
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """What ``train`` reports after each epoch, before its checkpoint (the runner writes it to
+    ``metrics.jsonl``)."""
+
+    epoch: int  # 1-based, global over stages
+    stage: str
+    seconds: float
+    lr: dict[str, float]  # param-group name → learning rate the epoch's steps used
+    terms: dict[str, float]  # loss term → epoch mean (empty for a stage that trains nothing)
 
 
 @dataclass
@@ -269,12 +289,19 @@ def train(
     progress: Progress = NO_PROGRESS,
     stop_after_epoch: int | None = None,
     allow_code_change: bool = False,
+    on_epoch_end: Callable[[EpochRecord], None] | None = None,
+    clean_source: TokenSource | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
     a checkpoint (written by this code version, or any with ``allow_code_change``).
-    ``stop_after_epoch`` ends training after that global epoch (tests, preemption)."""
+    ``stop_after_epoch`` ends training after that global epoch (tests, preemption).
+    ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed.
+    ``clean_source``: the un-augmented split the method's hooks read when ``source`` holds
+    offline-augmented copies (ProtoPNet main.py pushes on ``train_push_loader``); None when
+    ``source`` is the un-augmented split itself."""
     method.to(device)
-    data = SourceTrainData(source, device, seed)
+    data = SourceTrainData(source, device, seed) if clean_source is None else \
+        SourceTrainData(clean_source, device, seed, epoch_source=source)
     stages = method.stages()
     report = TrainingReport()
     start_stage, start_epoch, global_epoch = 0, 0, 0
@@ -316,6 +343,7 @@ def train(
                                  math.ceil(len(order) / batch_size))
             running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
                                 epoch=global_epoch, task=task)
+            lrs = {g["name"]: g["lr"] for g in optimizer.param_groups} if optimizer is not None else {}
             if scheduler is not None:
                 scheduler.step()
             with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"):
@@ -325,6 +353,8 @@ def train(
             report.stage_seconds[stage.name] = report.stage_seconds.get(stage.name, 0.0) + elapsed
             terms_text = " ".join(f"{k}={v:.4f}" for k, v in running.items())
             log(f"epoch {global_epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
+            if on_epoch_end is not None:
+                on_epoch_end(EpochRecord(global_epoch + 1, stage.name, elapsed, lrs, running))
             task.done()
             global_epoch += 1
             report.record_epoch(code, global_epoch)

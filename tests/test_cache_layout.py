@@ -3,6 +3,7 @@ final-norm tokens rebuilt on the device within the float16 bound derived below; 
 for the training split only; one stability-noise entry per trunk and dataset; plan sizes it."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark.backbones import create_backbone, trunk_geometry
+from benchmark.backbones import create_backbone
 from benchmark.cache.tokens import STABILITY_NOISE_SEED, CachedTokens, cache_entries, token_source
 from benchmark.cli import main
 from benchmark.config import RunSpec
+from benchmark.doctor import trunk_geometry
 from benchmark.grid import load_grid
 from benchmark.plan import grid_cache_needs
 
@@ -112,12 +114,14 @@ def test_an_entry_stores_each_image_once(tmp_path: Path) -> None:
 def test_geometry_without_weights_matches_the_built_trunk() -> None:
     for key in ("dinov2_vits14_reg4", "dinov3_vits16"):
         trunk = tiny(key)
-        assert trunk_geometry(key, image_size=SIZE, depth=2, embed_dim=32, num_heads=2) == trunk.geometry
+        built = (trunk.grid[0] * trunk.grid[1], trunk.num_prefix_tokens, trunk.embed_dim)
+        assert trunk_geometry(key, json.dumps({"depth": 2, "embed_dim": 32, "num_heads": 2}, sort_keys=True),
+                              SIZE) == built
     # the paper's trunks at 224: ViT-*/14 → 16×16 patches + CLS; DINOv3 ViT-*/16 → 14×14 + CLS + 4 registers
-    assert tuple(trunk_geometry("dinov2_vitb14").__dict__.values()) == (256, 1, 768)
-    assert tuple(trunk_geometry("dinov2_vits14").__dict__.values()) == (256, 1, 384)
-    assert tuple(trunk_geometry("dinov3_vitb16").__dict__.values()) == (196, 5, 768)
-    assert tuple(trunk_geometry("dinov3_vits16").__dict__.values()) == (196, 5, 384)
+    assert trunk_geometry("dinov2_vitb14", "{}", 224) == (256, 1, 768)
+    assert trunk_geometry("dinov2_vits14", "{}", 224) == (256, 1, 384)
+    assert trunk_geometry("dinov3_vitb16", "{}", 224) == (196, 5, 768)
+    assert trunk_geometry("dinov3_vits16", "{}", 224) == (196, 5, 384)
 
 
 def hand_entry_bytes(images: int, patches: int, prefix: int, width: int, early: bool) -> int:

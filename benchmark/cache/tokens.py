@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from benchmark.backbones import FrozenTrunk, TrunkGeometry
+from benchmark.backbones import FrozenTrunk
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.stage import stage_entry
 from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
@@ -281,19 +281,26 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
     return array
 
 
-def entry_layout(count: int, geometry: TrunkGeometry, dtype: str, *, early: bool) -> dict[str, ArraySpec]:
-    """The arrays of an entry of ``count`` images, known before the trunk pass (so free space is
-    checked first, and ``protobench plan`` sizes the cache without a trunk)."""
+def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: str,
+                 early_tokens: bool) -> dict[str, ArraySpec]:
+    """The arrays of an entry of ``count`` images from a trunk with ``patches`` patch tokens,
+    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench plan`` and ``doctor``
+    size). No ``tokens`` array: ``CachedTokens`` rebuilds them from ``block_input``."""
     storage = np.dtype(dtype)
-    patches, width = geometry.patches, geometry.width
     layout = {
-        "block_input": ArraySpec((count, geometry.num_prefix_tokens + patches, width), storage),
+        "block_input": ArraySpec((count, prefix + patches, width), storage),
         "attention": ArraySpec((count, patches), np.dtype("float32")),
         "labels": ArraySpec((count,), np.dtype("int64")),
     }
-    if early:
+    if early_tokens:
         layout["early_tokens"] = ArraySpec((count, patches, width), storage)
     return layout
+
+
+def _layout(trunk: FrozenTrunk, count: int, key: CacheKey) -> dict[str, ArraySpec]:
+    """The arrays of an entry, known before the trunk pass (so free space is checked first)."""
+    return entry_layout(count, patches=trunk.grid[0] * trunk.grid[1], prefix=trunk.num_prefix_tokens,
+                        width=trunk.embed_dim, dtype=key.dtype, early_tokens=key.early_block is not None)
 
 
 def _trunk_pass(
@@ -384,8 +391,7 @@ def token_source(
     fill = _trunk_pass(
         trunk, dataset, key, device=device, batch_size=batch_size, num_workers=num_workers, progress=progress
     )
-    layout = entry_layout(len(dataset), trunk.geometry, dtype, early=early_block is not None)
-    entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), layout, fill)
+    entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), _layout(trunk, len(dataset), key), fill)
     if stage_dir is not None:
         entry = stage_entry(entry, stage_dir)
     source = CachedTokens(entry, trunk.model.norm, trunk.num_prefix_tokens)
