@@ -11,7 +11,7 @@ from benchmark.cache.frozen import WithFrozenFeatures, with_frozen_features
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from benchmark.config import RunSpec
 from benchmark.runner import Prepared, prepare
-from benchmark.training import epoch_order, train
+from benchmark.training import SourceTrainData, epoch_order, train
 from methods.base import TokenBatch
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
 
@@ -65,15 +65,16 @@ class Constant(TokenSource):
                           self.labels[indices], indices, self.grid)
 
 
-def test_fallback_images_are_counted_per_image_gated(tmp_path: Path) -> None:
+def test_fallback_images_are_counted_once_per_image_from_the_stored_gate(tmp_path: Path) -> None:
     prep = synthbirds(tmp_path)
     method, source = prep.method, Constant()
     wrapped = with_frozen_features(source, method.frozen_features, batch_size=3, device="cpu")
     assert wrapped.features["foreground_fallback"].tolist() == [False, True, False, True]
-    method.foreground(wrapped.batch(torch.tensor([3, 0, 1]), "cpu"))
-    assert method.gating_fallbacks == 2
-    method.foreground(source.batch(torch.tensor([1]), "cpu"))  # computed in place: counted the same way
-    assert method.gating_fallbacks == 3
+    cpu = torch.device("cpu")
+    stored = method.diagnostics({"train": SourceTrainData(wrapped, cpu, 0)})
+    computed = method.diagnostics({"train": SourceTrainData(source, cpu, 0)})  # gate computed in place
+    assert stored["gating_fallback_images"] == computed["gating_fallback_images"] == {"train": 2}
+    assert stored["foreground_fraction"] == computed["foreground_fraction"]
 
 
 def test_live_sources_and_featureless_methods_are_left_alone() -> None:
@@ -100,4 +101,3 @@ def test_training_on_the_stored_gate_is_identical(tmp_path: Path) -> None:
             assert all(torch.equal(a[k], b[k]) for k in a), name
         else:
             assert torch.equal(a, b), name
-    assert stored["fallback_images"] == per_step["fallback_images"]
