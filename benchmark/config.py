@@ -62,8 +62,9 @@ class RunSpec:
     measure_live_epoch: bool = False
     cache: bool = True
     cache_dtype: str = "float16"
-    # Store the early block's tokens too (set by the grid when any run sharing this trunk and
-    # dataset needs them, so every run reads one cache entry); the run's science is unchanged.
+    # Store the early block's tokens too, in the training split's entry (set by the grid when any
+    # run sharing this trunk and dataset needs them, so every run reads one cache entry); the
+    # run's science is unchanged.
     cache_early_tokens: bool = False
     # "local": read a checksum-verified copy of each cache entry on node-local scratch
     # ($SLURM_TMPDIR, else $TMPDIR) instead of the shared filesystem (benchmark/cache/stage.py)

@@ -2,7 +2,8 @@
 explanation metrics of ``metrics.md`` from ground-truth-class activation maps.
 
 One pass over the clean test tokens gives logits and maps; a second pass over the noised
-view (stability noise, seeded by the run's seed) gives the maps stability compares against.
+view (stability noise from the fixed ``STABILITY_NOISE_SEED``, the same perturbed images for
+every method and seed) gives the maps stability compares against.
 """
 from __future__ import annotations
 
@@ -84,6 +85,9 @@ def evaluate(
             map_pool=map_pool, masks=load_segmentation_masks(test_dataset),
         )
         metrics.update(explained)
+        if noisy is not None:
+            notes["sta"] = (f"stability noise drawn from the fixed seed {noise_seed}: every method and seed is "
+                            f"scored on the same perturbed images")
         if method.prototypes_per_class == 1:
             notes["dis"] = "undefined for J = 1 (distinctiveness needs at least one pair of prototypes)"
         if explained.get("comp") is None:

@@ -14,7 +14,8 @@ import torch
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.cache.stage import stage_root
-from benchmark.cache.tokens import TokenSource, View, token_source
+from benchmark.cache.frozen import with_frozen_features
+from benchmark.cache.tokens import STABILITY_NOISE_SEED, TokenSource, View, token_source
 from benchmark.config import RunSpec
 from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
                             ensure_synthbirds, load_dataset)
@@ -88,17 +89,21 @@ class Prepared:
     test_set: ImageDataset
     method: PrototypeMethod
 
-    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress) -> TokenSource:
+    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress, *,
+                early: bool) -> TokenSource:
+        """Tokens of ``dataset`` through ``view`` (``early``: with the early block's tokens when a
+        method of the grid reads them), with the method's frozen per-image features precomputed."""
         spec = self.spec
-        return token_source(
+        source = token_source(
             self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
             backbone_key=spec.backbone,
-            early_block=self.method.ctx.early_block_index
-            if self.method.needs_early_tokens or spec.cache_early_tokens else None,
+            early_block=self.method.ctx.early_block_index if early and needs_early_tokens(self.method, spec) else None,
             dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
             num_workers=spec.num_workers, progress=progress,
             stage_dir=stage_root() if spec.cache and spec.cache_stage == "local" else None,
         )
+        return with_frozen_features(source, self.method.frozen_features, batch_size=spec.eval_batch_size,
+                                    device=self.device)
 
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
                      augmented: bool = True) -> TokenSource:
@@ -107,7 +112,7 @@ class Prepared:
         data: Any = self.train_set
         if augmented and self.augmented:
             data = OfflineAugmentedDataset(self.train_set, seed=AUGMENTATION_SEED)
-        return self._source(data, View(), cache_root, progress)
+        return self._source(data, View(), cache_root, progress, early=True)
 
     @property
     def augmented(self) -> bool:
@@ -116,11 +121,18 @@ class Prepared:
 
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
-        """Clean test tokens, and the stability-noise view (CUB-format datasets only)."""
-        clean = self._source(self.test_set, View(), cache_root, progress)
-        noisy = self._source(self.test_set, View("noise", self.spec.seed), cache_root, progress) \
+        """Clean test tokens, and the stability-noise view of the fixed ``STABILITY_NOISE_SEED``
+        (CUB-format datasets only). Early-block tokens are read in training only (SDFA)."""
+        clean = self._source(self.test_set, View(), cache_root, progress, early=False)
+        noisy = self._source(self.test_set, View("noise", STABILITY_NOISE_SEED), cache_root, progress, early=False) \
             if self.spec.is_cub_format else None
         return clean, noisy
+
+
+def needs_early_tokens(method: PrototypeMethod, spec: RunSpec) -> bool:
+    """Whether the training split's cache entry holds the early block's tokens: the method reads
+    them, or another run of the grid on the same trunk and data does (``cache_early_tokens``)."""
+    return method.needs_early_tokens or spec.cache_early_tokens
 
 
 def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
@@ -232,7 +244,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     tic = time.perf_counter()
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
-                         device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)
+                         device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),

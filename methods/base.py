@@ -59,6 +59,8 @@ class TokenBatch:
     early_tokens B×N×D  tokens of block ``early_block_index`` (only when a method asks)
     labels       B  class indices
     indices      B  positions of the images in their split (push records them)
+    frozen       the method's ``frozen_features`` of these images, when the harness computed
+                 them once per image (empty otherwise: the method computes them itself)
     """
 
     tokens: Tensor
@@ -68,6 +70,7 @@ class TokenBatch:
     indices: Tensor
     grid: tuple[int, int]
     early_tokens: Tensor | None = None
+    frozen: dict[str, Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -174,6 +177,15 @@ class PrototypeMethod(nn.Module, ABC):
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """B×J: what each of the J prototypes of ``classes[b]`` adds to that class's logit (the
         "why" panels of the figures). Exact where the logit is a sum over prototypes."""
+
+    def frozen_features(self, batch: TokenBatch) -> dict[str, Tensor]:
+        """Small per-image arrays (first dimension B) that depend only on the frozen trunk outputs
+        of ``batch`` and on fixed hyperparameters, never on trained state (e.g. vMFProto's
+        foreground gate). The harness computes them once per image of a cached split, before
+        training, and hands them back in ``batch.frozen`` of every later batch of that split, so
+        a method reads ``batch.frozen.get(name)`` and computes the value itself when it is
+        absent (hand-built or live batches). Default: none."""
+        return {}
 
     # ---- hooks (default: nothing) -------------------------------------------------------
     def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:

@@ -3,13 +3,23 @@
 A key is (backbone key, weights checksum, dataset fingerprint, split, view, image size, early
 block, storage dtype, format version); its digest names the entry directory (see
 ``benchmark/cache/store.py`` for publication, checksums and locking, ``stage.py`` for copies to
-node-local scratch). Arrays per entry, in
-dataset order: ``tokens`` N×HW×D, ``block_input`` N×(P+HW)×D, ``early_tokens`` N×HW×D (only with
-an early block) in the storage dtype (float16 by default), ``attention`` N×HW float32,
-``labels`` N int64. ``cache_dir = None`` gives the same interface computed live.
+node-local scratch). An entry stores each image once, only what no method can recompute
+(arrays in dataset order): ``block_input`` N×(P+HW)×D (the last block's pre-norm output,
+prefix tokens first) in the storage dtype (float16 by default), ``attention`` N×HW (CLS→patch)
+float32, ``labels`` N int64, and ``early_tokens`` N×HW×D in the storage dtype only when the key
+names an early block (the runner asks for it on the training split alone). The attention stays
+float32 (0.3 % of an entry): gating min-max normalises it, which magnifies float16 rounding when
+it is nearly flat (a random trunk's spans 1e-4 around 1/N: float16 changed 79 of 12,288 gate
+entries of the demo data, float32 none). The final-norm
+``tokens`` are not stored: ``CachedTokens`` applies the trunk's frozen final norm to
+``block_input`` on the device, exactly as the trunk pass computes them
+(``FrozenTrunk.forward``: ``tokens = norm(x)[:, P:]`` with ``x`` the block input), so they differ
+from the live ones only by the storage rounding of ``block_input`` propagated through the
+norm (bound: README, "Token cache"). ``cache_dir = None`` gives the same interface computed live.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -22,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import timm
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.backbones import FrozenTrunk
@@ -37,20 +47,25 @@ __all__ = [
     "CacheKey",
     "CachedTokens",
     "FORMAT_VERSION",
+    "STABILITY_NOISE_SEED",
     "LiveTokens",
     "TokenSource",
     "View",
     "cache_entries",
+    "entry_layout",
     "expected_cache_key",
     "stability_noise",
     "token_source",
 ]
 
 #: bump when the arrays or their meaning change: every older entry then misses and is rebuilt
-FORMAT_VERSION = 2  # 2: per-block checksums in the manifest
+FORMAT_VERSION = 3  # 2: per-block checksums in the manifest; 3: no tokens array (rebuilt from block_input)
 #: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
 NOISE_STD = 0.2
 NOISE_CLIP = 0.25
+#: the stability perturbation of every run is drawn from this seed, not the run's: every method and
+#: seed is scored on the same perturbed images (paired comparisons; README "Protocol deviations")
+STABILITY_NOISE_SEED = 0
 STORAGE_DTYPES = ("float16", "float32")
 
 
@@ -186,13 +201,17 @@ def _labels_tensor(dataset: TokenDataset) -> Tensor:
 
 
 class CachedTokens(TokenSource):
-    """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the device."""
+    """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the
+    device, with the final-norm tokens computed there from the block input by ``norm`` (the
+    trunk's frozen final norm)."""
 
-    def __init__(self, entry: Entry) -> None:
+    def __init__(self, entry: Entry, norm: nn.Module, num_prefix_tokens: int) -> None:
         self._open = entry  # holds the reader's lock on the entry while this source lives
         self.entry = entry.path
         self.manifest = entry.manifest
         self._arrays = entry.arrays
+        self._norm = copy.deepcopy(norm).requires_grad_(False).eval()
+        self.num_prefix_tokens = num_prefix_tokens
         self.labels = torch.from_numpy(np.array(self._arrays["labels"]))
         self.grid = tuple(entry.manifest["grid"])
 
@@ -203,12 +222,19 @@ class CachedTokens(TokenSource):
         # gather in the storage dtype, move (half the bytes for float16), widen on the device
         return torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows])).to(device).float()
 
+    def final_tokens(self, block_input: Tensor) -> Tensor:
+        """B×N×D final-norm patch tokens of B×(P+N)×D block inputs (``FrozenTrunk.forward``)."""
+        norm = self._norm.to(block_input.device)
+        with torch.no_grad():
+            return norm(block_input)[:, self.num_prefix_tokens :]
+
     def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
         rows = indices.detach().cpu().numpy()
         early = self._take("early_tokens", rows, device) if "early_tokens" in self._arrays else None
+        block_input = self._take("block_input", rows, device)
         return TokenBatch(
-            tokens=self._take("tokens", rows, device),
-            block_input=self._take("block_input", rows, device),
+            tokens=self.final_tokens(block_input),
+            block_input=block_input,
             attention=self._take("attention", rows, device),
             labels=self.labels[indices.cpu()].to(device),
             indices=indices.to(device),
@@ -258,10 +284,10 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
 def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: str,
                  early_tokens: bool) -> dict[str, ArraySpec]:
     """The arrays of an entry of ``count`` images from a trunk with ``patches`` patch tokens,
-    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench doctor`` sizes)."""
+    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench plan`` and ``doctor``
+    size). No ``tokens`` array: ``CachedTokens`` rebuilds them from ``block_input``."""
     storage = np.dtype(dtype)
     layout = {
-        "tokens": ArraySpec((count, patches, width), storage),
         "block_input": ArraySpec((count, prefix + patches, width), storage),
         "attention": ArraySpec((count, patches), np.dtype("float32")),
         "labels": ArraySpec((count,), np.dtype("int64")),
@@ -303,7 +329,6 @@ def _trunk_pass(
         for images, labels, _ in loader:
             with torch.inference_mode():
                 out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
-            writers["tokens"].write(_to_storage(out.tokens, storage, "tokens", key))
             writers["block_input"].write(_to_storage(out.block_input, storage, "block inputs", key))
             writers["attention"].write(out.attention.cpu().numpy())
             writers["labels"].write(labels.numpy().astype(np.int64, copy=False))
@@ -369,7 +394,7 @@ def token_source(
     entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), _layout(trunk, len(dataset), key), fill)
     if stage_dir is not None:
         entry = stage_entry(entry, stage_dir)
-    source = CachedTokens(entry)
+    source = CachedTokens(entry, trunk.model.norm, trunk.num_prefix_tokens)
     if not torch.equal(source.labels, _labels_tensor(dataset)):
         raise ProtobenchError(
             f"The cache entry {entry.path} holds other labels than the dataset it was looked up for, so the dataset "
