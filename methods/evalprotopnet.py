@@ -21,6 +21,7 @@ from torch import Tensor
 from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
 from methods.common.lineage import (
+    head_reads,
     block_groups,
     check_count,
     check_finite,
@@ -115,6 +116,7 @@ class EvalProtoPNet(PrototypeMethod):
                              "sdfa": sdfa_weight}
 
         self.block = make_block(ctx, expanded)
+        self.reads = head_reads(self.block) | {"early_tokens"}
         self.add_on = make_add_on((ctx.embed_dim, basis_dim))  # Linear(D→K) → Sigmoid
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.aggregation_weights = torch.nn.Parameter(torch.ones(ctx.num_classes, ctx.prototypes_per_class))

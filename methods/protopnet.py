@@ -22,6 +22,7 @@ from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
+    head_reads,
     block_groups,
     check_count,
     check_epochs_in_schedule,
@@ -112,6 +113,7 @@ class ProtoPNet(PrototypeMethod):
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "l1": l1_weight}
 
         self.block = make_block(ctx, expanded)
+        self.reads = head_reads(self.block)
         self.add_on = make_add_on((ctx.embed_dim, prototype_dim, prototype_dim))
         self.prototypes = init_prototypes(ctx.num_prototypes, prototype_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
+    head_reads,
     block_groups,
     check_count,
     check_epochs_in_schedule,
@@ -144,6 +145,7 @@ class TesNet(PrototypeMethod):
                              "orth": orth_weight, "subsep": subsep_weight}
 
         self.block = make_block(ctx, expanded)
+        self.reads = head_reads(self.block)
         self.add_on = make_add_on((ctx.embed_dim, basis_dim, basis_dim))
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from methods.common.precision import float32_island
 
+
+@float32_island
 def sinkhorn_log(
     scores: Tensor,
     row_marginal: Tensor,
@@ -51,6 +54,7 @@ def hard_assignment(plan: Tensor) -> Tensor:
     return plan.argmax(dim=-1)
 
 
+@float32_island
 def grouped_hard_assignment(scores: Tensor, groups: Tensor, col_marginals: Tensor, *, epsilon: float,
                             iterations: int) -> Tensor:
     """Hard OT label in ``[0, J)`` of every row of ``scores`` (P×J), solved per group: the P_g rows

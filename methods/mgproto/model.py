@@ -27,6 +27,7 @@ from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
+    head_reads,
     PASS_BATCH_SIZE,
     block_groups,
     check_arg,
@@ -122,6 +123,7 @@ class MGProto(PrototypeMethod):
         with torch.random.fork_rng(devices=[]):  # initialisation is a function of ctx.seed alone
             torch.manual_seed(ctx.seed)
             self.block = make_block(ctx, expanded)
+            self.reads = head_reads(self.block)
             # model.py, add_on_layers_type='regular': two 1×1 convs, no non-linearity (Kaiming fan_out)
             self.add_on = make_add_on((ctx.embed_dim, latent_dim, latent_dim), hidden=None, final=None)
             # model.py: prototype_means = l2_normalize(torch.rand(C, J, d))

@@ -47,6 +47,8 @@ class VMFProto(PrototypeMethod):
     the first time it is seen in stage 1) or ``"random"`` (random unit vectors).
     """
 
+    reads = frozenset({"tokens", "block_input", "attention"})
+
     def __init__(
         self,
         ctx: MethodContext,
