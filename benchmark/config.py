@@ -22,7 +22,6 @@ AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
 PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
-CACHE_IN_MEMORY = ("auto", True, False)  # benchmark/cache/memory.py
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
 # grid load rather than out of memory: the per-prototype similarity maps of one batch are
@@ -147,13 +146,12 @@ def require_type(key: str, value: Any, expected: type | tuple[type, ...], where:
         raise ProtobenchError(f"{where}: {key} = {value!r} must be of type {kind}")
 
 
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+_FIELD_TYPES: dict[str, type] = {
     "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
     "eval_batch_size": int, "map_pool": int, "num_workers": int, "checkpoint_every": int,
     "method_args": dict, "dataset_args": dict, "backbone_args": dict,
     "measure_inference": bool, "cache": bool, "cache_early_tokens": bool, "deterministic": bool,
-    "cache_in_memory": (str, bool),
-}  # every other RunSpec field is a string
+}  # every other RunSpec field is a string but cache_in_memory ("auto" | bool, validate_run_spec)
 
 
 def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
@@ -161,7 +159,8 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
     for key, value in values.items():
         if key not in RUN_FIELDS:
             raise unknown_key_error(key, list(RUN_FIELDS), where)
-        require_type(key, value, _FIELD_TYPES.get(key, str), where)
+        if key != "cache_in_memory":
+            require_type(key, value, _FIELD_TYPES.get(key, str), where)
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")
@@ -217,7 +216,7 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     if spec.precision not in PRECISIONS:
         raise bad(f"precision = {spec.precision!r} must be one of {', '.join(PRECISIONS)} "
                   "(tf32 and bf16 only speed up CUDA; on a CPU bf16 autocast is slower)")
-    if spec.cache_in_memory not in CACHE_IN_MEMORY:
+    if not (spec.cache_in_memory == "auto" or isinstance(spec.cache_in_memory, bool)):
         raise bad(f"cache_in_memory = {spec.cache_in_memory!r} must be 'auto', true or false")
     if spec.checkpoint_every < 1:
         raise bad(f"checkpoint_every = {spec.checkpoint_every} must be ≥ 1 (1: a checkpoint every epoch)")
