@@ -3,7 +3,7 @@ prefetched vs synchronous batches, and loss terms read once per epoch vs every s
 
     .venv/bin/python tests/measure_fast_path.py [--images 256] [--dim 384] [--batch 32] [--repeats 5]
 
-A cache entry of random float16 arrays shaped like a ViT's (16×16 grid, CLS + 4 registers) is
+A cache entry of random float16 arrays shaped like a ViT's (16×16 grid + CLS) is
 written to a temporary folder and read memory-mapped; vMFProto (appended block of width
 ``--dim``) trains one end-to-end epoch per measurement, variants interleaved, medians reported.
 Not a test: it asserts nothing (timings vary with the machine's load).
@@ -28,7 +28,7 @@ from methods.base import MethodContext
 from methods.registry import build_method
 from methods.testing import TinyAppendedBlock
 
-GRID, PREFIX, CLASSES = (16, 16), 5, 8
+GRID, PREFIX, CLASSES = (16, 16), 1, 8  # TinyAppendedBlock drops one prefix token
 
 
 def write_entry(root: Path, images: int, dim: int) -> CachedTokens:

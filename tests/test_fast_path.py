@@ -4,6 +4,7 @@ no per-step host synchronisation, thinned checkpoints, one block pass per evalua
 Tests marked ``gpu`` need CUDA (skipped without)."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -18,14 +19,15 @@ import methods.vmfproto.model
 import methods.vmfproto.overlap
 import methods.vmfproto.vmf
 from benchmark.cache.prefetch import Prefetcher
-from benchmark.cache.tokens import token_source
+from benchmark.cache.tokens import expected_cache_key, token_source
 from benchmark.config import RunSpec, build_run_spec
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import predict
-from benchmark.training import NonFiniteLossError, TrainingInterrupted, load_checkpoint, train
+from benchmark.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, load_checkpoint,
+                                train)
 from example_adapter import CosinePrototypes
 from methods.base import TOKEN_FIELDS
-from methods.common.precision import autocast, float32_island
+from methods.common.precision import autocast, float32_island, matmul_precision
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
 from test_features import KEY, TinyDataset, tiny_trunk
@@ -65,6 +67,29 @@ def test_precision_changes_the_run_id_operational_fields_do_not() -> None:
 def test_bad_fast_path_fields_are_one_clear_error(key, value, message) -> None:
     with pytest.raises(ProtobenchError, match=message):
         build_run_spec({**BASE, key: value}, where="t")
+
+
+def test_precision_and_device_type_name_their_own_cache_entry(tmp_path: Path) -> None:
+    trunk, data = tiny_trunk(), TinyDataset()
+    fp32 = token_source(trunk, data, cache_dir=tmp_path, backbone_key=KEY, dtype="float32")
+    bf16 = token_source(trunk, data, cache_dir=tmp_path, backbone_key=KEY, dtype="float32", precision="bf16")
+    assert fp32.entry != bf16.entry
+    assert fp32.manifest["key"]["device_type"] == "cpu" and fp32.manifest["key"]["precision"] == "fp32"
+    assert bf16.manifest["key"]["precision"] == "bf16"
+    a, b = fp32.batch(torch.arange(6), CPU).tokens, bf16.batch(torch.arange(6), CPU).tokens
+    assert not torch.equal(a, b)  # the trunk pass ran in bfloat16 (8 mantissa bits: ~0.4 % per rounding)
+    assert (a - b).norm() / a.norm() < 0.05
+    on_gpu = dict(backbone_key=KEY, weights_checksum="w", dataset_fingerprint="d")
+    assert expected_cache_key(**on_gpu).dirname != expected_cache_key(**on_gpu, device_type="cuda").dirname
+
+
+def test_tf32_is_set_for_the_run_only() -> None:
+    before = torch.get_float32_matmul_precision()
+    with matmul_precision("tf32"):
+        assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32
+    with matmul_precision("bf16"):
+        assert torch.get_float32_matmul_precision() == before
+    assert torch.get_float32_matmul_precision() == before
 
 
 # ---- bf16 autocast with fp32 islands -----------------------------------------------------------
@@ -336,3 +361,27 @@ def test_pinned_prefetch_to_cuda_equals_cpu_batches(tmp_path: Path) -> None:
         assert b.tokens.is_cuda
         for name in ("tokens", "block_input", "attention", "labels"):
             assert torch.equal(getattr(a, name), getattr(b, name).cpu()), name
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_deterministic_vmfproto_on_cuda_is_bit_identical() -> None:
+    """``deterministic = true``: cross-entropy (torch lists NLLLoss among the ops that raise; its
+    alert is in the 2-D kernel) and the rest of vMFProto run, and two runs agree bit for bit."""
+    source = SyntheticTokens()
+    states = []
+    with deterministic_algorithms(True):
+        for _ in range(2):
+            method = vmf(source)
+            train(method, source, seed=0, batch_size=8, device=torch.device("cuda"), checkpoint_path=None, log=quiet)
+            states.append(method.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0] if isinstance(states[0][k], torch.Tensor))
+
+
+def test_deterministic_algorithms_is_scoped_to_the_run(monkeypatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_algorithms(True):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
