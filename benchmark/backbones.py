@@ -36,6 +36,7 @@ __all__ = [
     "TrunkOutputs",
     "cls_attention",
     "create_backbone",
+    "resolve_weights",
     "state_dict_checksum",
 ]
 
@@ -274,7 +275,7 @@ def _hf_cached_weights(spec: BackboneSpec) -> Path | None:
     return None
 
 
-def _resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) -> Path | None:
+def resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) -> Path | None:
     """None for random init, else the weights file to load (ProtobenchError when absent)."""
     if weights == "random":
         return None
@@ -316,7 +317,7 @@ def create_backbone(
             f"image_size {image_size} is not a multiple of the patch size {spec.patch_size} of {key}; "
             f"use e.g. {spec.patch_size * (image_size // spec.patch_size)}."
         )
-    weights_file = _resolve_weights(spec, weights)
+    weights_file = resolve_weights(spec, weights)
     kwargs = dict(img_size=image_size, num_classes=0, **overrides)
     if weights_file is None:
         model = timm.create_model(spec.timm_name, pretrained=False, **kwargs)

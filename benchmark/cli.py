@@ -20,15 +20,49 @@ def _demo_grid() -> Path:
     return Path(str(resources.files("benchmark") / "grids" / "demo.toml"))
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it is unset (None, False, []) or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, []) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _grid_overrides(args: argparse.Namespace) -> dict[str, object]:
-    overrides: dict[str, object] = {}
+    from benchmark.grid import parse_set_options
+
+    overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
     if getattr(args, "data_root", None):
         overrides["data_root"] = args.data_root
+    if getattr(args, "weights", None):
+        overrides["weights"] = args.weights
     if getattr(args, "device", None):
         overrides["device"] = args.device
     if getattr(args, "no_cache", False):
         overrides["cache"] = False
+    _check_data_root(overrides.get("data_root"))
     return overrides
+
+
+def _check_data_root(data_root: object) -> None:
+    """A data root given on the command line must exist: only a grid's own data_root makes the
+    runner generate a synthbirds set (a typo would otherwise train on a fresh one)."""
+    if isinstance(data_root, str) and not Path(data_root).expanduser().exists():
+        raise ProtobenchError(
+            f"data root {data_root!r} given on the command line does not exist; pass the folder the dataset was "
+            f"extracted to. A synthbirds set is generated only where a grid file's data_root names it, or make "
+            f"one there with `protobench make-data synthbirds --out {data_root}`")
+
+
+def _tensorboard_root(args: argparse.Namespace) -> Path | None:
+    """``--tensorboard DIR``, checked to be usable before any run starts."""
+    if not getattr(args, "tensorboard", None):
+        return None
+    from benchmark.epochlog import summary_writer_class
+
+    summary_writer_class()
+    return Path(args.tensorboard)
 
 
 def _runs_root(args: argparse.Namespace, grid_runs_dir: str) -> Path:
@@ -48,13 +82,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
     runs_root = _runs_root(args, grid.runs_dir)
     cache_root = _cache_root(args, runs_root)
+    tensorboard_root = _tensorboard_root(args)
     if args.executor != "local":
-        return _submit(grid, runs, runs_root, cache_root, args)
+        return _submit(grid, runs, runs_root, cache_root, args, tensorboard_root)
     if args.profile:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
-                         allow_code_change=args.allow_code_change)
+                         allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     print_status(runs_root / grid.name)
     return _summary(outcomes)
 
@@ -74,7 +109,8 @@ def _summary(outcomes: list[Outcome]) -> int:
     return 1 if failed else 0
 
 
-def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, args: argparse.Namespace) -> int:
+def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, args: argparse.Namespace,
+            tensorboard_root: Path | None) -> int:
     """``run --executor submitit-local|debug|slurm``: one job array per job shape."""
     from benchmark.cluster import ClusterProfile, load_profile
     from benchmark.executors import submit_runs, wait_for
@@ -87,7 +123,7 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
                              device=device, retry_failed=args.retry_failed,
-                             allow_code_change=args.allow_code_change)
+                             allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
@@ -112,8 +148,17 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from benchmark.demo import print_demo_story
+    from benchmark.grid import load_grid, select_runs
+
     args.grid = str(_demo_grid())
-    return cmd_run(args)
+    status = cmd_run(args)
+    if args.executor != "slurm":  # the others have finished their runs
+        grid = load_grid(args.grid, overrides=_grid_overrides(args))
+        runs = select_runs(grid, args.only) if args.only else list(grid.runs)
+        runs_root = _runs_root(args, grid.runs_dir)
+        print_demo_story(runs, [grid.run_dir(runs_root, spec) for spec in runs], runs_root / grid.name)
+    return status
 
 
 def _runs_dir(path: str) -> Path:
@@ -134,10 +179,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     queued = [rd for rd in dirs if not rd.is_complete and (job := latest_job(rd.path)) and job.executor == "slurm"]
     if queued and not slurm_available():
         print(f"note: {len(queued)} unfinished run(s) were submitted to SLURM, but SLURM commands are not on PATH here; "
-              "showing their directories only")
+              "showing their directories only", file=sys.stderr if args.json else sys.stdout)
         queued = []
     states = run_states(dirs) if queued else {}
-    print_status(root, extra_states={str(path): state.label for path, state in states.items()})
+    extra_states = {str(path): state.label for path, state in states.items()}
+    if args.json:
+        import json
+
+        from benchmark.status import status_records
+
+        print(json.dumps(status_records(root, extra_states), indent=2, sort_keys=True, default=str))
+        return 0
+    print_status(root, extra_states=extra_states)
     for state in states.values():
         if state.label.startswith("failed (") and state.job:
             print(f"{state.label}: job {state.job.job_id}, log {state.job.log_paths[1]}")
@@ -169,7 +222,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
     costs = load_perf(args.perf) if args.perf else paper_costs()
     check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
+    _print_plan_file_checks(grid)
     return 0
+
+
+def _print_plan_file_checks(grid: GridSpec) -> None:
+    """The doctor's data and weights checks, where the paths exist on this machine; placeholders
+    flagged. A plan is an estimate, so its exit status stays 0 whatever they find."""
+    from benchmark.doctor import data_checks, weights_checks
+
+    checks = data_checks(grid, absent_ok=True) + weights_checks(grid, absent_ok=True)
+    for check in checks:
+        print(check.line())
+    if any(c.status == "fail" for c in checks):
+        print(f"before submitting, fix the lines marked fail; `protobench doctor {grid.source}` checks the "
+              "machine the jobs run on")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from benchmark.doctor import print_checks, run_doctor
+    from benchmark.grid import load_grid
+
+    grid = load_grid(args.grid, overrides=_grid_overrides(args)) if args.grid else None
+    cache_root = _cache_root(args, _runs_root(args, grid.runs_dir)) if grid else None
+    return print_checks(run_doctor(grid, cache_root, slurm_required=args.slurm))
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
@@ -248,12 +324,19 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 def cmd_figures(args: argparse.Namespace) -> int:
     from benchmark.explain import explain_run
-    from reports.figures import write_figures
+    from benchmark.store import RunDir
+    from reports.figures import run_labels, write_comparison, write_figures
 
-    explanations = explain_run(Path(args.run_dir), images=args.images,
-                               cache_dir=Path(args.cache_dir) if args.cache_dir else None)
-    written = write_figures(explanations, Path(args.out))
-    print(f"wrote {len(written)} files to {args.out}")
+    cache_dir = Path(args.cache_dir) if args.cache_dir else None
+    run_dirs = [Path(d) for d in args.run_dirs]
+    explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
+    if len(run_dirs) == 1:
+        written = write_figures(explained[0], Path(args.out))
+    else:
+        labels = run_labels([RunDir(d).spec() or {} for d in run_dirs],
+                            [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
+        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
+    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     return 0
 
 
@@ -286,32 +369,72 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="protobench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """The parser of protobench and of each command: defaults shown in ``--help``."""
 
-    def add_run_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
-                       help="run a subset: method=vmfproto seed=0 … or run-id prefixes")
-        p.add_argument("--data-root", help="dataset root for every run (overrides the grid)")
-        p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
-        p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
-        p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
-        p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")
-        p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
-        p.add_argument("--allow-code-change", action="store_true",
-                       help="resume checkpoints written by another code version (result.json lists every version)")
-        p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
-                       help="where runs execute (default: local, in this process)")
-        p.add_argument("--profile", help="cluster profile TOML for --executor slurm (slurm/profiles/)")
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("protobench")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
+def add_grid_options(p: argparse.ArgumentParser) -> None:
+    """What every grid-reading command takes: overrides of the grid's fields."""
+    p.add_argument("--data-root", help="dataset root for every run (overrides the grid; must exist)")
+    p.add_argument("--weights", help="'hf-cache', 'random' or a weights file for every run (replaces the grid's "
+                                     "weights, a string or a table by backbone)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a RunSpec field or method_args.NAME in every run; VALUE is a TOML literal "
+                        "(--set batch_size=64 --set method_args.lambda_ppd=0.5); repeatable")
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """What every command that trains or measures runs takes."""
+    p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
+                   help="a subset: method=vmfproto J=3,5 seed=0 … (comma lists keep any of the values; "
+                        "J is prototypes_per_class) or run-id prefixes")
+    add_grid_options(p)
+    p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
+    p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")
+
+
+def add_execution_options(p: argparse.ArgumentParser) -> None:
+    """What ``run`` and ``demo`` take on top of :func:`add_run_options`: where and how runs execute."""
+    p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="resume checkpoints written by another code version (result.json lists every version)")
+    p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
+                   help="where runs execute (local: in this process)")
+    p.add_argument("--profile", help="cluster profile TOML for --executor slurm (slurm/profiles/)")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also log each epoch's loss terms, learning rates and time as TensorBoard scalars "
+                        "under DIR/GRID/RUN_ID (needs pip install 'protobench[tensorboard]')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="protobench", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run (or resume) every run of a grid")
     p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/demo.toml")
     add_run_options(p)
+    add_execution_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="the demo grid on generated synthbirds, locally")
     add_run_options(p)
+    add_execution_options(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("perf", help="timings side by side: trunk, method inference, cached vs live epochs")
@@ -324,11 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("status", help="table of the runs under a runs directory, with their SLURM job states")
-    p.add_argument("runs_dir")
+    p.add_argument("runs_dir", help="a directory `protobench run` wrote to (e.g. runs/ or runs/demo)")
+    p.add_argument("--json", action="store_true", help="print one JSON record per run (state, spec, metrics)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("cancel", help="scancel the SLURM jobs of the unfinished runs under a runs directory")
-    p.add_argument("runs_dir")
+    p.add_argument("runs_dir", help="a directory `protobench run --executor slurm` wrote to")
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
@@ -336,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
     p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
                                   "(default: the paper's runtime table)")
-    p.add_argument("--data-root", help="dataset root for every run (overrides the grid)")
+    add_grid_options(p)
     p.set_defaults(func=cmd_plan)
 
     from reports.cli import (
@@ -360,16 +484,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_plot_arguments(p)
     p.set_defaults(func=run_plot)
 
-    p = sub.add_parser("figures", help="activation-map and 'why' panels for test images of a finished run")
-    p.add_argument("run_dir")
+    p = sub.add_parser("figures", help="prototype-map figures of finished runs: one run's panels per image, or "
+                                       "several runs side by side on the same test images")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="finished runs' directories (runs/GRID/RUN_ID); several: one comparison figure")
     p.add_argument("--images", type=int, default=4, help="how many test images (spread over the split)")
-    p.add_argument("--out", required=True, help="output directory (PNG and PDF per image)")
+    p.add_argument("--top", type=int, default=3, help="prototypes shown per run and image (by peak or contribution)")
+    p.add_argument("--out", required=True, help="output directory (PNG and vector PDF)")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
     p.set_defaults(func=cmd_figures)
 
+    p = sub.add_parser("doctor", help="check this machine for a grid: Python/torch/CUDA, data, weights, disk, SLURM")
+    p.add_argument("grid", nargs="?", help="grid TOML whose data roots, weights and caches to check "
+                                           "(none: the machine only)")
+    add_grid_options(p)
+    p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory whose free disk to check (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--slurm", action="store_true", help="SLURM commands missing is a failure, not a warning")
+    p.set_defaults(func=cmd_doctor)
+
     p = sub.add_parser("make-data", help="generate a synthetic CUB-format dataset")
-    p.add_argument("kind", help="synthbirds")
-    p.add_argument("--out", required=True)
+    p.add_argument("kind", help="what to generate: synthbirds")
+    p.add_argument("--out", required=True, help="folder to write the dataset to")
     for option in ("classes", "images-per-class", "seed"):
         p.add_argument(f"--{option}", type=int, help="default: synthbirds.SYNTHBIRDS_DEFAULTS, printed when written")
     p.set_defaults(func=cmd_make_data)
@@ -378,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")
-    p.add_argument("action", choices=["ls", "verify", "rm"])
+    p.add_argument("action", choices=["ls", "verify", "rm"],
+                   help="ls: list entries; verify: rehash every block; rm: remove entries")
     p.add_argument("names", nargs="*", metavar="NAME", help="entry names, name prefixes or key digests "
                                                             "(verify: default every entry)")
     p.add_argument("--unused", nargs="?", const=30.0, type=float, metavar="DAYS",
@@ -389,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("evaluate", help="re-evaluate a finished run from its checkpoint")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a finished run's directory (runs/GRID/RUN_ID)")
     p.add_argument("--map-pool", type=int, choices=[1, 2], help="override the run's map_pool")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
     p.set_defaults(func=cmd_evaluate)

@@ -33,8 +33,9 @@ MAX_PROTOTYPES = 20_000
 # Fields that say where/how to run, not what to compute: excluded from the run id.
 # ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
 # ``deterministic`` only picks deterministic kernels for the same computation (README, "GPU").
+# (measure_live_epoch only adds a timing, taken after evaluation; no metric depends on it.)
 OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
-                      "cache_stage", "cache_in_memory", "checkpoint_every", "deterministic")
+                      "cache_stage", "measure_live_epoch", "cache_in_memory", "checkpoint_every", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class RunSpec:
     augmentation: str = "none"
     map_pool: int = 1
     measure_inference: bool = False
+    # After evaluation, also time an epoch of each stage with the frozen trunk's forward at every
+    # step (the paper's runtime protocol): timing.epoch_seconds_live_trunk (benchmark/perf.py).
+    measure_live_epoch: bool = False
     cache: bool = True
     cache_dtype: str = "float16"
     # Store the early block's tokens too (set by the grid when any run sharing this trunk and
@@ -150,7 +154,8 @@ _FIELD_TYPES: dict[str, type] = {
     "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
     "eval_batch_size": int, "map_pool": int, "num_workers": int, "checkpoint_every": int,
     "method_args": dict, "dataset_args": dict, "backbone_args": dict,
-    "measure_inference": bool, "cache": bool, "cache_early_tokens": bool, "deterministic": bool,
+    "measure_inference": bool, "measure_live_epoch": bool, "cache": bool, "cache_early_tokens": bool,
+    "deterministic": bool,
 }  # every other RunSpec field is a string but cache_in_memory ("auto" | bool, validate_run_spec)
 
 

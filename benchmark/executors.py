@@ -12,12 +12,16 @@
 """
 from __future__ import annotations
 
+import io
+import shutil
+import sys
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, redirect_stderr
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import submitit
+from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from benchmark.cluster import ClusterProfile, JobShape
 from benchmark.config import RunSpec, check_prototype_count
@@ -89,14 +93,16 @@ def preflight(runs: list[RunSpec]) -> None:
 
 def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
               retry_failed: bool = False, progress: bool | None = None,
-              allow_code_change: bool = False) -> list[Outcome]:
-    """Execute the pending runs in this process; a failed run is recorded and the next one starts."""
+              allow_code_change: bool = False, tensorboard_root: Path | None = None) -> list[Outcome]:
+    """Execute the pending runs in this process; a failed run is recorded and the next one starts.
+    ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
     preflight(todo)
     for spec in todo:
         try:
             execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
-                        allow_code_change=allow_code_change)
+                        allow_code_change=allow_code_change,
+                        tensorboard_dir=grid.run_dir(tensorboard_root, spec) if tensorboard_root else None)
             outcomes.append(Outcome(spec, "done"))
         except RunBusy as busy:  # another `protobench run` (or a job) is training it: leave it alone
             outcomes.append(Outcome(spec, "running-elsewhere", busy.holder))
@@ -160,6 +166,9 @@ def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name
     explicitly (``AutoExecutor`` would pick SLURM whenever ``srun`` exists)."""
     if executor not in SUBMITIT_CLUSTERS:
         raise ProtobenchError(f"unknown executor {executor!r}; choose local, {', '.join(SUBMITIT_CLUSTERS)}")
+    if executor == "slurm" and not (shutil.which("sbatch") and shutil.which("srun")):
+        raise ProtobenchError("--executor slurm needs SLURM's commands (sbatch, srun) on PATH; submit from a "
+                              "node of the cluster, or use --executor submitit-local to run the jobs here")
     ex = submitit.AutoExecutor(folder=folder, cluster=SUBMITIT_CLUSTERS[executor],
                                slurm_max_num_timeout=profile.max_requeues)
     ex.update_parameters(name=job_name, **profile.slurm_parameters())
@@ -168,9 +177,10 @@ def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name
 
 def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *, executor: str,
                 profile: ClusterProfile, device: str | None = None, retry_failed: bool = False,
-                allow_code_change: bool = False) -> Submission:
+                allow_code_change: bool = False, tensorboard_root: Path | None = None) -> Submission:
     """Submit the runs still to do as one job array per job shape; record each run's job in
-    its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device."""
+    its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device;
+    ``tensorboard_root`` as in :func:`run_local`."""
     todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
     runs_root = runs_root.resolve()
     result = Submission(runs_root / SUBMITIT_DIR / grid.name, settled=settled)
@@ -185,14 +195,49 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
         for shape, specs in group_by_shape(todo, profile):
             ex.update_parameters(**shape.submitit_parameters())
             job_specs = [job_spec(spec, device) for spec in specs]
-            with ex.batch():
-                jobs = [ex.submit(RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot,
-                                         allow_code_change=allow_code_change))
-                        for spec in job_specs]
+            board = tensorboard_root.resolve() if tensorboard_root else None
+            calls = [RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot,
+                            allow_code_change=allow_code_change,
+                            tensorboard_dir=grid.run_dir(board, spec) if board else None)
+                     for spec in job_specs]
+            try:
+                jobs = _submit_array(ex, calls, shape, profile, result)
+            except ProtobenchError:
+                if result.snapshot and not result.arrays:  # no job will ever import it
+                    shutil.rmtree(result.snapshot, ignore_errors=True)
+                raise
             array = ArraySubmission(shape, tuple(job_specs), tuple(jobs))
             _record(grid, runs_root, array, executor, result, profile)
             result.arrays.append(array)
     return result
+
+
+def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob], shape: JobShape, profile: ClusterProfile,
+                  submission: Submission) -> list[submitit.Job]:
+    """Submit ``calls`` as one job array. A refusal (sbatch's exit status, or output without a
+    job id) → one ProtobenchError quoting sbatch; submitit's pickles and submission script of
+    the refused array are removed, and nothing is recorded in the run directories."""
+    folder = submission.folder
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    said = io.StringIO()  # submitit prints sbatch's stderr itself before raising it
+    try:
+        with redirect_stderr(said), ex.batch():
+            jobs = [ex.submit(call) for call in calls]
+    except (FailedJobError, FailedSubmissionError, OSError) as err:
+        for leftover in set(folder.iterdir()) - before if folder.is_dir() else ():
+            if leftover.is_file() or leftover.is_symlink():
+                leftover.unlink()
+        reason = str(err).strip() or said.getvalue().strip() or type(err).__name__
+        message = (f"submitting the job array of {len(calls)} run(s) ({shape.describe()}) failed:\n{reason}\n"
+                   f"nothing of this array was queued; fix the cluster profile {profile.source} "
+                   "(partition, account, qos, constraint, [sbatch] flags) and run again")
+        if submission.arrays:
+            ids = ", ".join(array.job_ids[0].split("_")[0] for array in submission.arrays)
+            message += (f"\n{len(submission.arrays)} earlier array(s) were queued and recorded (job {ids}); "
+                        "running again submits only the runs not queued yet")
+        raise ProtobenchError(message) from err
+    sys.stderr.write(said.getvalue())
+    return jobs
 
 
 def _record(grid: GridSpec, runs_root: Path, array: ArraySubmission, executor: str, submission: Submission,

@@ -39,7 +39,7 @@ class Explanation:
     predicted: int
     class_names: list[str]
     gt_maps: np.ndarray  # J×H×W maps of the ground-truth class's prototypes
-    top_gt: list[int]  # the (up to) four GT prototypes with the highest peak activation
+    top_gt: list[int]  # the (up to) top_prototypes GT prototypes with the highest peak activation
     why: list[PrototypeEvidence]  # top prototypes of the predicted class, by contribution
 
 
@@ -82,7 +82,8 @@ def nearest_training_patches(method: PrototypeMethod, train: TokenSource, classe
 
 @torch.no_grad()
 def explain_run(run_dir: Path, *, images: int, top_prototypes: int = 3, cache_dir: Path | None = None) -> list[Explanation]:
-    """Explanations for ``images`` test images spread evenly over the test split."""
+    """Explanations for ``images`` test images spread evenly over the test split, with the
+    ``top_prototypes`` ground-truth-class prototypes by peak and predicted-class ones by contribution."""
     prep = load_trained(run_dir)
     method, device, spec = prep.method, prep.device, prep.spec
     cache_root = cache_dir or run_cache_root(run_dir)
@@ -112,6 +113,6 @@ def explain_run(run_dir: Path, *, images: int, top_prototypes: int = 3, cache_di
         out.append(Explanation(
             image_index=index, image=display_image(prep.test_set, index), label=int(batch.labels[b]), predicted=c,
             class_names=prep.test_set.class_names, gt_maps=gt_maps[b].numpy(),
-            top_gt=peaks.argsort(descending=True)[:4].tolist(), why=why,
+            top_gt=peaks.argsort(descending=True)[:top_prototypes].tolist(), why=why,
         ))
     return out

@@ -14,11 +14,16 @@ method = ["vmfproto"]               # a scalar (or table) a fixed value; blocks 
 prototypes_per_class = [3, 5]       # expanded as Cartesian products and concatenated,
 seed = [0, 1]                       # duplicates (same run id) kept once
 ```
+
+``weights`` may be a table by backbone (``weights = { dinov2_vitb14 = "/w/b14.safetensors",
+dinov3_vitb16 = "hf-cache" }``): each run takes its backbone's entry. Command-line overrides
+(``--data-root``, ``--weights``, ``--set KEY=VALUE``) replace a field in every run.
 """
 from __future__ import annotations
 
 import itertools
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,8 @@ from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, read_toml, unk
 from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
+TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
+ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`
 # A grid's name is its folder under the runs directory: one path component, never '.' or '..'.
 GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -65,6 +72,66 @@ def share_early_token_caches(runs: list[RunSpec]) -> tuple[RunSpec, ...]:
     return tuple(r.with_overrides(cache_early_tokens=True) if _trunk_and_data(r) in needing else r for r in runs)
 
 
+def toml_literal(text: str) -> Any:
+    """A command-line value read as a TOML literal (``3``, ``1e-3``, ``true``, ``"x"``,
+    ``{ depth = 4 }``); anything that is not one (``vmfproto``, ``data/cub``) is the plain string."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_set_options(terms: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` terms → grid overrides. KEY is a RunSpec field or ``FIELD.NAME`` of a
+    table field (``method_args.lambda_ppd=0.5``); VALUE a TOML literal (:func:`toml_literal`)."""
+    overrides: dict[str, Any] = {}
+    for term in terms:
+        key, eq, text = term.partition("=")
+        if not eq or not key:
+            raise ProtobenchError(f"--set {term!r} is not KEY=VALUE (e.g. --set batch_size=64, "
+                                  "--set method_args.lambda_ppd=0.5)")
+        field_name, dot, name = key.partition(".")
+        if field_name not in RUN_FIELDS:
+            raise unknown_key_error(field_name, list(RUN_FIELDS), "--set")
+        if dot and (field_name not in TABLE_FIELDS or not name):
+            raise ProtobenchError(f"--set {key}: only {', '.join(TABLE_FIELDS)} take FIELD.NAME keys")
+        overrides[key] = toml_literal(text)
+    return overrides
+
+
+def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``overrides`` applied: a ``FIELD.NAME`` key sets one entry of a table field,
+    any other key replaces the field."""
+    merged = dict(values)
+    for key, value in overrides.items():
+        field_name, dot, name = key.partition(".")
+        if dot:
+            table = merged.get(field_name, {})
+            merged[field_name] = {**(table if isinstance(table, dict) else {}), name: value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def weights_for_backbone(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ``weights`` table by backbone (``weights = { dinov2_vitb14 = "/w/b14.safetensors" }``)
+    resolved to the run's string, so RunSpec.weights is always one value."""
+    from benchmark.backbones import BACKBONES
+
+    table = values.get("weights")
+    if not isinstance(table, dict):
+        return values
+    for key in table:
+        if key not in BACKBONES:
+            raise unknown_key_error(key, list(BACKBONES), f"{where}: weights table")
+    backbone = values.get("backbone")
+    if backbone not in table:
+        raise ProtobenchError(
+            f"{where}: the weights table names {', '.join(sorted(table))} but not backbone {backbone!r}; "
+            f'add {backbone} = "/path/to/weights.safetensors" (or "hf-cache") to it, or pass --weights')
+    return {**values, "weights": table[backbone]}
+
+
 def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] | None = None) -> GridSpec:
     """Validate and expand a parsed grid document; ``overrides`` replace fields of every run
     (e.g. ``--data-root``)."""
@@ -91,8 +158,8 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
             if key not in RUN_FIELDS:
                 raise unknown_key_error(key, list(RUN_FIELDS), where)
         for values in _axes(block):
-            merged = {**defaults, **values, **(overrides or {})}
-            spec = build_run_spec(merged, where=where)
+            merged = apply_overrides({**defaults, **values}, overrides or {})
+            spec = build_run_spec(weights_for_backbone(merged, where), where=where)
             runs.setdefault(spec.run_id, spec)
     if not runs:
         raise ProtobenchError(f"{source}: the grid expands to no runs")
@@ -113,14 +180,17 @@ def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> G
 
 
 def select_runs(grid: GridSpec, only: list[str]) -> list[RunSpec]:
-    """Filter runs by ``key=value`` terms (``method=vmfproto``, ``seed=0``) or run ids."""
+    """Filter runs by ``key=value`` terms (``method=vmfproto``, ``seed=0``, ``J=3,5``: a comma
+    list keeps any of its values; ``J`` is ``prototypes_per_class``) or run-id prefixes."""
     selected = list(grid.runs)
     for term in only:
         if "=" in term:
             key, _, value = term.partition("=")
+            key = ONLY_ALIASES.get(key, key)
             if key not in RUN_FIELDS:
-                raise unknown_key_error(key, list(RUN_FIELDS), "--only")
-            selected = [r for r in selected if str(getattr(r, key)) == value]
+                raise unknown_key_error(key, [*RUN_FIELDS, *ONLY_ALIASES], "--only")
+            wanted = set(value.split(","))
+            selected = [r for r in selected if str(getattr(r, key)) in wanted]
         else:
             selected = [r for r in selected if r.run_id.startswith(term)]
     if not selected:

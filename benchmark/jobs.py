@@ -80,9 +80,9 @@ class RunJob(submitit.helpers.Checkpointable):
     restarts the same way."""
 
     def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None, *,
-                 allow_code_change: bool = False) -> None:
+                 allow_code_change: bool = False, tensorboard_dir: Path | None = None) -> None:
         self.spec, self.run_dir, self.cache_root, self.snapshot = spec, run_dir, cache_root, snapshot
-        self.allow_code_change = allow_code_change
+        self.allow_code_change, self.tensorboard_dir = allow_code_change, tensorboard_dir
 
     def __call__(self) -> dict[str, Any]:
         from benchmark.runner import execute_run
@@ -99,7 +99,8 @@ class RunJob(submitit.helpers.Checkpointable):
         })
         try:
             return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False,
-                               allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S)
+                               allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S,
+                               tensorboard_dir=self.tensorboard_dir)
         except RunBusy as busy:  # not a failure: the live holder writes the result
             return {RUNNING_ELSEWHERE: busy.holder}
         except SystemExit:

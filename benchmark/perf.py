@@ -3,7 +3,9 @@
 - trunk forward throughput (images/s, images already on the device);
 - a method's inference throughput (trunk + head) vs the bare trunk;
 - one training epoch of the method's last training stage from the token cache vs the same
-  epoch recomputing the trunk on every batch (``cache = false``).
+  epoch recomputing the trunk on every batch (``cache = false``);
+- for a run with ``measure_live_epoch``, the mean epoch of its schedule with the trunk in the
+  loop (``live_trunk_epoch_seconds``), recorded next to the cached epoch time in ``result.json``.
 
 Protocol of the paper's runtime table: batch 128, five warm-up batches, the timed region
 starts after the images are on the device.
@@ -22,7 +24,7 @@ from benchmark.backbones import FrozenTrunk
 from benchmark.data import ImageDataset
 from benchmark.runner import Prepared
 from benchmark.training import epoch_order, make_optimizer, run_epoch, set_trainable
-from methods.base import PrototypeMethod, TokenBatch
+from methods.base import PrototypeMethod, Stage, TokenBatch
 
 WARMUP_BATCHES = 5
 
@@ -101,18 +103,39 @@ def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: I
     return _throughput(_head_forward(trunk, method), batches, device, warmup)
 
 
-def _time_epoch(prep: Prepared, source: Any, seed: int) -> float:
-    """Seconds for one epoch of the method's last training stage over ``source``."""
+def _time_epoch(prep: Prepared, source: Any, seed: int, stage: Stage | None = None) -> float:
+    """Seconds for one epoch of ``stage`` (default: the method's last training stage) over
+    ``source``: the training loop's ``run_epoch`` (forward, loss, backward, step and the
+    ``after_step`` hook per batch), with a fresh optimiser when the stage trains."""
     method = prep.method
-    stage = [s for s in method.stages() if s.trains][-1]
+    if stage is None:
+        stage = [s for s in method.stages() if s.trains][-1]
     set_trainable(method, stage)
-    optimizer = make_optimizer(stage)
+    optimizer = make_optimizer(stage) if stage.trains else None
     order = epoch_order(len(source), seed, 0)
     _sync(prep.device)
     tic = time.perf_counter()
     run_epoch(method, source, stage, optimizer, order, batch_size=prep.spec.batch_size, device=prep.device, epoch=0)
     _sync(prep.device)
     return time.perf_counter() - tic
+
+
+def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, Any]:
+    """The paper's epoch time (tab:supp_runtime): the frozen trunk's forward at every step, images
+    read and transformed in the loop as a ``cache = false`` run does. One epoch of each stage of
+    the method's schedule over the training images its epochs read, then the mean over the
+    schedule's epochs (each stage weighted by its epoch count), so it compares with the training
+    loop's cached ``epoch_seconds``. Run on the trained method after evaluation: it changes the
+    parameters, which nothing saved reads any more. Returns the ``timing`` entries of
+    ``result.json``: the mean, and the epoch of each stage."""
+    live = prep.train_source(None)  # cache_root None: the trunk runs on every batch
+    stages = [s for s in prep.method.stages() if s.epochs > 0]
+    with torch.random.fork_rng(devices=[prep.device] if prep.device.type == "cuda" else []):
+        per_stage = {s.name: _time_epoch(prep, live, prep.spec.seed, s) for s in stages}
+    prep.method.eval()
+    total_epochs = sum(s.epochs for s in stages)
+    mean = sum(s.epochs * per_stage[s.name] for s in stages) / total_epochs
+    return {"epoch_seconds_live_trunk": mean, "live_trunk_stage_epoch_seconds": per_stage}
 
 
 def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BATCHES,

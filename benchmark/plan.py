@@ -146,7 +146,7 @@ class CacheNeed:
     backbone: str
     dataset: str
     split: str
-    view: str  # "clean" | "noise seed S" | "offline40 seed S"
+    view: str  # "clean" | "noise seed S" | "offline40 seed S" (S: the fixed augmentation seed)
     early_tokens: bool
     images: int
 
@@ -191,9 +191,12 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
              spec.dataset, spec.data_root, json.dumps(spec.dataset_args, sort_keys=True), spec.image_size,
              spec.cache_dtype, early)
-    train_view = "clean" if spec.augmentation == "none" else f"{spec.augmentation} seed {spec.seed}"
-    views = [("train", train_view, split_images(spec, "train") * augmentation_factor(spec.augmentation)),
-             ("test", "clean", split_images(spec, "test"))]
+    views = [("train", "clean", split_images(spec, "train")), ("test", "clean", split_images(spec, "test"))]
+    if spec.augmentation != "none":  # the epochs read the copies, push the clean split (runner.py)
+        from benchmark.data.augment import AUGMENTATION_SEED
+
+        views.append(("train", f"{spec.augmentation} seed {AUGMENTATION_SEED}",
+                      split_images(spec, "train") * augmentation_factor(spec.augmentation)))
     if spec.is_cub_format:
         views.append(("test", f"noise seed {spec.seed}", split_images(spec, "test")))
     return [((*trunk, split, view), CacheNeed(spec.backbone, spec.dataset, split, view, early, images))

@@ -17,15 +17,19 @@ from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.cache.stage import stage_root
 from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset, OfflineAugmentedDataset, check_images, ensure_synthbirds, load_dataset
+from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
+                            ensure_synthbirds, load_dataset)
+from benchmark.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json, run_lock
-from benchmark.training import TrainingInterrupted, deterministic_algorithms, resume_checkpoint, train
+from benchmark.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
+                                resume_checkpoint, train)
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
+from methods.diagnostics import collect_diagnostics
 from methods.registry import build_method, method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
@@ -112,11 +116,16 @@ class Prepared:
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
                      augmented: bool = True) -> TokenSource:
         """Training tokens: the clean split, or (``augmented`` and the run asks for it) its
-        offline-augmented copies."""
+        offline-augmented copies, made from ``AUGMENTATION_SEED`` whatever the run's seed."""
         data: Any = self.train_set
-        if augmented and self.spec.augmentation == "offline40":
-            data = OfflineAugmentedDataset(self.train_set, seed=self.spec.seed)
+        if augmented and self.augmented:
+            data = OfflineAugmentedDataset(self.train_set, seed=AUGMENTATION_SEED)
         return self._source(data, View(), cache_root, progress)
+
+    @property
+    def augmented(self) -> bool:
+        """Whether the training epochs read offline-augmented copies of the training split."""
+        return self.spec.augmentation == "offline40"
 
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
@@ -152,11 +161,13 @@ def execute_run(
     progress: bool | None = None,
     stop_after_epoch: int | None = None,
     log: Callable[[str], None] | None = None,
+    tensorboard_dir: Path | None = None,
     allow_code_change: bool = False,
     lock_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
-    ``allow_code_change`` resumes a checkpoint that another code version wrote.
+    Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
+    scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
     The attempt holds the run's lock (:func:`benchmark.store.run_lock`) from start to end: a run
     another live process holds (still, after ``lock_wait_s``) raises
@@ -168,12 +179,12 @@ def execute_run(
     if done is not None:
         return done
     with run_lock(run_dir, wait_s=lock_wait_s):
-        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change)
+        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir)
 
 
 def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bool | None,
                 stop_after_epoch: int | None, log: Callable[[str], None] | None,
-                allow_code_change: bool) -> dict[str, Any]:
+                allow_code_change: bool, tensorboard_dir: Path | None) -> dict[str, Any]:
     done = rd.result()  # finished by another process between the first look and the lock
     if done is not None:
         return done
@@ -190,7 +201,8 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
 
         try:
             with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
-                return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change)
+                return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change,
+                                tensorboard_dir)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -203,7 +215,8 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
-             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool) -> dict[str, Any]:
+             say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool,
+             tensorboard_dir: Path | None = None) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
@@ -213,19 +226,40 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     tic = time.perf_counter()
     train_src = prep.train_source(cache_root, progress=bars)
+    # push reads the un-augmented split (ProtoPNet main.py: train_push_loader over train_cropped)
+    clean_src = prep.train_source(cache_root, progress=bars, augmented=False) if prep.augmented else None
     test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
     wall["token_cache"] = time.perf_counter() - tic
 
-    report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                   checkpoint_path=rd.checkpoint_path, log=say, progress=bars, stop_after_epoch=stop_after_epoch,
-                   allow_code_change=allow_code_change, precision=spec.precision,
-                   checkpoint_every=spec.checkpoint_every)
+    epoch_log = EpochLog(rd.metrics_path)
+    board = TensorBoardLog(tensorboard_dir) if tensorboard_dir is not None else None
+
+    def record_epoch(record: EpochRecord) -> None:
+        epoch_log.append(record)
+        if board is not None:
+            board.append(record)
+
+    try:
+        report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
+                       checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
+                       stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
+                       on_epoch_end=record_epoch, clean_source=clean_src, precision=spec.precision,
+                       checkpoint_every=spec.checkpoint_every)
+    finally:
+        if board is not None:
+            board.close()
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed, precision=spec.precision)
     wall["evaluate"] = time.perf_counter() - tic
+    diagnostics = collect_diagnostics(prep.method, {
+        "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),
+        "test": SourceTrainData(test_src, prep.device, spec.seed),
+    })
+    for warning in diagnostics["warnings"]:
+        say(f"diagnostic out of range: {warning}")
 
     timing: dict[str, Any] = {**report.to_json(), "wall_seconds": wall}
     if spec.measure_inference:
@@ -233,12 +267,17 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
         timing["inference_images_per_second"] = inference_throughput(
             prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
+    if spec.measure_live_epoch:
+        from benchmark.perf import live_trunk_epoch_seconds
+
+        timing.update(live_trunk_epoch_seconds(prep))
     result = {
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
         "method_display_name": method_display_name(type(prep.method)),  # what reports label it
         **evaluated,
+        "diagnostics": diagnostics,
         "timing": timing,
         "provenance": {
             **provenance(prep.device),  # code_version: the code that evaluated
@@ -248,6 +287,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             "device_type": prep.device.type,
             "deterministic_algorithms": spec.deterministic,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
+            "augmentation_seed": AUGMENTATION_SEED,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }

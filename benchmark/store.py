@@ -1,6 +1,6 @@
 """The results store: one directory per run, files written atomically.
 
-``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, failure.json, .lock}``.
+``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json, .lock}``.
 A run is complete iff ``result.json`` exists and parses (architecture.md, rules of thumb).
 Files and folders are created with the user's umask, so a lab sharing a runs directory can
 read each other's results.
@@ -28,11 +28,12 @@ RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
+METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.epochlog)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (see run_lock)
 # Files only the lock holder writes: their temporary files left by a killed process are stale
 # once the lock is held. (spec.json and job.json are also written by a submitting process
 # that holds no lock, so their temporary files may be in flight.)
-LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE)
+LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE)
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
@@ -131,6 +132,10 @@ class RunDir:
     @property
     def log_path(self) -> Path:
         return self.path / LOG_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
 
     @property
     def lock_path(self) -> Path:

@@ -77,15 +77,22 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 class SourceTrainData(TrainData):
-    """The training split as seen by method hooks (push, last-layer phases)."""
+    """The un-augmented training split as seen by method hooks (push, last-layer phases); its
+    ``epoch_data`` reads ``epoch_source`` (the offline-augmented copies the epochs train on), or
+    the split itself when there is none."""
 
-    def __init__(self, source: TokenSource, device: torch.device, seed: int,
-                 reads: frozenset[str] = TOKEN_FIELDS) -> None:
+    def __init__(self, source: TokenSource, device: torch.device, seed: int, *,
+                 epoch_source: TokenSource | None = None, reads: frozenset[str] = TOKEN_FIELDS) -> None:
         self.source, self.device, self.seed, self.reads = source, device, seed, reads
+        self._epoch_data = self if epoch_source is None else SourceTrainData(epoch_source, device, seed, reads=reads)
         self._calls = 0
 
     def __len__(self) -> int:
         return len(self.source)
+
+    @property
+    def epoch_data(self) -> TrainData:
+        return self._epoch_data
 
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
         n = len(self.source)
@@ -96,6 +103,18 @@ class SourceTrainData(TrainData):
             order = torch.arange(n)
         for start in range(0, n, batch_size):
             yield self.source.batch(order[start:start + batch_size], self.device, reads=self.reads)
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """What ``train`` reports after each epoch, before its checkpoint (the runner writes it to
+    ``metrics.jsonl``)."""
+
+    epoch: int  # 1-based, global over stages
+    stage: str
+    seconds: float
+    lr: dict[str, float]  # param-group name → learning rate the epoch's steps used
+    terms: dict[str, float]  # loss term → epoch mean (empty for a stage that trains nothing)
 
 
 @dataclass
@@ -358,17 +377,24 @@ def train(
     precision: str = "fp32",
     checkpoint_every: int = 1,
     prefetch: int = DEFAULT_DEPTH,
+    on_epoch_end: Callable[[EpochRecord], None] | None = None,
+    clean_source: TokenSource | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
     a checkpoint (written by this code version, or any with ``allow_code_change``).
     ``stop_after_epoch`` ends training after that global epoch (tests, preemption); the
     checkpoint is written after every ``checkpoint_every``-th global epoch and the last epoch of
     each stage. ``precision``: autocast of steps and hooks (methods/common/precision.py);
-    ``prefetch``: batches read ahead (0: synchronously)."""
+    ``prefetch``: batches read ahead (0: synchronously).
+    ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed.
+    ``clean_source``: the un-augmented split the method's hooks read when ``source`` holds
+    offline-augmented copies (ProtoPNet main.py pushes on ``train_push_loader``); None when
+    ``source`` is the un-augmented split itself."""
     if checkpoint_every < 1:
         raise ProtobenchError(f"checkpoint_every = {checkpoint_every} must be ≥ 1")
     method.to(device)
-    data = SourceTrainData(source, device, seed, method.reads)
+    data = SourceTrainData(source, device, seed, reads=method.reads) if clean_source is None else \
+        SourceTrainData(clean_source, device, seed, epoch_source=source, reads=method.reads)
     stages = method.stages()
     report = TrainingReport()
     start_stage, start_epoch, global_epoch = 0, 0, 0
@@ -410,6 +436,7 @@ def train(
                                  math.ceil(len(order) / batch_size))
             running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
                                 epoch=global_epoch, task=task, precision=precision, prefetch=prefetch)
+            lrs = {g["name"]: g["lr"] for g in optimizer.param_groups} if optimizer is not None else {}
             if scheduler is not None:
                 scheduler.step()
             with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"), \
@@ -420,6 +447,8 @@ def train(
             report.stage_seconds[stage.name] = report.stage_seconds.get(stage.name, 0.0) + elapsed
             terms_text = " ".join(f"{k}={v:.4f}" for k, v in running.items())
             log(f"epoch {global_epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
+            if on_epoch_end is not None:
+                on_epoch_end(EpochRecord(global_epoch + 1, stage.name, elapsed, lrs, running))
             task.done()
             global_epoch += 1
             report.record_epoch(code, global_epoch)

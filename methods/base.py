@@ -12,13 +12,16 @@ Prototypes are class-major: prototype ``j`` belongs to class ``j // J``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
+#: expected range of a diagnostic: (low, high), inclusive, ``None`` for an open end
+DiagnosticRange = tuple[float | None, float | None]
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,22 @@ class Stage:
 
 
 class TrainData(ABC):
-    """Read access to the training split's tokens, for hooks that pass over the data (push, EM
-    warm starts, last-layer phases). Provided by the harness; batches are on the device."""
+    """Read access to the un-augmented training split's tokens, for hooks that pass over the data
+    (push, EM warm starts, last-layer phases): the official code's ``train_push_loader`` over
+    ``train_cropped``. Provided by the harness; batches are on the device; ``batch.indices`` are
+    positions in this split."""
 
     @abstractmethod
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]: ...
 
     @abstractmethod
     def __len__(self) -> int: ...
+
+    @property
+    def epoch_data(self) -> TrainData:
+        """The images the training epochs read (the official ``train_loader``): the offline-augmented
+        copies under ``augmentation = "offline40"``, otherwise this split itself."""
+        return self
 
 
 class PrototypeMethod(nn.Module, ABC):
@@ -195,3 +206,17 @@ class PrototypeMethod(nn.Module, ABC):
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         """Called after each epoch (global index ``epoch``): push/projection, last-layer phases."""
+
+    # ---- diagnostics (default: none) -----------------------------------------------------
+    def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
+        """How the method's internals behaved in this run, as JSON values (numbers, lists, nested
+        dicts); the runner writes them to ``result.json`` under ``diagnostics``. Called once after
+        training and evaluation, under ``no_grad``, with read access to each split's tokens
+        (``"train"``: what training read, ``"test"``). What the final state and the data cannot
+        give again must live in buffers, so that it survives a checkpoint and resume."""
+        return {}
+
+    def diagnostic_ranges(self) -> dict[str, DiagnosticRange]:
+        """Expected range of diagnostics, keyed by their dotted path in ``diagnostics()`` (e.g.
+        ``"kappa.max"``); a value outside its range is reported as a warning (``protobench status``)."""
+        return {}

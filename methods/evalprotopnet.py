@@ -86,6 +86,7 @@ class EvalProtoPNet(PrototypeMethod):
         add_on_weight_decay: float = 1e-3,
         joint_lr_step: int = 3,
         joint_lr_gamma: float = 0.2,
+        joint_lr_curve_epochs: int | None = None,
         sdfa_margin: float = 0.1,
         clst_weight: float = 0.8,
         sep_weight: float = -0.08,
@@ -108,7 +109,10 @@ class EvalProtoPNet(PrototypeMethod):
         self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.basis_lr, self.aggregation_lr = add_on_lr, basis_lr, aggregation_lr
         self.add_on_weight_decay = add_on_weight_decay
+        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
+            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
         self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
+        self.joint_lr_curve_epochs = joint_lr_curve_epochs
         self.sdfa_margin = sdfa_margin
         self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
         # signed coefficients of main.py ``coefs`` with scripts/train.sh's consis_coe = 0.5
@@ -150,7 +154,8 @@ class EvalProtoPNet(PrototypeMethod):
         ]
         return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
                                  warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
-                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma)
+                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma,
+                                 lr_curve_epochs=self.joint_lr_curve_epochs)
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         latent = self.latent(batch)

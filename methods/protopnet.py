@@ -82,6 +82,7 @@ class ProtoPNet(PrototypeMethod):
         add_on_weight_decay: float = 1e-3,
         joint_lr_step: int = 5,
         joint_lr_gamma: float = 0.1,
+        joint_lr_curve_epochs: int | None = None,
         push_epochs: Sequence[int] = (10, 19),
         last_layer_epochs: int = 20,
         last_layer_lr: float = 1e-4,
@@ -105,7 +106,10 @@ class ProtoPNet(PrototypeMethod):
         self.push_epochs = check_epochs_in_schedule(name, "push_epochs", push_epochs, warm_epochs + joint_epochs)
         self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.prototype_lr, self.add_on_weight_decay = add_on_lr, prototype_lr, add_on_weight_decay
+        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
+            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
         self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
+        self.joint_lr_curve_epochs = joint_lr_curve_epochs
         self.last_layer_epochs, self.last_layer_lr = last_layer_epochs, last_layer_lr
         self.last_layer_batch_size = last_layer_batch_size
         self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
@@ -153,7 +157,8 @@ class ProtoPNet(PrototypeMethod):
         ]
         return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
                                  warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
-                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma)
+                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma,
+                                 lr_curve_epochs=self.joint_lr_curve_epochs)
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         min_distances = squared_distances(self.latent(batch), self.prototypes).amin(dim=-1)
@@ -172,7 +177,8 @@ class ProtoPNet(PrototypeMethod):
         training = self.training
         self.eval()  # push.py runs the network in eval mode
         self.push(data)
-        last_layer_phase(self.last_layer, data, self.pooled_similarities,
+        # main.py: push reads train_push_loader, the last-layer epochs train_loader (augmented)
+        last_layer_phase(self.last_layer, data.epoch_data, self.pooled_similarities,
                          prototypes_per_class=self.prototypes_per_class, epochs=self.last_layer_epochs,
                          lr=self.last_layer_lr, batch_size=self.last_layer_batch_size,
                          l1_weight=self.loss_weights["l1"])

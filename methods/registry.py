@@ -5,6 +5,7 @@ the suite, by an import path ``"package.module:ClassName"``.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import json
@@ -96,8 +97,10 @@ def validate_method_args(name: str, overrides: dict[str, Any]) -> None:
     known = method_hyperparameters(cls)
     unknown = sorted(set(overrides) - set(known))
     if unknown:
+        close = [m for key in unknown for m in difflib.get_close_matches(key, list(known), n=1)]
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ProtobenchError(
-            f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; "
+            f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}{hint}; "
             f"valid ones are: {', '.join(sorted(known)) or '(none)'}"
         )
     for key, value in overrides.items():

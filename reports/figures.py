@@ -1,9 +1,20 @@
-"""Activation-map figures (matplotlib): the paper's qualitative panel (top-4 ground-truth-class
-prototype maps over the image) and a "why" panel per prediction (the prototypes that drove it:
-their nearest training patch, activation map and contribution to the logit). Reads the plain
-arrays of ``benchmark.explain.Explanation``; imports no training code."""
+"""Activation-map figures (matplotlib) a paper can use.
+
+- :func:`draw_comparison`: the paper's qualitative figure — the same test images (rows) side by
+  side across runs (column groups), each run's top-k ground-truth-class prototype maps over the
+  image.
+- :func:`draw_explanation`: one run, one image — its top ground-truth-class prototype maps, and
+  per prediction the prototypes that drove it (nearest training patch, activation map,
+  contribution to the logit).
+
+Both use a perceptually uniform colormap (viridis) with a colorbar, equal square panels,
+8-pt type and readable class names, and are written as PNG and vector PDF. Reads the plain
+arrays of ``benchmark.explain.Explanation``; imports no training code.
+"""
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -12,9 +23,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.colors import Normalize  # noqa: E402
 from PIL import Image  # noqa: E402
 
 FORMATS = ("png", "pdf")
+COLORMAP = "viridis"  # perceptually uniform, readable in greyscale and by colour-blind readers
+OVERLAY_ALPHA = 0.55
+PANEL_INCHES = 1.15  # every image panel is this wide and high
+FONT_SIZE = 8
+plt.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in the PDF: editable, selectable text
 
 
 class Evidence(Protocol):
@@ -35,41 +52,163 @@ class ExplanationLike(Protocol):
     why: Sequence[Evidence]
 
 
+def class_label(name: str, width: int = 20) -> str:
+    """A dataset class name for a caption: CUB's ``"017.Cardinal"`` / ``"Black_footed_Albatross"``
+    → ``"Cardinal"`` / ``"Black footed Albatross"``, wrapped to ``width`` characters a line."""
+    readable = re.sub(r"^\d+\.", "", name).replace("_", " ").strip()
+    return "\n".join(textwrap.wrap(readable, width)) or name
+
+
 def upsample(activation: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """A token-grid map resized bicubically to the image and min-max normalised to [0, 1]."""
+    """A token-grid map resized bicubically to the image (``size`` = rows, cols), not rescaled."""
     img = Image.fromarray(activation.astype(np.float32), mode="F").resize(size[::-1], Image.BICUBIC)
-    out = np.asarray(img)
-    span = out.max() - out.min()
-    return (out - out.min()) / span if span > 0 else np.zeros_like(out)
+    return np.asarray(img)
 
 
-def _overlay(ax: plt.Axes, image: np.ndarray, activation: np.ndarray, title: str) -> None:
+def joint_normalise(maps: Sequence[np.ndarray], size: tuple[int, int]) -> list[np.ndarray]:
+    """The maps upsampled to ``size`` and min-max scaled to [0, 1] with one (min, max) over all of
+    them, so the shades compare across the maps of a row and the colorbar reads the same for each."""
+    upsampled = [upsample(m, size) for m in maps]
+    if not upsampled:
+        return []
+    low = min(float(u.min()) for u in upsampled)
+    span = max(float(u.max()) for u in upsampled) - low
+    return [(u - low) / span if span > 0 else np.zeros_like(u) for u in upsampled]
+
+
+def _blank(ax: plt.Axes) -> None:
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def _overlay(ax: plt.Axes, image: np.ndarray, heat: np.ndarray, title: str) -> None:
     ax.imshow(image)
-    ax.imshow(upsample(activation, image.shape[:2]), cmap="jet", alpha=0.45)
-    ax.set_title(title, fontsize=8)
-    ax.axis("off")
+    ax.imshow(heat, cmap=COLORMAP, vmin=0.0, vmax=1.0, alpha=OVERLAY_ALPHA)
+    ax.set_title(title, fontsize=FONT_SIZE)
+    _blank(ax)
+
+
+def _colorbar(fig: plt.Figure, axes: np.ndarray, label: str) -> None:
+    mappable = plt.cm.ScalarMappable(norm=Normalize(0.0, 1.0), cmap=COLORMAP)
+    bar = fig.colorbar(mappable, ax=list(axes.flat), fraction=0.025, pad=0.02, aspect=30)
+    bar.set_label(label, fontsize=FONT_SIZE)
+    bar.ax.tick_params(labelsize=FONT_SIZE)
+
+
+def _figure(rows: int, columns: int, title_lines: int = 2) -> tuple[plt.Figure, np.ndarray]:
+    """A grid of square panels of PANEL_INCHES, room above each for ``title_lines`` lines of text."""
+    height = rows * (PANEL_INCHES + 0.14 * title_lines + 0.08) + 0.45
+    fig, axes = plt.subplots(rows, columns, figsize=(columns * PANEL_INCHES + 1.0, height), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat:
+        ax.set_axis_off()
+    return fig, axes
 
 
 def draw_explanation(exp: ExplanationLike) -> plt.Figure:
-    """One figure: row 1 the image and its top-4 GT-class prototype maps; row 2 the "why" panel."""
-    columns = max(1 + len(exp.top_gt), 3 * len(exp.why), 1)
-    fig, axes = plt.subplots(2, columns, figsize=(1.9 * columns, 4.2), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    truth, guess = exp.class_names[exp.label], exp.class_names[exp.predicted]
+    """One figure: row 1 the image and its top ground-truth-class prototype maps; row 2 for each
+    prototype that drove the prediction its nearest training patch and its activation map."""
+    columns = max(1 + len(exp.top_gt), 2 * len(exp.why), 1)
+    fig, axes = _figure(2, columns)
+    truth, guess = class_label(exp.class_names[exp.label]), class_label(exp.class_names[exp.predicted])
+    size = exp.image.shape[:2]
+    axes[0, 0].set_axis_on()
     axes[0, 0].imshow(exp.image)
-    axes[0, 0].set_title(f"test #{exp.image_index}\ntrue: {truth}", fontsize=8)
-    for k, j in enumerate(exp.top_gt):
-        _overlay(axes[0, 1 + k], exp.image, exp.gt_maps[j], f"{truth}\nprototype {j}")
-    for k, ev in enumerate(exp.why):
-        patch_ax, map_ax, text_ax = axes[1, 3 * k], axes[1, 3 * k + 1], axes[1, 3 * k + 2]
+    axes[0, 0].set_title(f"test image #{exp.image_index}\n{truth}", fontsize=FONT_SIZE)
+    _blank(axes[0, 0])
+    for k, (j, heat) in enumerate(zip(exp.top_gt, joint_normalise([exp.gt_maps[j] for j in exp.top_gt], size))):
+        axes[0, 1 + k].set_axis_on()
+        _overlay(axes[0, 1 + k], exp.image, heat, f"true class\nprototype p{j}")
+    why_heat = joint_normalise([ev.activation_map for ev in exp.why], size)
+    for k, (ev, heat) in enumerate(zip(exp.why, why_heat)):
+        patch_ax, map_ax = axes[1, 2 * k], axes[1, 2 * k + 1]
+        patch_ax.set_axis_on()
         patch_ax.imshow(ev.nearest_patch)
-        patch_ax.set_title(f"prototype {ev.prototype}\nnearest training patch", fontsize=8)
-        _overlay(map_ax, exp.image, ev.activation_map, "activation")
-        text_ax.text(0.0, 0.5, f"contribution to\nlogit of {guess}:\n{ev.contribution:+.3f}", fontsize=8, va="center")
-    fig.suptitle(f"predicted: {guess}" + ("" if exp.label == exp.predicted else f"  (true: {truth})"), fontsize=9)
-    fig.tight_layout()
+        patch_ax.set_title(f"p{ev.prototype}: nearest\ntraining patch", fontsize=FONT_SIZE)
+        _blank(patch_ax)
+        map_ax.set_axis_on()
+        _overlay(map_ax, exp.image, heat, f"p{ev.prototype} activation\n{ev.contribution:+.2f} to logit")
+    _colorbar(fig, axes, "activation (min–max over the maps of its row)")
+    fig.supxlabel(f"row 1: the true class's prototypes with the highest peaks; row 2: the predicted class's "
+                  f"prototypes by contribution to its logit", fontsize=FONT_SIZE - 1)
+    verdict = "correct" if exp.label == exp.predicted else f"wrong; true: {truth}"
+    fig.suptitle(f"predicted: {guess} ({verdict})".replace("\n", " "), fontsize=FONT_SIZE + 1)
     return fig
+
+
+def draw_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], *, top: int = 3) -> plt.Figure:
+    """Rows: the test images; columns: the image, then for each run (label, its explanations of
+    the same images in the same order) its ``top`` ground-truth-class prototype maps by peak
+    activation, one (min, max) per run and image. A ✗ marks a run that misclassified the image."""
+    images = runs[0][1]
+    columns = 1 + sum(min(top, len(exps[0].top_gt)) for _, exps in runs)
+    fig, axes = _figure(len(images), columns)
+    for row, first in enumerate(images):
+        size = first.image.shape[:2]
+        ax = axes[row, 0]
+        ax.set_axis_on()
+        ax.imshow(first.image)
+        ax.set_ylabel(class_label(first.class_names[first.label], 16), fontsize=FONT_SIZE)
+        _blank(ax)
+        if row == 0:
+            ax.set_title("test image", fontsize=FONT_SIZE)
+        column = 1
+        for label, exps in runs:
+            exp = exps[row]
+            shown = exp.top_gt[:top]
+            for k, (j, heat) in enumerate(zip(shown, joint_normalise([exp.gt_maps[j] for j in shown], size))):
+                head = f"{label}\n" if row == 0 and k == 0 else ("\n" if row == 0 else "")
+                mark = "" if exp.predicted == exp.label or k else " ✗"
+                axes[row, column].set_axis_on()
+                _overlay(axes[row, column], exp.image, heat, f"{head}p{j}{mark}")
+                column += 1
+    _colorbar(fig, axes, "activation (min–max over a run's maps of the image)")
+    fig.supxlabel("pN: prototype N of the true class, by peak activation; ✗: the run misclassifies the image",
+                  fontsize=FONT_SIZE - 1)
+    return fig
+
+
+LABEL_FIELDS = (("prototypes_per_class", "J={}"), ("seed", "seed {}"), ("backbone", "{}"), ("variant", "{}"),
+                ("dataset", "{}"))
+
+
+def run_labels(specs: Sequence[dict[str, object]], display_names: Sequence[str | None] | None = None) -> list[str]:
+    """A caption per run (from its spec.json): the method's display name (result.json's
+    ``method_display_name``; else the registry key, or the class name of an import path), then each
+    of J, seed, backbone, variant, dataset that differs between the runs."""
+    differing = [(key, fmt) for key, fmt in LABEL_FIELDS if len({str(s.get(key)) for s in specs}) > 1]
+    names = display_names or [None] * len(specs)
+    labels = []
+    for spec, name in zip(specs, names):
+        method = name or str(spec.get("method", "?")).rpartition(":")[2]
+        labels.append(" ".join([method, *(fmt.format(spec.get(key)) for key, fmt in differing)]))
+    return labels
+
+
+def check_same_images(runs: Sequence[tuple[str, Sequence[ExplanationLike]]]) -> None:
+    """Every run must explain the same test images (same split, same order) to sit side by side."""
+    first_label, first = runs[0]
+    for label, exps in runs[1:]:
+        same = len(exps) == len(first) and all(
+            a.image_index == b.image_index and a.label == b.label and np.array_equal(a.image, b.image)
+            for a, b in zip(first, exps))
+        if not same:
+            from benchmark.errors import ProtobenchError
+
+            raise ProtobenchError(f"runs {first_label!r} and {label!r} do not share their test images (another "
+                                  "dataset, data_root or image size); compare runs of one dataset")
+
+
+def _save(fig: plt.Figure, stem: Path) -> list[Path]:
+    written = []
+    for fmt in FORMATS:
+        path = stem.with_suffix(f".{fmt}")
+        fig.savefig(path, dpi=200)
+        written.append(path)
+    plt.close(fig)
+    return written
 
 
 def write_figures(explanations: Sequence[ExplanationLike], out_dir: Path) -> list[Path]:
@@ -77,10 +216,13 @@ def write_figures(explanations: Sequence[ExplanationLike], out_dir: Path) -> lis
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for exp in explanations:
-        fig = draw_explanation(exp)
-        for fmt in FORMATS:
-            path = out_dir / f"test_{exp.image_index:05d}.{fmt}"
-            fig.savefig(path, dpi=150)
-            written.append(path)
-        plt.close(fig)
+        written += _save(draw_explanation(exp), out_dir / f"test_{exp.image_index:05d}")
     return written
+
+
+def write_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], out_dir: Path, *,
+                     top: int = 3) -> list[Path]:
+    """``comparison.png`` and ``comparison.pdf``: :func:`draw_comparison` of the runs."""
+    check_same_images(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _save(draw_comparison(runs, top=top), out_dir / "comparison")

@@ -14,7 +14,9 @@ STA = Metric("sta", text("Sta."))
 DIS = Metric("dis", text("Dis."))
 ACC = Metric("acc", text("Acc."))
 EXPLANATION_AND_ACC = (CON, STA, DIS, ACC)
-EPOCH_TIME = Metric("epoch_seconds", text("Epoch time (s)"), higher_is_better=False)
+# The paper's epoch time runs the frozen trunk at every step; ours also from the token cache.
+EPOCH_TIME = Metric("epoch_seconds_live_trunk", text("Epoch time (s)"), higher_is_better=False)
+CACHED_EPOCH_TIME = Metric("epoch_seconds", text("Epoch from cache (s)"), higher_is_better=False)
 THROUGHPUT = Metric("inference_images_per_second", text("Inference (img/s)"))
 
 VMFPROTO = Text(md="vMFProto", tex=r"\textsc{vMFProto}")
@@ -315,17 +317,19 @@ _RUNTIME = Layout(
     description="epoch time and inference throughput of NPPP and vMFProto, CUB, DINOv2 ViT-B/14, J=5 (supplementary)",
     caption=_caption(
         "Training and inference cost on CUB-200-2011.",
-        "DINOv2 ViT-B/14 with J = 5. Epoch time is the mean wall-clock time of a training epoch; "
-        "inference is forward-only throughput.",
+        "DINOv2 ViT-B/14 with J = 5. Epoch time is the mean wall-clock time of a training epoch "
+        "with the frozen trunk's forward at every step (as the paper); epoch from cache is the same "
+        "epoch reading the token cache; inference is forward-only throughput.",
         tex_body=r"DINOv2 ViT-B/14 with $J{=}5$. Epoch time is the mean wall-clock time of a "
-        r"training epoch; inference is forward-only throughput.",
+        r"training epoch with the frozen trunk's forward at every step (as the paper); epoch from "
+        r"cache is the same epoch reading the token cache; inference is forward-only throughput.",
     ),
     tex_label="tab:supp_runtime",
     dataset="cub",
     filters={**ANCHOR, "variant": "runtime"},  # benchmark/grids/runtime.toml
     label_headers=(text("Method"),),
     label_align=("l",),
-    columns=(ColumnGroup(None, {}, (EPOCH_TIME, THROUGHPUT)),),
+    columns=(ColumnGroup(None, {}, (EPOCH_TIME, CACHED_EPOCH_TIME, THROUGHPUT)),),
     body=tuple(Row((label,), {"method": method}) for method, label in METHODS[5:]),
     mark_best=False,
     rule_after_labels=False,

@@ -60,6 +60,11 @@ def test_run_writes_result_with_all_metrics_and_provenance(finished):
     prov = result["provenance"]
     assert prov["weights_checksum"] and prov["dataset_fingerprint"]["test"] and prov["packages"]["torch"]
     assert set(result["timing"]["stage_seconds"]) == {"discovery", "end_to_end"}
+    diagnostics = result["diagnostics"]
+    assert set(diagnostics) == {"gating_fallback_images", "foreground_fraction", "ot_marginal_error", "kappa",
+                                "warnings"}
+    assert set(diagnostics["gating_fallback_images"]) == {"train", "test"}
+    assert diagnostics["ot_marginal_error"]["epoch"] == 2 and diagnostics["ot_marginal_error"]["problems"] > 0
     for name in ("spec.json", "checkpoint.pt", "result.json", "log.txt"):
         assert (finished.path / name).exists()
 
@@ -137,3 +142,18 @@ def test_perf_reports_side_by_side_ratios(workdir, grid_file, finished):
     assert row["trunk_images_per_second"] > 0 and row["method_inference_images_per_second"] > 0
     assert row["epoch_speedup_from_cache"] == pytest.approx(
         row["epoch_seconds_recomputing_trunk"] / row["epoch_seconds_from_cache"])
+
+
+def test_diagnostics_survive_a_resume_after_the_last_epoch(workdir, grid_file, finished):
+    # interrupted after the final epoch: the resumed run trains nothing and reads the OT errors
+    # of the last epoch from the checkpoint
+    spec = load_grid(grid_file).runs[0].with_overrides(seed=6)
+    run_dir = workdir / "resume-done" / spec.run_id
+    with pytest.raises(TrainingInterrupted):
+        execute_run(spec, run_dir, cache_root=workdir / "runs" / ".token-cache", progress=False,
+                    stop_after_epoch=3, log=lambda line: None)
+    lines = []
+    result = execute_run(spec, run_dir, cache_root=workdir / "runs" / ".token-cache", progress=False, log=lines.append)
+    assert not any(line.startswith("epoch ") for line in lines)
+    error = result["diagnostics"]["ot_marginal_error"]
+    assert error["epoch"] == 2 and error["problems"] > 0 and error["mean"] >= 0

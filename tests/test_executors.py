@@ -1,9 +1,11 @@
 """Executors without SLURM: cluster profiles, job shapes, the submitit-local and debug
-executors on a tiny grid, job records, scheduler-state parsing and merging, code snapshots."""
+executors on a tiny grid, job records, scheduler-state parsing and merging, and a submission
+that sbatch refuses (a stand-in sbatch)."""
 from __future__ import annotations
 
+import os
+import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,28 +14,14 @@ from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, JobShape, load_profile, parse_profile
 from benchmark.errors import ProtobenchError
 from benchmark.executors import cache_order, group_by_shape, job_spec, make_executor, submit_runs, wait_for
-from benchmark.grid import GridSpec, parse_grid
+from benchmark.grid import parse_grid
 from benchmark.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
 from benchmark.scheduler import JobState, parse_sacct, parse_scontrol
-from benchmark.snapshot import code_snapshot
 from benchmark.store import RunDir, atomic_write_json
+from support import git, tiny_grid
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "slurm" / "profiles"
-
-
-def tiny_grid(name: str, data_root: Path, js: tuple[int, ...] = (2,)) -> GridSpec:
-    return parse_grid({
-        "name": name,
-        "defaults": {
-            "dataset": "synthbirds", "data_root": str(data_root),
-            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0},
-            "backbone": "dinov2_vits14", "weights": "random",
-            "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
-            "batch_size": 8, "eval_batch_size": 16, "device": "cpu",
-        },
-        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": 1}, "prototypes_per_class": list(js)}],
-    }, source=f"{name} (test)")
 
 
 # ---- cluster profiles -----------------------------------------------------------------------
@@ -109,6 +97,12 @@ def test_executors_name_the_cluster_explicitly(tmp_path: Path, executor: str, cl
     if cluster == "slurm" and not shutil.which("srun"):
         pytest.skip("srun not found: submitit's SLURM executor refuses to start without it")
     assert make_executor(executor, tmp_path, ClusterProfile(), "job").cluster == cluster
+
+
+def test_slurm_executor_without_slurm_commands_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, no srun
+    with pytest.raises(ProtobenchError, match=r"--executor slurm needs SLURM's commands \(sbatch, srun\) on PATH"):
+        make_executor("slurm", tmp_path, ClusterProfile(), "job")
 
 
 def test_job_spec_makes_paths_absolute_and_keeps_the_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,32 +195,85 @@ def test_merged_states_of_a_run(tmp_path: Path) -> None:
     assert local.label == "new" and not local.live and not local.failed
 
 
-# ---- code snapshots ---------------------------------------------------------------------------
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout
 
 
-@pytest.mark.skipif(not shutil.which("rsync") or not shutil.which("git"), reason="code snapshots need git and rsync")
-def test_snapshot_copies_the_working_tree_without_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = tmp_path / "repo"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    for name in ("pkg/a.py", "pkg/gone.py", "tests/result.json"):
-        (repo / name).write_text("committed\n")
-    (repo / ".gitignore").write_text("ignored.txt\n")
-    git(repo, "init", "-q")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "c")
-    (repo / "pkg" / "a.py").write_text("edited\n")
-    (repo / "pkg" / "new.py").write_text("untracked\n")
-    (repo / "ignored.txt").write_text("ignored\n")
-    (repo / "pkg" / "gone.py").unlink()
-    monkeypatch.chdir(tmp_path)
-    with code_snapshot(tmp_path / "snap", root=repo) as snap:
-        assert Path.cwd() == snap
-    assert Path.cwd() == tmp_path
-    assert (snap / "pkg" / "a.py").read_text() == "edited\n" and (snap / "pkg" / "new.py").exists()
-    assert not (snap / "pkg" / "gone.py").exists() and not (snap / "ignored.txt").exists()
-    assert not (snap / "tests").exists()
-    assert git(snap, "describe", "--always", "--dirty").strip().endswith("-dirty")
+# ---- submission refused by SLURM (a stand-in sbatch on PATH; the real refusal is in test_slurm) ----
+FAKE_SBATCH = """#!/bin/sh
+# answers as sbatch does: refuses a job for partition "nope", queues any other as job 4242
+if grep -q -- '--partition=nope' "$1"; then
+  echo 'sbatch: error: invalid partition specified: nope' >&2
+  echo 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2
+  exit 1
+fi
+echo 'Submitted batch job 4242'
+"""
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "fake-slurm"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/sh\nexit 1\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def leftovers(submitit_dir: Path) -> list[Path]:
+    """submitit's files of a submission that never got a job id: <uuid>.pkl, .submission_file_<uuid>.sh."""
+    return [p for p in submitit_dir.rglob("*") if not p.is_symlink() and p.is_file()
+            and (re.fullmatch(r"[0-9a-f]{32}\.pkl", p.name) or p.name.startswith(".submission_file_"))]
+
+
+needs_checkout = pytest.mark.skipif(not (REPO / ".git").exists() or not shutil.which("git"),
+                                    reason="the code snapshot needs the suite's git checkout")
+
+
+@needs_checkout
+def test_refused_submission_is_one_message_quoting_sbatch(tmp_path: Path, fake_sbatch: None,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "grid.toml").write_text(f"""name = "refused"
+[defaults]
+dataset = "synthbirds"
+data_root = "{tmp_path / 'data'}"
+dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
+method = "vmfproto"
+backbone = "dinov2_vits14"
+weights = "random"
+backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
+[[sweep]]
+prototypes_per_class = [2, 3]
+""")
+    (tmp_path / "nope.toml").write_text('partition = "nope"\ndevice = "cpu"\n')
+    runs = tmp_path / "runs"
+    assert main(["run", str(tmp_path / "grid.toml"), "--executor", "slurm", "--profile", str(tmp_path / "nope.toml"),
+                 "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("protobench: error: submitting the job array of 2 run(s) (partition nope;")
+    assert err.count("sbatch: error: invalid partition specified: nope\n") == 1  # not printed again by submitit
+    assert "Batch job submission failed: Invalid partition name specified" in err and "Traceback" not in err
+    assert f"fix the cluster profile {tmp_path / 'nope.toml'}" in err
+    assert not list(runs.rglob("job.json")) and not list(runs.rglob("spec.json"))  # no run recorded as queued
+    assert not any((runs / ".snapshots").iterdir())  # no job will import it
+    assert leftovers(runs / ".submitit") == []
+
+
+@needs_checkout
+def test_a_refused_second_array_keeps_the_first_one_recorded(tmp_path: Path, fake_sbatch: None) -> None:
+    grid = tiny_grid("half", tmp_path / "data", js=(2, 3), backbones=("dinov2_vitb14", "dinov2_vits14"))
+    profile = parse_profile({"partition": "debug", "device": "cpu", "backbone": {"dinov2_vits14": {"partition": "nope"}}},
+                            source="half.toml", name="half")
+    runs = tmp_path / "runs"
+    with pytest.raises(ProtobenchError) as refused:
+        submit_runs(grid, list(grid.runs), runs, tmp_path / "cache", executor="slurm", profile=profile)
+    assert "Invalid partition name specified" in str(refused.value)
+    assert "1 earlier array(s) were queued and recorded (job 4242)" in str(refused.value)
+    for spec in grid.runs:
+        records, rd = job_records(grid.run_dir(runs, spec)), RunDir(grid.run_dir(runs, spec))
+        if spec.backbone == "dinov2_vitb14":  # the first array (ViT-B sorts first): queued and recorded
+            assert [r.job_id for r in records] in (["4242_0"], ["4242_1"]) and rd.spec_path.exists()
+        else:  # the refused array: nothing recorded
+            assert records == [] and not rd.spec_path.exists()
+    (snap,) = (runs / ".snapshots").iterdir()  # kept: the queued jobs import it
+    assert (snap / "benchmark" / "executors.py").is_file()
+    assert leftovers(runs / ".submitit") == []

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from cache_helpers import NAME, build_toy, flip_byte, read_all, toy_arrays
+from support import scaled
 from test_features import KEY, TinyDataset, assert_same, everything, tiny_trunk
 
 import benchmark.cache.arrays as arrays_module
@@ -27,7 +28,7 @@ from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 
 FORK = multiprocessing.get_context("fork")  # children start without re-importing torch
-DEADLINE = float(os.environ.get("PROTOBENCH_TEST_DEADLINE", "120"))
+DEADLINE = scaled(120)  # seconds on an idle machine
 
 
 def wait_for(condition, what: str) -> None:

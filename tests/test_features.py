@@ -24,6 +24,7 @@ from benchmark.cache.tokens import (
     token_source,
 )
 from benchmark.progress import Progress, Task
+from support import scaled
 
 class RecordingProgress(Progress):
     """A display that records the tasks shown on it."""
@@ -243,9 +244,9 @@ def test_two_processes_build_one_entry(tmp_path: Path) -> None:
     workers = [context.Process(target=_build_in_child, args=(str(tmp_path), barrier, results)) for _ in range(2)]
     for worker in workers:
         worker.start()
-    outcomes = [results.get(timeout=120) for _ in workers]
+    outcomes = [results.get(timeout=scaled(120)) for _ in workers]
     for worker in workers:
-        worker.join(timeout=60)
+        worker.join(timeout=scaled(60))
         assert worker.exitcode == 0
     assert sorted(calls for calls, _ in outcomes) == [0, 1]  # one built (one batch), the other waited and read
     np.testing.assert_array_equal(outcomes[0][1], outcomes[1][1])

@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import SourceTrainData, train
+from benchmark.training import SourceTrainData, TrainingInterrupted, train
 from methods.contract import check_method
+from methods.diagnostics import collect_diagnostics
 from methods.mgproto import MGProto
+from methods.mgproto.model import MEMORY_CAPACITY, scaled_mine_levels
 from methods.mgproto.memory import ClassMemoryBank, unique_top1_features
 from methods.mgproto.mixture import (
     EMState,
@@ -51,7 +53,10 @@ def _two_cluster_bank(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _fresh_state(means: torch.Tensor, priors: torch.Tensor) -> EMState:
     return EMState(means.clone(), priors.clone(), torch.zeros_like(means), torch.zeros_like(means),
-                   torch.zeros(means.shape[0], dtype=torch.long))
+                   torch.zeros((), dtype=torch.long))
+
+
+BOTH = torch.tensor([0, 1])
 
 
 def test_em_step_increases_bank_log_likelihood_and_keeps_priors_on_simplex() -> None:
@@ -60,32 +65,67 @@ def test_em_step_increases_bank_log_likelihood_and_keeps_priors_on_simplex() -> 
     state = _fresh_state(means, priors)
     history = [mixture_log_likelihood(bank, state.means, state.priors)]
     for _ in range(30):
-        state = em_update(bank, state, loops=3, alpha=0.1, lr=3e-3, diversity_weight=1.0, prior_momentum=0.99)
+        state = em_update(bank, state, BOTH, loops=3, alpha=0.1, lr=3e-3, diversity_weight=1.0, prior_momentum=0.99)
         history.append(mixture_log_likelihood(bank, state.means, state.priors))
         assert torch.allclose(state.priors.sum(-1), torch.ones(2)) and bool((state.priors >= 0).all())
     lls = torch.stack(history)  # (steps+1)×K
     assert bool((lls[1] > lls[0]).all()), "one EM update raises every class's bank log-likelihood"
     assert bool((lls[1:] >= lls[:-1] - 1e-6).all()) and bool((lls[-1] > lls[0] + 0.5).all())
-    assert state.steps.tolist() == [90, 90]  # one Adam step per loop, per class
+    assert int(state.steps) == 180  # one step of the shared Adam per loop and class
 
 
-def test_em_mean_update_is_one_adam_step_on_the_stated_objective() -> None:
-    bank, means = _two_cluster_bank(1)
-    priors = torch.full((2, 2), 0.5)
-    new = em_update(bank, _fresh_state(means, priors), loops=1, alpha=0.1, lr=3e-3, diversity_weight=1.0,
-                    prior_momentum=0.99)
-    # reference: torch.optim.Adam on −mean Σ_k r (log N + log π) + mean_{i≠j} exp(−‖μ_i − μ_j‖²)
-    mu = means.clone().requires_grad_(True)
-    resp = torch.softmax(log_density(bank, means) + priors.log()[:, None], dim=-1)
-    resp = (resp + 0.1) / (resp + 0.1).sum(-1, keepdim=True)
-    nll = -(resp * (log_density(bank, mu) + priors.log()[:, None])).sum(-1).mean(-1)
-    sq = ((mu[:, :, None] - mu[:, None]) ** 2).sum(-1)
-    div = (torch.exp(-sq) * (1 - torch.eye(2))).sum((-1, -2)) / 2
+def _official_em(bank: torch.Tensor, means: torch.Tensor, priors: torch.Tensor, classes: list[int], loops: int,
+                 optimizer_steps: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference with the official structure (model.py ``update_GMM``): one ``torch.optim.Adam`` over
+    the whole C×J×d mean tensor; per class of the batch, per loop: E-step with smoothing, loss
+    −mean Σ_k r (log N + log π) + mean_{i≠j} exp(−‖μ_i − μ_j‖²) on ``means[c]`` of the full
+    parameter, zero_grad / backward / step, then the prior momentum update. ``optimizer_steps``
+    earlier steps on class 0 give the moments a history first."""
+    mu = torch.nn.Parameter(means.clone())
     optimizer = torch.optim.Adam([mu], lr=3e-3)
-    (nll + div).sum().backward()
-    optimizer.step()
-    assert torch.allclose(new.means, mu.detach(), atol=1e-6)
-    assert torch.allclose(new.priors, 0.99 * priors + 0.01 * resp.mean(1))
+    priors = priors.clone()
+    eye = torch.eye(means.shape[1])
+
+    def step(c: int) -> None:
+        with torch.no_grad():
+            resp = torch.softmax(-math.pi * torch.cdist(bank[c], mu[c]) ** 2 + torch.log(priors[c] + 1e-10), dim=-1)
+            resp = (resp + 0.1) / (resp + 0.1).sum(-1, keepdim=True)
+        log_lik = -math.pi * ((bank[c][:, None] - mu[c][None]) ** 2).sum(-1) + torch.log(priors[c] + 1e-10)
+        pair = ((mu[c][:, None] - mu[c][None]) ** 2).sum(-1)
+        loss = -(resp * log_lik).sum(1).mean(0) + (torch.exp(-pair) * (1 - eye)).sum() / (1 - eye).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        priors[c] = 0.99 * priors[c] + 0.01 * resp.mean(0)
+
+    for _ in range(optimizer_steps):
+        step(0)
+    for c in classes:
+        for _ in range(loops):
+            step(c)
+    return mu.detach(), priors
+
+
+def test_em_is_the_official_loop_with_one_adam_over_all_means() -> None:
+    bank, means = _two_cluster_bank(1)
+    bank = torch.cat([bank, bank.flip(0)])  # four classes
+    means = torch.cat([means, means.flip(0)])
+    priors = torch.tensor([[0.5, 0.5], [0.3, 0.7], [0.6, 0.4], [0.5, 0.5]])
+    history_means, _ = _official_em(bank, means, priors, [], 0, optimizer_steps=4)
+    # 4 earlier steps on class 0, then EM for classes 1 and 3
+    expected_means, expected_priors = _official_em(bank, means, priors, [1, 3], 3, optimizer_steps=4)
+    state = _fresh_state(means, priors)
+    state = em_update(bank, state, torch.tensor([0]), loops=4, alpha=0.1, lr=3e-3, diversity_weight=1.0,
+                      prior_momentum=0.99)
+    assert torch.allclose(state.means, history_means, atol=1e-6)
+    new = em_update(bank, state, torch.tensor([1, 3]), loops=3, alpha=0.1, lr=3e-3, diversity_weight=1.0,
+                    prior_momentum=0.99)
+    assert int(new.steps) == 4 + 6
+    assert torch.allclose(new.means, expected_means, atol=1e-6)
+    assert torch.allclose(new.priors, expected_priors, atol=1e-7)
+    # class 0 is not in the batch but moves through the Adam moments it built up; class 2 never had any
+    assert not torch.allclose(new.means[0], state.means[0], atol=1e-6)
+    assert torch.equal(new.means[2], means[2]) and torch.equal(new.priors[0], state.priors[0])
 
 
 def test_memory_bank_is_fifo_with_capacity() -> None:
@@ -235,6 +275,9 @@ def test_trains_with_em_mining_and_push_to_high_accuracy() -> None:
     # space settle before EM starts; a 16-feature bank fills within the first epochs.
     method = _trained(source, memory_capacity=16, lr_add_on=3e-2)
     assert bool((method.em_steps > 0).all()) and bool((method.prototype_source >= 0).all())
+    diagnostics = collect_diagnostics(method, {})
+    assert (diagnostics["em_first_epoch"], diagnostics["mining_first_epoch"]) == (6, 7)
+    assert diagnostics["warnings"] == []
     held_out = SyntheticTokens(num_classes=4, images_per_class=24)  # same class parts, fresh images
     batch = held_out.batch(torch.arange(len(held_out)))
     with torch.no_grad():
@@ -247,3 +290,41 @@ def test_trains_with_em_mining_and_push_to_high_accuracy() -> None:
         assert torch.equal(value, restored.state_dict()[name]), name  # banks, priors, EM moments, sources
     with torch.no_grad():
         assert torch.equal(method.logits(batch), restored.logits(batch))
+    assert collect_diagnostics(restored, {}) == diagnostics  # the diagnostics survive a checkpoint
+
+
+def _em_start(per_class: int, epochs_run: int, **kwargs: object) -> MGProto:
+    """MGProto on 3 classes × 30 training images (CUB's images per class), trained for
+    ``epochs_run`` epochs of the 20-epoch schedule, with all J means of a class equal until EM
+    moves them: every GT prototype then peaks at the same position, so each image enqueues
+    exactly one feature per epoch — the slowest a bank can fill."""
+    source = SyntheticTokens(num_classes=3, images_per_class=30, dim=16, grid=(4, 4))
+    method = MGProto(source.context(per_class), **kwargs)
+    method.means.copy_(method.means[:, :1].expand_as(method.means).clone())
+    with pytest.raises(TrainingInterrupted):
+        train(method, source, seed=0, batch_size=32, device=CPU, checkpoint_path=None, log=quiet,
+              stop_after_epoch=epochs_run)
+    return method
+
+
+@pytest.mark.parametrize("per_class", [3, 5, 7])
+def test_em_starts_on_its_scheduled_epoch_with_thirty_images_per_class(per_class: int) -> None:
+    method = _em_start(per_class, 7)
+    assert method.memory.capacity == 134  # ⌈800 · 20/120⌉
+    assert int(method.em_first_epoch) == 6 and int(method.em_steps) > 0
+
+
+def test_em_waits_for_full_banks_at_the_start_of_an_epoch() -> None:
+    # official main.py: update_GMM is decided when an epoch starts; banks of 800 (the uncompressed
+    # capacity) hold 180 features after the 6 epochs before EM is due, so EM does not run
+    assert int(_em_start(3, 7, memory_capacity=800).em_first_epoch) == -1
+    # 190 fills during epoch 6 (180 → 210): EM waits for epoch 7, not the middle of epoch 6
+    assert int(_em_start(3, 8, memory_capacity=190).em_first_epoch) == 7
+
+
+def test_mining_depth_is_scaled_to_the_grid() -> None:
+    # official: T = 20 of ResNet-34's 7 × 7 = 49 positions
+    assert (scaled_mine_levels(49), scaled_mine_levels(196), scaled_mine_levels(256)) == (20, 80, 104)
+    assert MGProto(SyntheticTokens(grid=(6, 6)).context(3)).mine_levels == 15  # 20 · 36/49 = 14.7
+    assert MGProto(SyntheticTokens().context(3), mine_levels=4).mine_levels == 4
+    assert MEMORY_CAPACITY == 134

@@ -13,7 +13,9 @@ from benchmark.errors import ProtobenchError
 from benchmark.training import train
 from methods.common.ot import sinkhorn_log
 from methods.contract import check_method
+from methods.diagnostics import collect_diagnostics
 from methods.nppp import NPPP
+from methods.nppp.model import PCA_SEED_STRIDE
 from methods.nppp.clustering import balanced_assignments, momentum_sum_update, ppd_loss, score_aggregation
 from methods.nppp.foreground import first_principal_component, pca_foreground
 from methods.testing import SyntheticTokens
@@ -210,3 +212,28 @@ def test_trains_to_high_accuracy_and_round_trips() -> None:
     with torch.no_grad():
         assert torch.equal(method.logits(batch), restored.logits(batch))
         assert torch.equal(method.activation_maps(batch, batch.labels), restored.activation_maps(batch, batch.labels))
+
+
+def test_foreground_fraction_of_the_latest_epoch_survives_a_checkpoint() -> None:
+    source = SyntheticTokens(num_classes=3, images_per_class=4)
+    method = NPPP(source.context(2, seed=3))
+    first, second = source.batch(torch.arange(6)), source.batch(torch.arange(6, 12))
+    with torch.no_grad():
+        method.ot_targets(first, method.cosine(first), 0)
+        method.ot_targets(first, method.cosine(first), 1)  # epoch 1 starts a new tally
+        method.ot_targets(second, method.cosine(second), 1)
+    shares = []
+    for draw, batch in ((1, first), (2, second)):  # the run's 2nd and 3rd PCA draws
+        generator = torch.Generator().manual_seed(3 * PCA_SEED_STRIDE + draw)
+        fg = pca_foreground(F.normalize(batch.tokens, dim=-1), batch.attention, threshold=0.5, niter=10,
+                            sign="native", generator=generator)
+        shares.append(fg.double().mean(1))
+    share = torch.cat(shares)
+    diagnostics = collect_diagnostics(method, {})
+    assert diagnostics["foreground_fraction"] == pytest.approx(
+        {"mean": float(share.mean()), "min": float(share.min()), "epoch": 1, "images": 12})
+    restored = NPPP(source.context(2, seed=3))
+    restored.load_state_dict(method.state_dict())
+    assert collect_diagnostics(restored, {}) == diagnostics
+    assert collect_diagnostics(NPPP(source.context(2)), {})["foreground_fraction"] is None  # before training
+

@@ -11,7 +11,7 @@ from reports.cli import FORMATS, add_report_arguments, run_report
 from reports.layouts import LAYOUTS
 from reports.load import load_csv, load_results
 from reports.render import WRITERS, render_report
-from test_reports_support import PAPER_CSV, RUNS
+from test_reports_support import PAPER_CSV, RUNS, markdown_rows
 
 
 def report(*argv: str) -> int:
@@ -72,3 +72,21 @@ def test_report_regenerates_a_table_from_a_published_csv(capsys):
 
 def test_the_format_choices_are_the_writers() -> None:
     assert set(FORMATS) == set(WRITERS)
+
+
+def test_runtime_layout_shows_the_live_trunk_and_cached_epoch_times(capsys: pytest.CaptureFixture[str]) -> None:
+    """tests/fixtures/reports/runs/runtime: NPPP 81.3 s with the trunk in the loop, 23.4 s from the
+    cache, 189.0 img/s; vMFProto 214.6 s, 131.7 s, 73.0 img/s; the paper: 76.9 s / 206.8 s."""
+    from benchmark.cli import main
+
+    assert main(["report", str(RUNS), "--layout", "runtime"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("|"))
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "Method", "Epoch time (s)", "Epoch from cache (s)", "Inference (img/s)"]
+    assert markdown_rows(out) == [["NPPP", "81.3", "23.4", "189.0"], ["vMFProto", "214.6", "131.7", "73.0"]]
+    assert main(["report", str(RUNS), "--layout", "runtime", "--against", str(PAPER_CSV / "runtime.csv")]) == 0
+    assert markdown_rows(capsys.readouterr().out) == [
+        ["NPPP", "81.3 (76.9, +4.4)", "23.4 (–)", "189.0 (189.0, 0.0)"],
+        ["vMFProto", "214.6 (206.8, +7.8)", "131.7 (–)", "73.0 (73.0, 0.0)"],
+    ]

@@ -14,7 +14,7 @@ import pytest
 
 from benchmark.errors import ProtobenchError
 from reports.layout import ColumnGroup, Layout, Row, text
-from reports.layouts import EPOCH_TIME, LAYOUTS, THROUGHPUT
+from reports.layouts import CACHED_EPOCH_TIME, LAYOUTS, THROUGHPUT
 from reports.load import load_csv, load_results
 from reports.pivot import filter_frame, parse_where, pivot_layout
 from reports.render import render_report
@@ -24,7 +24,8 @@ UPDATE = os.environ.get("PROTOBENCH_UPDATE_GOLDEN") == "1"
 SUFFIX = {"latex": "tex", "markdown": "md", "csv": "csv"}
 # Layouts rendered next to the paper's numbers, with the CSV they compare against.
 COMPARED = {
-    "cub_main": "cub_main", "ablation": "ablation", "seed_robustness": "seed_robustness", "dogs_b": "dogs"}
+    "cub_main": "cub_main", "ablation": "ablation", "seed_robustness": "seed_robustness", "dogs_b": "dogs",
+    "runtime": "runtime"}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_decimals_change_display_and_ties(runs: pd.DataFrame) -> None:
     assert _row(md, "NPPP (J=7)")[4] == "<u>90.44</u>" and _row(md, "vMFProto (J=5)")[4] == "90.40†"
     assert _row(md, "TesNet (J=3)")[3] == "<u>98.66</u>"
     zero = markdown_rows(render_report(runs, "runtime", "markdown", decimals=0).text)
-    assert zero[0][1:] == ["77", "189"]
+    assert zero[0][1:] == ["81", "23", "189"]  # NPPP: 81.3 s live trunk, 23.4 s from cache, 189.0 img/s
 
 
 def test_lower_is_better_marks_the_fastest_epoch(runs: pd.DataFrame) -> None:
@@ -127,7 +128,7 @@ def test_lower_is_better_marks_the_fastest_epoch(runs: pd.DataFrame) -> None:
         name="speed", description="", caption=text("Speed."), tex_label="tab:speed", dataset="cub",
         filters={"backbone": "dinov2_vitb14", "J": 5, "variant": "default"},
         label_headers=(text("Method"),), label_align=("l",),
-        columns=(ColumnGroup(None, {}, (EPOCH_TIME, THROUGHPUT)),),
+        columns=(ColumnGroup(None, {}, (CACHED_EPOCH_TIME, THROUGHPUT)),),
         body=(Row((text("NPPP"),), {"method": "nppp"}), Row((text("vMFProto"),), {"method": "vmfproto"})),
     )
     rows = markdown_rows(render_report(runs, layout, "markdown").text)
@@ -158,7 +159,9 @@ def test_published_table_renders_with_no_missing_cell() -> None:
     for name, csv in {**COMPARED, "dogs": "dogs", "dogs_s": "dogs", "cars": "cars", "gating": "gating",
                       "offline_aug": "offline_aug", "expanded": "expanded", "runtime": "runtime"}.items():
         report = render_report(load_csv(PAPER_CSV / f"{csv}.csv"), name, "latex")
-        assert report.missing == [], name
+        # the paper times its epochs with the trunk in the loop only; our cached epoch is extra
+        extra = [f"{row} | Epoch from cache (s)" for row in ("NPPP", "vMFProto")] if name == "runtime" else []
+        assert report.missing == extra, name
         check_latex(report.text)
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,23 +20,28 @@ import submitit
 
 from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, load_profile
+from benchmark.errors import ProtobenchError
 from benchmark.executors import Submission, make_executor, pending_runs, submit_runs
-from benchmark.grid import GridSpec, parse_grid
+from benchmark.grid import GridSpec
 from benchmark.jobs import ATTEMPT_FILE, latest_job, run_states
+from benchmark.provenance import code_version
 from benchmark.snapshot import code_snapshot
 from benchmark.store import RunDir, find_run_dirs
+
+import support
+from support import git, scaled, tiny_grid
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "slurm" / "profiles" / "local.toml"
-DEADLINE_S = 180
+DEADLINE_S = 180  # on an idle 2-core machine; scaled by PROTOBENCH_TEST_TIMEOUT_SCALE
 T = TypeVar("T")
 
 
 def _answers(command: list[str]) -> bool:
     try:
-        return subprocess.run(command, capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(command, capture_output=True, timeout=scaled(20)).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -46,8 +52,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     started: Path | None = None
     if not _answers(["sinfo", "-h"]):
         if not all(shutil.which(b) or Path(f"/usr/sbin/{b}").exists() for b in ("sbatch", "slurmctld", "slurmd", "munged")):
-            pytest.skip("slurm binaries not found: install slurm-wlm munge rsync "
-                        "(apt-get install -y slurm-wlm munge rsync, as .ci/run does)")
+            pytest.skip("slurm binaries not found: install slurm-wlm and munge "
+                        "(apt-get install -y slurm-wlm munge, as .ci/run does)")
         if os.geteuid() != 0:
             pytest.skip("no SLURM cluster answers and starting one (slurm/slurm-up.sh) needs root")
         started = tmp_path_factory.mktemp("slurm-state")
@@ -55,8 +61,6 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         up = subprocess.run([str(REPO / "slurm" / "slurm-up.sh")], env=env, capture_output=True, text=True)
         if up.returncode != 0:
             pytest.fail(f"slurm/slurm-up.sh failed:\n{up.stdout}\n{up.stderr}")
-    if not shutil.which("rsync"):
-        pytest.skip("rsync not found (code snapshots need it): apt-get install -y rsync")
     path = os.environ["PATH"]
     if not _answers(["sacct", "-n", "-j", "1"]):  # no accounting: submitit's own waits need the stand-in
         os.environ["PATH"] = f"{REPO / 'slurm' / 'bin'}{os.pathsep}{path}"
@@ -74,36 +78,16 @@ def profile(slurm_cluster: None) -> ClusterProfile:
     return load_profile(PROFILE)
 
 
-def tiny_grid(name: str, data_root: Path, *, epochs: int = 2, seeds: tuple[int, ...] = (0,),
-              js: tuple[int, ...] = (2,)) -> GridSpec:
-    """vMFProto on 4 synthbirds classes × 8 images, a 2-block random trunk."""
-    return parse_grid({
-        "name": name,
-        "defaults": {
-            "dataset": "synthbirds", "data_root": str(data_root),
-            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0},
-            "backbone": "dinov2_vits14", "weights": "random",
-            "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
-            "batch_size": 8, "eval_batch_size": 16,
-        },
-        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": epochs},
-                   "prototypes_per_class": list(js), "seed": list(seeds)}],
-    }, source=f"{name} (test)")
-
-
 def squeue() -> str:
     return subprocess.run(["squeue"], capture_output=True, text=True).stdout
 
 
-def wait_until(predicate: Callable[[], T], what: str, deadline_s: float = DEADLINE_S) -> T:
-    """Poll ``predicate`` until it is truthy; fail with the queue's state at the deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1.0)
-    pytest.fail(f"timed out after {deadline_s:.0f} s waiting for {what}\nsqueue:\n{squeue()}")
+def wait_until(predicate: Callable[[], T], what: str, deadline_s: float = DEADLINE_S,
+               progress: Callable[[], object] | None = None) -> T:
+    """Poll ``predicate`` until it is truthy; fail with the queue's state at the (scaled) deadline
+    (counted from the last change of ``progress``, when given)."""
+    return support.wait_until(predicate, what, deadline_s, poll_s=1.0, context=lambda: f"squeue:\n{squeue()}",
+                              progress=progress)
 
 
 def job_log(rd: RunDir) -> str:
@@ -127,16 +111,31 @@ def results(grid: GridSpec, runs_root: Path) -> Callable[[], bool]:
     return all_done
 
 
+SUBMITTED: list[str] = []  # every job id the tests queued
+
+
+@pytest.fixture(autouse=True)
+def cancel_leftover_jobs() -> Iterator[None]:
+    """Jobs a test queued are cancelled when it ends: one that failed while they still ran
+    (a deadline passed) would otherwise hold the cluster's GPUs from the tests after it."""
+    before = len(SUBMITTED)
+    yield
+    if SUBMITTED[before:]:
+        subprocess.run(["scancel", *SUBMITTED[before:]], capture_output=True, timeout=scaled(60))
+
+
 def submit(grid: GridSpec, runs_root: Path, cache_root: Path, profile: ClusterProfile, **kw: bool) -> Submission:
-    return submit_runs(grid, list(grid.runs), runs_root, cache_root, executor="slurm", profile=profile,
-                       device=profile.device, **kw)
+    submission = submit_runs(grid, list(grid.runs), runs_root, cache_root, executor="slurm", profile=profile,
+                             device=profile.device, **kw)
+    SUBMITTED.extend(job_id for array in submission.arrays for job_id in array.job_ids)
+    return submission
 
 
 # ---- a grid as one job array ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def finished_grid(profile: ClusterProfile, tmp_path_factory: pytest.TempPathFactory) -> tuple[GridSpec, Path, Submission]:
     root = tmp_path_factory.mktemp("slurm-grid")
-    grid = tiny_grid("tiny", root / "data", js=(2, 3))
+    grid = tiny_grid("tiny", root / "data", epochs=2, js=(2, 3))
     submission = submit(grid, root / "runs", root / "cache", profile)
     wait_until(results(grid, root / "runs"), "every run of the tiny grid to write its result")
     return grid, root / "runs", submission
@@ -169,9 +168,16 @@ def test_jobs_import_the_code_snapshot_not_the_checkout(finished_grid: tuple[Gri
     assert submission.snapshot is not None and submission.snapshot.parent == runs_root.resolve() / ".snapshots"
     assert (submission.snapshot / "benchmark" / "jobs.py").is_file()
     assert not (submission.snapshot / "tests").exists()  # fixture runs would pollute `protobench report`
+    source = json.loads((submission.snapshot / ".protobench-snapshot" / "source.json").read_text())
+    assert source["commit"] == git(REPO, "rev-parse", "HEAD").strip()
     for spec in grid.runs:
         attempt = json.loads((grid.run_dir(runs_root, spec) / ATTEMPT_FILE).read_text())
         assert attempt["code_dir"] == str(submission.snapshot)
+        # the checkout's version, not that of the snapshot directory (which has no git)
+        assert RunDir(grid.run_dir(runs_root, spec)).result()["provenance"]["code_version"] == source["code_version"]
+    described = git(REPO, "describe", "--always", "--tags", "--dirty").strip()  # git's own name: the oracle
+    assert source["code_version"] == described or source["code_version"].startswith(f"{described}+")
+    assert source["code_version"] == code_version(REPO)
 
 
 def test_resubmitting_a_finished_grid_submits_nothing(finished_grid: tuple[GridSpec, Path, Submission],
@@ -217,11 +223,14 @@ def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: Cluster
     wait_until(lambda: finished_epochs(rd) > resumed_at, "an epoch after the restart")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)  # what SLURM sends before preempting
     wait_until(lambda: restart_count(rd) >= 2, "the job requeued by submitit's signal handler to start again")
-    wait_until(results(grid, preempted_root), "the preempted run's result")
-    wait_until(results(grid, reference_root), "the uninterrupted run's result")
+    reference_rd = RunDir(grid.run_dir(reference_root, grid.runs[0]))
+    # 300 epochs take 30 s on an idle machine and far longer on a busy one: wait while they advance
+    wait_until(results(grid, preempted_root), "the preempted run's result", progress=lambda: finished_epochs(rd))
+    wait_until(results(grid, reference_root), "the uninterrupted run's result",
+               progress=lambda: finished_epochs(reference_rd))
 
     result = rd.result()
-    reference = RunDir(grid.run_dir(reference_root, grid.runs[0])).result()
+    reference = reference_rd.result()
     assert rd.log_path.read_text().count("resuming at") == 2, f"the job ended before a requeue:\n{job_log(rd)}"
     assert not rd.failure_path.exists()
     assert result["metrics"] == reference["metrics"]
@@ -251,21 +260,18 @@ def test_scancelled_job_is_reported_failed_and_retried_only_on_request(
 
 
 # ---- code snapshots -----------------------------------------------------------------------------
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                   capture_output=True)
-
-
 def test_queued_job_runs_the_code_of_submission_time(profile: ClusterProfile, tmp_path: Path) -> None:
     repo, out = tmp_path / "repo", tmp_path / "value.txt"
     (repo / "tests").mkdir(parents=True)
     (repo / "probe.py").write_text("VALUE = 'committed'\n")
+    (repo / "helper.py").write_text("WORD = 'committed'\n")
     (repo / "tests" / "result.json").write_text("{}\n")
     git(repo, "init", "-q")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "probe")
-    (repo / "probe.py").write_text("from helper import WORD\nVALUE = WORD\n")  # uncommitted edit …
-    (repo / "helper.py").write_text("WORD = 'at submission'\n")  # … and an untracked module
+    (repo / "probe.py").write_text("from helper import WORD\nVALUE = WORD\n")  # uncommitted edits …
+    (repo / "helper.py").write_text("WORD = 'at submission'\n")
+    (repo / ".env").write_text("API_TOKEN=secret\n")  # … and an untracked file, which is no code
 
     executor = make_executor("slurm", tmp_path / "submitit", profile, "snapshot-probe")
     executor.update_parameters(slurm_additional_parameters={"hold": True}, timeout_min=5, slurm_signal_delay_s=0)
@@ -273,8 +279,20 @@ def test_queued_job_runs_the_code_of_submission_time(profile: ClusterProfile, tm
         [sys.executable, "-c", f"import pathlib, probe; pathlib.Path({str(out)!r}).write_text(probe.VALUE)"])
     with code_snapshot(tmp_path / "snapshot", root=repo) as snapshot:
         job = executor.submit(probe)
+    SUBMITTED.append(job.job_id)
     (repo / "helper.py").write_text("WORD = 'edited after submission'\n")
     subprocess.run(["scontrol", "release", job.job_id], check=True)
 
     assert wait_until(lambda: out.exists() and out.read_text(), "the held probe job's output") == "at submission"
-    assert not (snapshot / "tests").exists()
+    assert not (snapshot / "tests").exists() and not (snapshot / ".env").exists()
+
+
+# ---- a submission SLURM refuses -----------------------------------------------------------------
+def test_a_bad_partition_is_one_error_quoting_sbatch(profile: ClusterProfile, tmp_path: Path) -> None:
+    nope = replace(profile, shape=replace(profile.shape, partition="nope"))
+    grid = tiny_grid("refused", tmp_path / "data", js=(2, 3))
+    runs_root = tmp_path / "runs"
+    with pytest.raises(ProtobenchError, match="invalid partition") as refused:
+        submit(grid, runs_root, tmp_path / "cache", nope)
+    assert "sbatch: error:" in str(refused.value) and "partition nope" in str(refused.value)
+    assert not list(runs_root.rglob("job.json")) and not any((runs_root / ".snapshots").iterdir())

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.errors import ProtobenchError
-from methods.base import MethodContext, Stage, TokenBatch
+from methods.base import MethodContext, Stage, TokenBatch, TrainData
 from methods.common.ot import hard_assignment, sinkhorn_log
 from methods.contract import check_method
+from methods.diagnostics import collect_diagnostics
 from methods.registry import build_method, method_hyperparameters
 from methods.vmfproto import VMFProto, log_vmf_normaliser
 
@@ -95,6 +96,7 @@ def test_registry_signature_and_validation() -> None:
     assert isinstance(build_method("vmfproto", ctx), VMFProto)
     assert method_hyperparameters(VMFProto) == {
         "gating": "attention_pca", "tau": 0.5, "gamma": 0.99, "ot_epsilon": 0.05, "ot_iterations": 10,
+        "ot_tolerance": None, "ot_max_iterations": 1000,
         "lambda_ppd": 0.8, "lambda_logdet": 1.0, "logdet_delta": 1e-4, "kappa_init": 5.0, "mu_init": "patches",
         "fixed_kappa": None, "stage2_prototypes": True, "discovery_epochs": 1, "end_to_end_epochs": 19,
         "lr_block": 1e-4, "lr_mu": 5e-4, "lr_kappa": 1.2e-3, "lr_pi": 1e-5,
@@ -200,13 +202,94 @@ def test_mu_from_patches_and_resume_determinism() -> None:
     assert torch.equal(model.mu, replay.mu)
 
 
-def test_gating_fallback_is_counted() -> None:
+class BatchList(TrainData):
+    """A split given as a list of batches (``batch_size`` is ignored)."""
+
+    def __init__(self, *batches: TokenBatch) -> None:
+        self.list = batches
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.list)
+
+    def batches(self, batch_size: int, *, shuffle: bool = False):  # noqa: ANN201
+        yield from self.list
+
+
+def test_gating_fallbacks_are_counted_once_per_image_per_split() -> None:
     model = build_method("vmfproto", _context(2, 2, 8, (2, 2)))
-    tokens = torch.ones(2, 4, 8)
-    labels = torch.tensor([0, 1])
-    batch = TokenBatch(tokens, torch.ones(2, 5, 8), torch.full((2, 4), 0.25), labels, torch.arange(2), (2, 2))
-    assert model.foreground(batch).all()
-    assert model.gating_fallbacks == 2
+    # three training images: two constant ones (no foreground: they fall back to all patches)
+    tokens = torch.cat([torch.ones(2, 4, 8), torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(0))])
+    attention = torch.tensor([[0.25] * 4, [0.25] * 4, [0.7, 0.1, 0.1, 0.1]])
+    train = TokenBatch(tokens, torch.ones(3, 5, 8), attention, torch.tensor([0, 1, 1]), torch.arange(3), (2, 2))
+    test = TokenBatch(tokens[2:], torch.ones(1, 5, 8), attention[2:], torch.tensor([1]), torch.arange(1), (2, 2))
+    assert model.foreground(train)[:2].all()
+    with torch.no_grad():  # what benchmark/explain.py does: two gated passes over the same images
+        model.logits(train)
+        model.prototype_contributions(train, train.labels)
+    diagnostics = collect_diagnostics(model, {"train": BatchList(train), "test": BatchList(test)})
+    assert diagnostics["gating_fallback_images"] == {"train": 2, "test": 0}
+    kept = model.foreground(test)[0].float().mean().item()  # the image's own share of kept patches
+    assert diagnostics["foreground_fraction"]["test"] == {"mean": kept, "min": kept}
+    assert diagnostics["foreground_fraction"]["train"] == pytest.approx({"mean": (2 + kept) / 3, "min": kept})
+    assert diagnostics["ot_marginal_error"] is None  # no OT ran
+    assert diagnostics["kappa"] == pytest.approx({"min": 5.0, "median": 5.0, "max": 5.0})
+    assert kept == 0.75
+    assert diagnostics["warnings"] == ["gating_fallback_images.train = 2 > 0",
+                                       "foreground_fraction.train.mean = 0.9167 > 0.9"]
+
+
+def _sharp_model(kappa: float, **kwargs: object) -> tuple[VMFProto, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A model with κ = ``kappa`` and per-image own-class scores, foreground mask and labels of two
+    batches' worth of patches, for the OT diagnostics."""
+    dim, grid = 16, (3, 3)
+    model = build_method("vmfproto", _context(3, 4, dim, grid, block="drop"), kappa_init=kappa, **kwargs)
+    g = torch.Generator().manual_seed(4)
+    tokens = F.normalize(torch.randn(6, 9, dim, generator=g), dim=-1)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    with torch.no_grad():
+        scores = model.class_scores(tokens, labels)
+    mask = torch.rand(6, 9, generator=g) > 0.3
+    return model, scores, mask, labels
+
+
+def _expected_errors(model: VMFProto, scores: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor,
+                     iterations: int) -> list[float]:
+    errors = []
+    for c in labels.unique().tolist():
+        rows = scores[labels == c][mask[labels == c]]
+        pi = model.log_pi[c].detach().exp()
+        plan = sinkhorn_log(rows, torch.full((len(rows),), 1.0 / len(rows)), pi, 0.05, iterations)
+        errors.append(float((plan.sum(0) - pi).abs().sum()))
+    return errors
+
+
+def test_ot_marginal_error_is_recorded_over_the_latest_epoch_and_survives_a_checkpoint() -> None:
+    model, scores, mask, labels = _sharp_model(50.0)
+    model.ot_labels(scores, mask, labels, 0)
+    model.ot_labels(scores[:4], mask[:4], labels[:4], 1)  # epoch 1 starts a new tally: classes 0, 1
+    model.ot_labels(scores[2:], mask[2:], labels[2:], 1)  # classes 1, 2
+    expected = _expected_errors(model, scores[:4], mask[:4], labels[:4], 10) + \
+        _expected_errors(model, scores[2:], mask[2:], labels[2:], 10)
+    diagnostics = collect_diagnostics(model, {})
+    error = diagnostics["ot_marginal_error"]
+    assert (error["epoch"], error["problems"], error["iterations"], error["tolerance"]) == (1, 4, 10, None)
+    assert error["mean"] == pytest.approx(sum(expected) / 4, rel=1e-5)
+    assert error["max"] == pytest.approx(max(expected), rel=1e-5)
+    # far from converged at κ = 50: out of the expected range
+    assert error["mean"] > 0.1 and "ot_marginal_error.mean" in diagnostics["warnings"][0]
+    restored = build_method("vmfproto", model.ctx, kappa_init=50.0)
+    restored.load_state_dict(model.state_dict())
+    assert collect_diagnostics(restored, {}) == diagnostics
+
+
+def test_ot_tolerance_iterates_until_the_column_marginal_holds() -> None:
+    model, scores, mask, labels = _sharp_model(20.0, ot_tolerance=1e-4)
+    model.ot_labels(scores, mask, labels, 3)
+    error = collect_diagnostics(model, {})["ot_marginal_error"]
+    assert error["max"] <= 1e-4 and (error["iterations"], error["tolerance"]) == (None, 1e-4)
+    assert min(_expected_errors(model, scores, mask, labels, 10)) > 100 * error["max"]
+    with pytest.raises(ProtobenchError, match="ot_tolerance"):
+        build_method("vmfproto", model.ctx, ot_tolerance=0.0)
 
 
 def test_training_smoke_on_synthetic_tokens() -> None:
@@ -245,7 +328,6 @@ def test_training_smoke_on_synthetic_tokens() -> None:
     fg = data.fg.view(grid)
     best = maps.amax(1)  # the best prototype of the true class fires on the object
     assert (best[:, fg].mean() > best[:, ~fg].mean()).item()
-    assert model.gating_fallbacks == 0
 
 
 def test_stage2_prototypes_off_freezes_the_mixture() -> None:
@@ -290,7 +372,7 @@ def test_logits_maps_and_ppd_match_the_equations() -> None:
     torch.testing.assert_close(maps, own.transpose(1, 2).reshape(5, per_class, *grid))
 
     # OT per class over the stacked foreground patches of its images, then L_ppd by hand
-    labels = model.ot_labels(own, mask, batch.labels)
+    labels = model.ot_labels(own, mask, batch.labels, 1)
     losses = []
     for c in (0, 1, 2):
         rows = own[batch.labels == c][mask[batch.labels == c]]  # M_c×J
@@ -299,4 +381,4 @@ def test_logits_maps_and_ppd_match_the_equations() -> None:
         target = hard_assignment(plan)
         assert torch.equal(labels[batch.labels == c][mask[batch.labels == c]], target)
         losses.append(F.cross_entropy(rows, target))
-    torch.testing.assert_close(model.ppd_loss(own, mask, batch.labels), torch.stack(losses).mean())
+    torch.testing.assert_close(model.ppd_loss(own, mask, batch.labels, 1), torch.stack(losses).mean())

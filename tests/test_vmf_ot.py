@@ -6,7 +6,8 @@ import ot
 import pytest
 import torch
 
-from methods.common.ot import hard_assignment, sinkhorn_log
+from methods.common.ot import column_marginal_error, grouped_hard_assignment, hard_assignment, sinkhorn_log
+from methods.vmfproto import log_vmf_normaliser
 
 
 def _problem(seed: int, rows: int = 9, cols: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -70,3 +71,82 @@ def test_argument_checks() -> None:
         sinkhorn_log(scores, a, b, 0.05, 0)
     with pytest.raises(ValueError):
         sinkhorn_log(scores, a, b, 0.0, 3)
+
+
+def test_per_column_constants_leave_the_plan_unchanged() -> None:
+    # the column shift inside sinkhorn_log is exact: constants added to the columns are absorbed
+    # by the column potential at every iteration (a per-row constant is not, at a fixed count)
+    scores, a, b = _problem(11, rows=10, cols=4)
+    offsets = torch.tensor([-1500.0, -1480.0, -1530.0, -1495.0], dtype=torch.float64)
+    for iterations in (1, 10):
+        expected = ot.sinkhorn(a.numpy(), b.numpy(), -scores.numpy(), 0.05, numItermax=iterations, stopThr=0.0,
+                               warn=False)
+        np.testing.assert_allclose(sinkhorn_log(scores + offsets, a, b, 0.05, iterations).numpy(), expected,
+                                   atol=1e-9, rtol=0)
+    rows = torch.linspace(-30.0, 30.0, 10, dtype=torch.float64)[:, None]
+    assert not torch.allclose(sinkhorn_log(scores + rows, a, b, 0.5, 1), sinkhorn_log(scores, a, b, 0.5, 1))
+
+
+def _vmf_scores(rows: int, seed: int, kappa: float) -> torch.Tensor:
+    """float32 vMFProto scores ``log C_768(κ_j) + κ_j μ_jᵀ t_i`` (≈ 1.46e3 for κ from 5 to 50) of
+    random unit tokens against J = 5 random means, κ_j uniform in [0.8κ, 1.2κ]."""
+    g = torch.Generator().manual_seed(seed)
+    mu = torch.nn.functional.normalize(torch.randn(5, 768, generator=g), dim=-1)
+    kappas = kappa * (0.8 + 0.4 * torch.rand(5, generator=g))
+    tokens = torch.nn.functional.normalize(torch.randn(rows, 768, generator=g), dim=-1)
+    return log_vmf_normaliser(kappas, 768) + kappas * (tokens @ mu.T)
+
+
+def _unshifted_float32_labels(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The iteration without the column shift (the code before it), kept here only to show that the
+    test data is hard enough for float32 rounding to flip labels."""
+    log_kernel, f, g = scores / 0.05, torch.zeros_like(a), torch.zeros_like(b)
+    for _ in range(10):
+        g = b.log() - torch.logsumexp(log_kernel + f[:, None], dim=0)
+        f = a.log() - torch.logsumexp(log_kernel + g[None], dim=1)
+    return (log_kernel + f[:, None] + g[None]).argmax(1)
+
+
+def test_float32_hard_labels_match_a_float64_plan() -> None:
+    # κ ≈ 5 (stage 1's value): the per-patch score differences are small, so near-ties are common
+    scores = _vmf_scores(20_000, 0, 5.0)
+    assert float(scores.abs().min()) > 1000  # the regime of D = 768
+    a = torch.full((len(scores),), 1.0 / len(scores))
+    b = torch.softmax(torch.randn(5, generator=torch.Generator().manual_seed(1)), 0)
+    # oracle: POT's log-domain Sinkhorn (same iteration: columns, then rows, from zero potentials)
+    # in float64 on the same float32 scores
+    reference = ot.bregman.sinkhorn_log(a.double().numpy(), b.double().numpy(), -scores.double().numpy(), 0.05,
+                                        numItermax=10, stopThr=0.0, warn=False)
+    expected = torch.from_numpy(reference.argmax(1))
+    labels = hard_assignment(sinkhorn_log(scores, a, b, 0.05, 10))
+    assert int((labels != expected).sum()) == 0
+    assert int((_unshifted_float32_labels(scores, a, b) != expected).sum()) > 0
+
+
+def test_tolerance_runs_to_the_column_marginal() -> None:
+    scores = _vmf_scores(500, 2, 50.0).double()
+    a = torch.full((500,), 1.0 / 500, dtype=torch.float64)
+    b = torch.full((5,), 0.2, dtype=torch.float64)
+    few = sinkhorn_log(scores, a, b, 0.05, 10)
+    assert float(column_marginal_error(few, b)) > 0.1  # 10 iterations are far from converged at κ ≈ 50
+    plan = sinkhorn_log(scores, a, b, 0.05, 100_000, tolerance=1e-6)
+    assert float(column_marginal_error(plan, b)) <= 1e-6
+    expected = ot.bregman.sinkhorn_log(a.numpy(), b.numpy(), -scores.numpy(), 0.05, numItermax=100_000,
+                                       stopThr=1e-10, warn=False)
+    np.testing.assert_allclose(plan.numpy(), expected, atol=1e-6, rtol=0)
+    capped = sinkhorn_log(scores, a, b, 0.05, 10, tolerance=1e-6)  # the cap wins
+    torch.testing.assert_close(capped, few)
+    with pytest.raises(ValueError):
+        sinkhorn_log(scores, a, b, 0.05, 10, tolerance=0.0)
+
+
+def test_grouped_assignment_reports_each_groups_column_error() -> None:
+    (s1, _, b1), (s2, _, b2) = _problem(5, rows=6), _problem(6, rows=9)
+    scores, groups = torch.cat([s1, s2]), torch.tensor([4] * 6 + [1] * 9)
+    marginals = torch.zeros(5, 4, dtype=torch.float64)
+    marginals[4], marginals[1] = b1, b2
+    solved = grouped_hard_assignment(scores, groups, marginals, epsilon=0.05, iterations=3)
+    assert solved.groups.tolist() == [1, 4]
+    for index, (s, b) in enumerate(((s2, b2), (s1, b1))):
+        plan = sinkhorn_log(s, torch.full((len(s),), 1.0 / len(s), dtype=torch.float64), b, 0.05, 3)
+        assert float(solved.column_error[index]) == pytest.approx(float((plan.sum(0) - b).abs().sum()))

@@ -283,18 +283,26 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
     return array
 
 
-def _layout(trunk: FrozenTrunk, count: int, key: CacheKey) -> dict[str, ArraySpec]:
-    """The arrays of an entry, known before the trunk pass (so free space is checked first)."""
-    tokens_n, width, storage = trunk.grid[0] * trunk.grid[1], trunk.embed_dim, np.dtype(key.dtype)
+def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: str,
+                 early_tokens: bool) -> dict[str, ArraySpec]:
+    """The arrays of an entry of ``count`` images from a trunk with ``patches`` patch tokens,
+    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench doctor`` sizes)."""
+    storage = np.dtype(dtype)
     layout = {
-        "tokens": ArraySpec((count, tokens_n, width), storage),
-        "block_input": ArraySpec((count, trunk.num_prefix_tokens + tokens_n, width), storage),
-        "attention": ArraySpec((count, tokens_n), np.dtype("float32")),
+        "tokens": ArraySpec((count, patches, width), storage),
+        "block_input": ArraySpec((count, prefix + patches, width), storage),
+        "attention": ArraySpec((count, patches), np.dtype("float32")),
         "labels": ArraySpec((count,), np.dtype("int64")),
     }
-    if key.early_block is not None:
-        layout["early_tokens"] = ArraySpec((count, tokens_n, width), storage)
+    if early_tokens:
+        layout["early_tokens"] = ArraySpec((count, patches, width), storage)
     return layout
+
+
+def _layout(trunk: FrozenTrunk, count: int, key: CacheKey) -> dict[str, ArraySpec]:
+    """The arrays of an entry, known before the trunk pass (so free space is checked first)."""
+    return entry_layout(count, patches=trunk.grid[0] * trunk.grid[1], prefix=trunk.num_prefix_tokens,
+                        width=trunk.embed_dim, dtype=key.dtype, early_tokens=key.early_block is not None)
 
 
 def _trunk_pass(

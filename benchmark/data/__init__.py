@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmark.config import DATASET_NAMES as DATASETS
-from benchmark.data.augment import OfflineAugmentedDataset
+from benchmark.data.augment import AUGMENTATION_SEED, OfflineAugmentedDataset
 from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
 from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images, check_split
@@ -41,6 +41,7 @@ def load_dataset(name: str, root: str | Path, split: str, *, image_size: int = 2
 
 
 __all__ = [
+    "AUGMENTATION_SEED",
     "DATASETS",
     "ImageDataset",
     "OfflineAugmentedDataset",

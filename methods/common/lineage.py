@@ -24,6 +24,7 @@ from methods.base import MethodContext, ParamGroup, SchedulerFactory, Stage, Tok
 PASS_BATCH_SIZE = 128
 
 LatentAndScores = Callable[[TokenBatch], tuple[Tensor, Tensor]]
+EpochFactor = Callable[[int], float]  # epoch index of a stage → learning-rate multiplier
 PooledScores = Callable[[TokenBatch], Tensor]
 
 
@@ -87,23 +88,42 @@ def block_groups(block: nn.Module | None, lr: float, weight_decay: float) -> lis
     return [] if block is None else [ParamGroup("block", block.trainable_parameters(), lr, weight_decay)]
 
 
-def step_lr(step_size: int, gamma: float) -> SchedulerFactory:
+def step_before_epoch(step_size: int, gamma: float) -> EpochFactor:
     """``StepLR(step_size, gamma)`` as the lineage's main.py drives it: ``joint_lr_scheduler.step()``
     is called *before* each joint epoch, so joint epoch k (0-based) trains at
-    ``lr · gamma^⌊(k + 1)/step_size⌋`` and the first decay comes after ``step_size − 1`` epochs.
-    The training loop steps after each epoch, hence the ``k + 1`` here."""
+    ``lr · gamma^⌊(k + 1)/step_size⌋`` and the first decay comes after ``step_size − 1`` epochs."""
+    return lambda k: gamma ** ((k + 1) // step_size)
+
+
+def step_after_epoch(step_size: int, gamma: float) -> EpochFactor:
+    """``StepLR(step_size, gamma)`` stepped *after* each joint epoch (Deformable ProtoPNet's
+    main.py): joint epoch k trains at ``lr · gamma^⌊k/step_size⌋``."""
+    return lambda k: gamma ** (k // step_size)
+
+
+def sampled_schedule(factor: EpochFactor, epochs: int, curve_epochs: int | None = None) -> SchedulerFactory:
+    """The scheduler of a stage of ``epochs`` epochs whose learning-rate factors sample the official
+    ``curve_epochs``-epoch curve ``factor`` (official epoch k → multiplier): epoch k trains at
+    ``factor(⌊(k + ½) · curve_epochs / epochs⌋)``, the official epoch at the centre of its share of
+    the stage. This is how the offline-augmentation variant compresses a 20-epoch schedule to 5
+    (README, "Grids"); ``curve_epochs`` None (or ``epochs``) is the official curve itself. The
+    training loop steps the scheduler after each epoch, so LambdaLR's counter is the epoch index."""
+    curve = epochs if curve_epochs is None else curve_epochs
     return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda k: gamma ** ((k + 1) // step_size))
+        optimizer, lambda k: factor((2 * k + 1) * curve // (2 * epochs)))
 
 
 def warm_joint_stages(warm: list[ParamGroup], joint_extra: list[ParamGroup], *, warm_epochs: int,
-                      joint_epochs: int, lr_step: int, lr_gamma: float) -> list[Stage]:
+                      joint_epochs: int, lr_step: int, lr_gamma: float,
+                      lr_curve_epochs: int | None = None) -> list[Stage]:
     """The two stages of the lineage's main.py: ``warm`` (``warm_only``), then ``joint`` with the
     warm groups plus ``joint_extra`` (the trunk's layers there, the appended block here) and
-    ``step_lr(lr_step, lr_gamma)`` on the joint optimiser."""
+    ``step_before_epoch(lr_step, lr_gamma)`` on the joint optimiser, sampled at ``joint_epochs``
+    points of its ``lr_curve_epochs``-epoch curve (``sampled_schedule``)."""
     return [
         Stage("warm", warm_epochs, list(warm)),
-        Stage("joint", joint_epochs, [*warm, *joint_extra], scheduler=step_lr(lr_step, lr_gamma)),
+        Stage("joint", joint_epochs, [*warm, *joint_extra],
+              scheduler=sampled_schedule(step_before_epoch(lr_step, lr_gamma), joint_epochs, lr_curve_epochs)),
     ]
 
 
@@ -227,8 +247,9 @@ def push_prototypes(data: TrainData, latent_and_scores: LatentAndScores, prototy
 
 # ---- the last-layer-only phase (methods.md: convex on fixed pooled similarities) --------------
 def pooled_features(data: TrainData, pooled: PooledScores, batch_size: int = PASS_BATCH_SIZE) -> tuple[Tensor, Tensor]:
-    """The B×P pooled scores the last layer reads, over the whole un-augmented training split,
-    and the labels. The trunk (and, in this phase, the head) is frozen, so they are fixed."""
+    """The B×P pooled scores the last layer reads, over all of ``data`` (the images the training
+    epochs read: main.py's last-layer epochs iterate ``train_loader``), and the labels. The trunk
+    (and, in this phase, the head) is frozen, so they are fixed."""
     features, labels = [], []
     with torch.no_grad():
         for batch in data.batches(batch_size):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +33,8 @@ from methods.common.lineage import (
     make_add_on,
     make_block,
     make_last_layer,
+    sampled_schedule,
+    step_after_epoch,
     own_class_mask,
     push_prototypes,
 )
@@ -88,6 +89,7 @@ class DeformableProtoPNet(PrototypeMethod):
         add_on_weight_decay: float = 1e-3,
         joint_lr_step: int = 5,
         joint_lr_gamma: float = 0.2,
+        joint_lr_curve_epochs: int | None = None,
         offset_channels: int = 128,
         offset_init_std: float = 2e-5,
         block_lr: float = 1e-4,
@@ -112,7 +114,10 @@ class DeformableProtoPNet(PrototypeMethod):
         self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.prototype_lr, self.offset_lr = add_on_lr, prototype_lr, offset_lr
         self.add_on_weight_decay = add_on_weight_decay
+        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
+            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
         self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
+        self.joint_lr_curve_epochs = joint_lr_curve_epochs
         self.offset_init_std = offset_init_std
         self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "orth": orth_weight}
@@ -188,15 +193,17 @@ class DeformableProtoPNet(PrototypeMethod):
     def stages(self) -> list[Stage]:
         """main.py: warm = add-on (wd 1e-3) + prototypes; joint = the same + offsets (+ the block at
         ``block_lr``, wd 1e-3, in place of the trunk's features), StepLR stepped after each joint
-        epoch (main.py calls ``joint_lr_scheduler.step()`` after ``tnt.train``)."""
+        epoch (main.py calls ``joint_lr_scheduler.step()`` after ``tnt.train``), sampled at
+        ``joint_epochs`` points of its ``joint_lr_curve_epochs``-epoch curve when compressed."""
         warm = [ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
                 ParamGroup("prototypes", [self.prototypes], self.prototype_lr)]
         joint = [*warm, ParamGroup("offsets", list(self.offset_net.parameters()), self.offset_lr),
                  *block_groups(self.block, self.block_lr, self.block_weight_decay)]
         return [
             Stage("warm", self.warm_epochs, warm),
-            Stage("joint", self.joint_epochs, joint, scheduler=partial(
-                torch.optim.lr_scheduler.StepLR, step_size=self.joint_lr_step, gamma=self.joint_lr_gamma)),
+            Stage("joint", self.joint_epochs, joint, scheduler=sampled_schedule(
+                step_after_epoch(self.joint_lr_step, self.joint_lr_gamma), self.joint_epochs,
+                self.joint_lr_curve_epochs)),
         ]
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:

@@ -72,61 +72,70 @@ def diversity(means: Tensor) -> Tensor:
 
 @dataclass
 class EMState:
-    """Means, priors and the Adam moments of the means, for K classes (all ``K×…``). ``steps``
-    counts each class's Adam steps (bias correction), so classes step independently."""
+    """Means and priors of all C classes and the state of the one Adam optimiser over all C×J
+    means (model.py ``prototype_optimizer = Adam([prototype_means])``): its moments and its step
+    count, shared by every class."""
 
-    means: Tensor  # K×J×d
-    priors: Tensor  # K×J
-    exp_avg: Tensor  # K×J×d
-    exp_avg_sq: Tensor  # K×J×d
-    steps: Tensor  # K (long)
+    means: Tensor  # C×J×d
+    priors: Tensor  # C×J
+    exp_avg: Tensor  # C×J×d
+    exp_avg_sq: Tensor  # C×J×d
+    steps: Tensor  # scalar long: Adam steps taken so far
+
+    def clone(self) -> EMState:
+        return EMState(self.means.clone(), self.priors.clone(), self.exp_avg.clone(), self.exp_avg_sq.clone(),
+                       self.steps.clone())
 
 
-def adam_step(state: EMState, grad: Tensor, lr: float) -> None:
-    """One Adam step on ``state.means`` in place (Kingma & Ba 2015, Alg. 1, written as
-    ``torch.optim.Adam`` with its default betas and eps), with a per-class step count."""
+def adam_step(state: EMState, cls: int, grad: Tensor, lr: float) -> None:
+    """One step of the Adam over all means, in place, whose gradient is ``grad`` (J×d) on class
+    ``cls`` and zero elsewhere (Kingma & Ba 2015, Alg. 1, written as ``torch.optim.Adam`` with its
+    default betas and eps). Every class moves: a zero gradient still decays the moments, and the
+    step ``lr·m̂/(√v̂ + eps)`` of a class with non-zero moments is not zero (official behaviour:
+    the loss indexes one class of the full parameter, so the others get zero gradients)."""
     beta1, beta2 = ADAM_BETAS
     state.steps += 1
-    state.exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-    state.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-    steps = state.steps.to(grad.dtype).view(-1, 1, 1)
+    state.exp_avg.mul_(beta1)[cls].add_(grad, alpha=1.0 - beta1)
+    state.exp_avg_sq.mul_(beta2)[cls].addcmul_(grad, grad, value=1.0 - beta2)
+    steps = state.steps.to(grad.dtype)
     bias1, bias2 = 1.0 - beta1 ** steps, 1.0 - beta2 ** steps
     denom = state.exp_avg_sq.sqrt() / bias2.sqrt() + ADAM_EPS
     state.means.sub_(lr * state.exp_avg / (bias1 * denom))
 
 
 @float32_island
-def em_update(features: Tensor, state: EMState, *, loops: int, alpha: float, lr: float,
+def em_update(bank: Tensor, state: EMState, classes: Tensor, *, loops: int, alpha: float, lr: float,
               diversity_weight: float, prior_momentum: float) -> EMState:
-    """MGProto's EM on the memory bank ``features`` (K×M×d), model.py ``update_GMM``; each of
-    ``loops`` iterations does:
+    """MGProto's EM (model.py ``update_GMM``) for ``classes`` (ascending, the classes of the
+    batch), each on its memory bank ``bank[c]`` (``bank``: C×M×d): class after class, ``loops``
+    iterations each of
 
     * E-step: ``r_mj ∝ π_j N(x_m | μ_j)`` with the current means (detached), then additive
       smoothing ``r ← (r + α) / Σ_j (r + α)`` (``_m_step``'s "prevent assigning to a single
       Gaussian");
     * ``π_new = mean_m r_m``;
-    * one Adam step on μ for ``−mean_m Σ_j r_mj (log N(x_m | μ_j) + log π_j)
-      + λ · mean_{i≠j} exp(−‖μ_i − μ_j‖²)`` (``_m_step_diversified``);
-    * ``π ← γ π + (1 − γ) π_new`` (``momentum_update`` with ``tau = 0.99``).
+    * one step of the Adam over all means (:func:`adam_step`) for ``−mean_m Σ_j r_mj (log N(x_m | μ_j)
+      + log π_j) + λ · mean_{i≠j} exp(−‖μ_i − μ_j‖²)`` of class c (``_m_step_diversified``);
+    * ``π_c ← γ π_c + (1 − γ) π_new`` (``momentum_update`` with ``tau = 0.99``).
 
     Returns a new state (the input tensors are not modified); runs with gradients enabled
     whatever the caller's grad mode (the training loop calls hooks under ``no_grad``).
     """
-    state = EMState(state.means.clone(), state.priors.clone(), state.exp_avg.clone(),
-                    state.exp_avg_sq.clone(), state.steps.clone())
-    features = features.detach()
+    state = state.clone()
+    bank = bank.detach()
     components = state.means.shape[-2]
-    for _ in range(loops):
-        log_prior = torch.log(state.priors + PRIOR_EPS).unsqueeze(-2)  # K×1×J
-        with torch.no_grad():
-            resp = torch.softmax(log_density(features, state.means) + log_prior, dim=-1)
-            resp = (resp + alpha) / (1.0 + components * alpha)
-        new_priors = resp.mean(-2)
-        with torch.enable_grad():
-            means = state.means.detach().requires_grad_(True)
-            nll = -(resp * (log_density(features, means) + log_prior)).sum(-1).mean(-1)
-            loss = (nll + diversity_weight * diversity(means)).sum()  # classes are independent
-            (grad,) = torch.autograd.grad(loss, means)
-        adam_step(state, grad, lr)
-        state.priors = prior_momentum * state.priors + (1.0 - prior_momentum) * new_priors
+    for cls in classes.tolist():
+        features = bank[cls]
+        for _ in range(loops):
+            log_prior = torch.log(state.priors[cls] + PRIOR_EPS)  # J
+            with torch.no_grad():
+                resp = torch.softmax(log_density(features, state.means[cls]) + log_prior, dim=-1)
+                resp = (resp + alpha) / (1.0 + components * alpha)
+            new_priors = resp.mean(0)
+            with torch.enable_grad():
+                means = state.means[cls].detach().requires_grad_(True)
+                nll = -(resp * (log_density(features, means) + log_prior)).sum(-1).mean()
+                (grad,) = torch.autograd.grad(nll + diversity_weight * diversity(means), means)
+            adam_step(state, cls, grad, lr)
+            state.priors[cls] = prior_momentum * state.priors[cls] + (1.0 - prior_momentum) * new_priors
     return state

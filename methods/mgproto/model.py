@@ -6,26 +6,38 @@ Add-on ``Linear(D→64) → Linear(64→64)`` then L2 normalisation (``add_on_la
 logits ``log Σ_j π_cj max_grid N(z | μ_cj)`` with means and priors detached (they are buffers,
 changed only by EM and push); ``L = CE + 0.2 L_mine`` (mining from ``mine_start_epoch``). After
 every step the top-1 features of the ground-truth prototypes enter a per-class FIFO memory bank;
-from ``em_start_epoch``, once every class's bank is full, the classes of the batch run EM on
-their banks. Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based
-pruning to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The
-Proxy-Anchor auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen
-trunk it cannot reach the prototypes (methods.md **Decision**).
+in every epoch from ``em_start_epoch`` whose start finds every class's bank full (main.py decides
+``update_GMM`` once per epoch), the classes of the batch run EM on their banks after each step.
+Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based pruning
+to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The Proxy-Anchor
+auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen trunk it cannot
+reach the prototypes (methods.md **Decision**).
 
 The 120-epoch official schedule is compressed to 20 epochs (methods.md **Decision**): every
 official epoch milestone e is mapped to ⌈e·20/120⌉ — EM from 35 → 6, mining from 40 → 7, pushes
 at 100, 110 → 17, 19, and the joint optimiser's ×0.4 learning-rate steps at 30, 45, 60, 75, 90
 (main.py) → 5, 8, 10, 13, 15. All epochs are 0-based global indices.
+
+Two quantities scale with the setting so that the compressed schedule does what the official one
+does. The memory bank holds ⌈800·20/120⌉ = 134 features per class: in the official run the banks
+(800) fill within the first few of 120 epochs, long before EM starts at 35; a bank fills at the
+same rate per epoch here, so at 800 it would still be filling when the compressed EM is due
+(epoch 6). At 134, a class with n training images is full after ⌈134/n⌉ epochs even when each
+image adds only one feature (5 epochs for CUB's 29–30 images per class), and the bank spans the
+same fraction of the schedule as 800 of 120 epochs. The mining depth is T = round(20·N/49): the
+official T = 20 ranked positions of ResNet-34's 7×7 grid, the same share of an N-patch token grid.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
     head_reads,
     PASS_BATCH_SIZE,
@@ -51,6 +63,17 @@ from methods.mgproto.push import unique_image_choice
 from methods.registry import register_method
 
 NAME = "mgproto"
+#: the official schedule (settings.py: 120 epochs; main.py: ``-mem_sz 800``, ``-mine_level 20``)
+#: and the grid the official mining depth is set for (ResNet-34 at 224 px: 7×7)
+OFFICIAL_EPOCHS, OFFICIAL_MEMORY_CAPACITY, OFFICIAL_MINE_LEVELS, OFFICIAL_GRID_POSITIONS = 120, 800, 20, 49
+COMPRESSED_EPOCHS = 20
+#: bank capacity of the compressed schedule, ⌈800·20/120⌉ = 134 (module docstring)
+MEMORY_CAPACITY = math.ceil(OFFICIAL_MEMORY_CAPACITY * COMPRESSED_EPOCHS / OFFICIAL_EPOCHS)
+
+
+def scaled_mine_levels(grid_positions: int) -> int:
+    """Mining depth T on an N-position grid: the official 20 of 49 positions, round(20·N/49), at least 2."""
+    return max(2, round(OFFICIAL_MINE_LEVELS * grid_positions / OFFICIAL_GRID_POSITIONS))
 
 
 @register_method(NAME)
@@ -62,7 +85,8 @@ class MGProto(PrototypeMethod):
     and ``lr_block`` / ``block_weight_decay`` the Adam groups (the block only when ``expanded``);
     ``lr_milestones`` / ``lr_gamma`` the MultiStepLR of that optimiser; ``lambda_mine`` and
     ``mine_levels`` (T: the ground-truth prototypes' activations ranked 2..T, clamped to the grid
-    size) and ``mine_start_epoch``; ``memory_capacity`` features per class; ``em_start_epoch``,
+    size; ``None``: scaled to the grid, :func:`scaled_mine_levels`) and ``mine_start_epoch``;
+    ``memory_capacity`` features per class (default scaled to the schedule, module docstring); ``em_start_epoch``,
     ``em_loops``, ``em_alpha`` (responsibility smoothing), ``em_lr`` (Adam on the means),
     ``em_diversity`` (weight of the mean pairwise ``exp(−‖μ_i − μ_j‖²)``) and ``prior_momentum``;
     ``push_epochs`` 0-based global epochs after which a push runs; ``prune_top_m`` prototypes kept
@@ -83,9 +107,9 @@ class MGProto(PrototypeMethod):
         lr_milestones: Sequence[int] = (5, 8, 10, 13, 15),
         lr_gamma: float = 0.4,
         lambda_mine: float = 0.2,
-        mine_levels: int = 20,
+        mine_levels: int | None = None,
         mine_start_epoch: int = 7,
-        memory_capacity: int = 800,
+        memory_capacity: int = MEMORY_CAPACITY,
         em_start_epoch: int = 6,
         em_loops: int = 3,
         em_alpha: float = 0.1,
@@ -97,6 +121,8 @@ class MGProto(PrototypeMethod):
         expanded: bool = False,
     ) -> None:
         super().__init__(ctx)
+        if mine_levels is None:
+            mine_levels = scaled_mine_levels(ctx.grid[0] * ctx.grid[1])
         check_count(NAME, minimum=1, epochs=epochs, latent_dim=latent_dim, mine_levels=mine_levels,
                     memory_capacity=memory_capacity, em_loops=em_loops, prune_top_m=prune_top_m)
         check_count(NAME, mine_start_epoch=mine_start_epoch, em_start_epoch=em_start_epoch)
@@ -133,7 +159,13 @@ class MGProto(PrototypeMethod):
         self.register_buffer("priors", torch.full((classes, per_class), 1.0 / per_class))
         self.register_buffer("em_exp_avg", torch.zeros_like(means))
         self.register_buffer("em_exp_avg_sq", torch.zeros_like(means))
-        self.register_buffer("em_steps", torch.zeros(classes, dtype=torch.long))
+        self.register_buffer("em_steps", torch.zeros((), dtype=torch.long))  # one Adam over all means
+        # main.py's per-epoch ``update_GMM`` (decided for epoch ``em_decided_epoch``) and, for the
+        # diagnostics, the first epochs in which EM and mining ran (−1: not yet)
+        self.register_buffer("em_decided_epoch", torch.tensor(-1))
+        self.register_buffer("em_active", torch.tensor(False))
+        self.register_buffer("em_first_epoch", torch.tensor(-1))
+        self.register_buffer("mining_first_epoch", torch.tensor(-1))
         # (training-split image index, grid position) each prototype was last pushed from; −1 before
         self.register_buffer("prototype_source", torch.full((classes, per_class, 2), -1, dtype=torch.long))
         self.memory = ClassMemoryBank(classes, memory_capacity, latent_dim)
@@ -189,12 +221,18 @@ class MGProto(PrototypeMethod):
             ranked = log_dens[rows, :, labels].topk(levels, dim=1).values.transpose(1, 2)  # B×J×T
             mined = mined_logits(top, ranked[..., 1:], labels, self.priors)  # B×(T−1)×C
             terms["mine"] = F.cross_entropy(mined.flatten(0, 1), labels.repeat_interleave(levels - 1))
+            if int(self.mining_first_epoch) < 0:
+                self.mining_first_epoch.fill_(epoch)
         return terms
 
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
         """Enqueue the batch's top-1 ground-truth features (computed in ``loss_terms`` before the
         optimiser step, as model.py's forward; recomputed if this batch had no ``loss_terms``),
-        then EM for the batch's classes once every bank is full."""
+        then EM for the batch's classes if this epoch runs EM: main.py sets ``update_GMM`` at the
+        start of each epoch, from ``em_start_epoch`` on, when every class's bank is full."""
+        if int(self.em_decided_epoch) != epoch:  # the first step of the epoch, before its features enter
+            self.em_decided_epoch.fill_(epoch)
+            self.em_active.fill_(epoch >= self.em_start_epoch and self.memory.full())
         pending, self._pending = self._pending, None
         if pending is not None and pending[0] is batch:
             latent, positions = pending[1], pending[2]
@@ -202,18 +240,20 @@ class MGProto(PrototypeMethod):
             latent = self.latent(batch)
             positions = log_density(latent, self.means[batch.labels]).argmax(dim=1)
         self.memory.push(*unique_top1_features(latent, positions, batch.labels))
-        if epoch >= self.em_start_epoch and self.memory.full():
+        if bool(self.em_active):
             self.expectation_maximisation(batch.labels.unique())
+            if int(self.em_first_epoch) < 0:
+                self.em_first_epoch.fill_(epoch)
 
     def expectation_maximisation(self, classes: Tensor) -> None:
-        """EM on the memory banks of ``classes`` (model.py ``update_GMM``: the classes of the batch)."""
-        state = EMState(self.means[classes], self.priors[classes], self.em_exp_avg[classes],
-                        self.em_exp_avg_sq[classes], self.em_steps[classes])
-        new = em_update(self.memory.features[classes], state, loops=self.em_loops, alpha=self.em_alpha,
+        """EM on the memory banks of ``classes`` (ascending; model.py ``update_GMM``: the classes of
+        the batch), with the one Adam over all means."""
+        state = EMState(self.means, self.priors, self.em_exp_avg, self.em_exp_avg_sq, self.em_steps)
+        new = em_update(self.memory.features, state, classes, loops=self.em_loops, alpha=self.em_alpha,
                         lr=self.em_lr, diversity_weight=self.em_diversity, prior_momentum=self.prior_momentum)
-        self.means[classes], self.priors[classes] = new.means, new.priors
-        self.em_exp_avg[classes], self.em_exp_avg_sq[classes], self.em_steps[classes] = (
-            new.exp_avg, new.exp_avg_sq, new.steps)
+        for buffer, value in ((self.means, new.means), (self.priors, new.priors), (self.em_exp_avg, new.exp_avg),
+                              (self.em_exp_avg_sq, new.exp_avg_sq), (self.em_steps, new.steps)):
+            buffer.copy_(value)
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         if epoch in self.push_epochs:
@@ -247,3 +287,18 @@ class MGProto(PrototypeMethod):
         others' priors (model.py ``prune_prototypes_topM``; priors are not renormalised)."""
         threshold = self.priors.topk(self.prune_top_m, dim=1).values[:, -1:]
         self.priors.mul_((self.priors >= threshold).to(self.priors.dtype))
+
+    # ---- diagnostics ---------------------------------------------------------------------------
+    def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
+        """The first epochs in which EM and mining ran (−1: never), the bank capacity and the mining depth."""
+        return {"em_first_epoch": int(self.em_first_epoch), "mining_first_epoch": int(self.mining_first_epoch),
+                "memory_capacity": self.memory.capacity, "mine_levels": self.mine_levels}
+
+    def diagnostic_ranges(self) -> dict[str, DiagnosticRange]:
+        """EM and mining must start on their scheduled epochs (when the schedule reaches them)."""
+        ranges: dict[str, DiagnosticRange] = {}
+        if self.em_start_epoch < self.epochs:
+            ranges["em_first_epoch"] = (self.em_start_epoch, self.em_start_epoch)
+        if self.mine_start_epoch < self.epochs and self.uses("mine") and self.mine_levels > 1:
+            ranges["mining_first_epoch"] = (self.mine_start_epoch, self.mine_start_epoch)
+        return ranges

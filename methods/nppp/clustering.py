@@ -21,7 +21,7 @@ def balanced_assignments(scores: Tensor, groups: Tensor, *, epsilon: float, iter
     and ``iterations`` as given, then ``argmax_j``. ``scores`` is P×J (each patch against its
     group's prototypes), ``groups`` P. All groups are solved in one zero-padded batch."""
     per_group = scores.new_full((int(groups.max()) + 1, scores.shape[1]), 1.0 / scores.shape[1])
-    return grouped_hard_assignment(scores, groups, per_group, epsilon=epsilon, iterations=iterations)
+    return grouped_hard_assignment(scores, groups, per_group, epsilon=epsilon, iterations=iterations).labels
 
 
 def momentum_sum_update(prototypes: Tensor, tokens: Tensor, groups: Tensor, assignments: Tensor,

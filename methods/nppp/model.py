@@ -13,11 +13,14 @@ fixed; the block (lr 1e-4) and the aggregation weights (lr 1e-6) train on ``CE +
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
+from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
     block_groups,
     check_arg,
@@ -35,6 +38,9 @@ DISCOVERY = "discovery"
 FINETUNE = "finetune"
 #: the k-th PCA of a run draws its test matrix from a generator seeded with seed·stride + k
 PCA_SEED_STRIDE = 1_000_003
+#: expected mean share of foreground patches per image (diagnostics): under 5 % or over 90 % the
+#: rule is not separating an object (e.g. the PCA's sign made the background the foreground)
+FOREGROUND_FRACTION_RANGE: DiagnosticRange = (0.05, 0.9)
 
 
 @register_method(NAME)
@@ -102,6 +108,11 @@ class NPPP(PrototypeMethod):
         self.register_buffer("prototypes", prototypes)  # pnp.py: a buffer, trunc_normal_(std=0.02)
         self.sa_weights = nn.Parameter(torch.full((classes, per_class), float(sa_init)))
         self.register_buffer("pca_draws", torch.zeros((), dtype=torch.long))  # PCAs run so far
+        # per-image foreground shares of the latest epoch that ran the foreground rule (diagnostics)
+        self.register_buffer("foreground_epoch", torch.tensor(-1))
+        self.register_buffer("foreground_sum", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("foreground_min", torch.ones((), dtype=torch.float64))
+        self.register_buffer("foreground_images", torch.zeros((), dtype=torch.long))
 
     # ---- forward pieces ------------------------------------------------------------------------
     def adapted(self, batch: TokenBatch) -> Tensor:
@@ -137,10 +148,12 @@ class NPPP(PrototypeMethod):
         return pca_foreground(raw, attention, threshold=self.fg_threshold, niter=self.pca_niter, sign=self.sign,
                               generator=generator)
 
-    def ot_targets(self, batch: TokenBatch, cosine: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Flattened (P = B·N) normalised frozen tokens, groups (label or C) and OT labels in [0, J)."""
+    def ot_targets(self, batch: TokenBatch, cosine: Tensor, epoch: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Flattened (P = B·N) normalised frozen tokens, groups (label or C) and OT labels in [0, J);
+        the images' foreground shares are recorded for global epoch ``epoch`` (diagnostics)."""
         raw = F.normalize(batch.tokens, dim=-1)
         fg = self.foreground(raw, batch.attention)
+        self._record_foreground(fg, epoch)
         groups = torch.where(fg, batch.labels[:, None], self.num_classes).flatten()
         scores = cosine.detach().flatten(0, 1)  # P×(C+1)×J
         scores = scores[torch.arange(len(groups), device=groups.device), groups]  # P×J, own group
@@ -152,6 +165,18 @@ class NPPP(PrototypeMethod):
                 labels[part] = balanced_assignments(scores[part], groups[part], epsilon=self.ot_epsilon,
                                                     iterations=self.ot_iterations)
         return raw.flatten(0, 1), groups, labels
+
+    @torch.no_grad()
+    def _record_foreground(self, fg: Tensor, epoch: int) -> None:
+        if int(self.foreground_epoch) != epoch:  # a new epoch starts a new tally
+            self.foreground_epoch.fill_(epoch)
+            self.foreground_sum.zero_()
+            self.foreground_min.fill_(1.0)
+            self.foreground_images.zero_()
+        share = fg.to(self.foreground_sum.dtype).mean(dim=-1)  # B
+        self.foreground_sum += share.sum()
+        self.foreground_min.copy_(torch.minimum(self.foreground_min, share.min()))
+        self.foreground_images += share.numel()
 
     # ---- training ----------------------------------------------------------------------------
     def stages(self) -> list[Stage]:
@@ -165,7 +190,7 @@ class NPPP(PrototypeMethod):
         cosine = self.cosine(batch)
         terms = {"ce": F.cross_entropy(self._logits_from_cosine(cosine), batch.labels)}
         if self.uses("ppd"):
-            _, groups, labels = self.ot_targets(batch, cosine)
+            _, groups, labels = self.ot_targets(batch, cosine, epoch)
             terms["ppd"] = ppd_loss(cosine.flatten(0, 1).flatten(1), groups * self.prototypes_per_class + labels,
                                     temperature=self.ppd_temperature, background_weight=self.background_weight,
                                     prototypes_per_class=self.prototypes_per_class)
@@ -175,5 +200,20 @@ class NPPP(PrototypeMethod):
         """Stage 1: momentum update of the prototypes with the sums of their assigned frozen tokens."""
         if stage.name != DISCOVERY:
             return
-        raw, groups, labels = self.ot_targets(batch, self.cosine(batch))
+        raw, groups, labels = self.ot_targets(batch, self.cosine(batch), epoch)
         self.prototypes.copy_(momentum_sum_update(self.prototypes, raw, groups, labels, self.momentum))
+
+    # ---- diagnostics ---------------------------------------------------------------------------
+    def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
+        """``foreground_fraction``: mean and min over the training images of the latest epoch that
+        ran the foreground rule of the share of their patches it called foreground, with that
+        epoch (the rule is batch-level and draws from the run's generator, so it is recorded
+        during training rather than recomputed)."""
+        images = int(self.foreground_images)
+        return {"foreground_fraction": {
+            "mean": float(self.foreground_sum) / images, "min": float(self.foreground_min),
+            "epoch": int(self.foreground_epoch), "images": images,
+        } if images else None}
+
+    def diagnostic_ranges(self) -> dict[str, DiagnosticRange]:
+        return {"foreground_fraction.mean": FOREGROUND_FRACTION_RANGE}

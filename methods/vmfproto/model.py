@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -9,7 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.errors import ProtobenchError
-from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
+from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
 from methods.registry import register_method
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
@@ -18,6 +20,12 @@ from methods.vmfproto.vmf import log_vmf_normaliser
 
 MU_INITS: tuple[str, ...] = ("patches", "random")
 LOGIT_EPS = 1e-6  # ε of Eq. (class_logit); the paper gives no value (≥ 1 patch is foreground anyway)
+#: expected ranges of the diagnostics (``diagnostic_ranges``): a gate keeping under 5 % or over 90 %
+#: of an image on average is not separating an object; the OT plan's column shares should be within
+#: 0.1 (L1 over the J columns) of π; κ should stay in the range where log C_D is validated (vmf.py)
+FOREGROUND_FRACTION_RANGE: DiagnosticRange = (0.05, 0.9)
+OT_MARGINAL_ERROR_RANGE: DiagnosticRange = (0.0, 0.1)
+KAPPA_RANGE: DiagnosticRange = (1e-4, 1e5)
 
 
 def _fail(argument: str, value: Any, requirement: str) -> ProtobenchError:
@@ -44,7 +52,10 @@ class VMFProto(PrototypeMethod):
     ``lambda_logdet=0`` drop a loss term; ``stage2_prototypes=False`` keeps μ, κ, π as stage 1
     left them; ``fixed_kappa`` fixes every κ (``kappa_init`` is then unused); ``gating`` picks
     the foreground variant; ``mu_init`` = ``"patches"`` (random foreground patches of the class
-    the first time it is seen in stage 1) or ``"random"`` (random unit vectors).
+    the first time it is seen in stage 1) or ``"random"`` (random unit vectors). The Sinkhorn
+    runs ``ot_iterations`` iterations (the paper's 10) or, with ``ot_tolerance`` set, until the
+    L1 error of every class's column marginal is at most ``ot_tolerance`` (at most
+    ``ot_max_iterations`` iterations).
     """
 
     reads = frozenset({"tokens", "block_input", "attention"})
@@ -58,6 +69,8 @@ class VMFProto(PrototypeMethod):
         gamma: float = 0.99,
         ot_epsilon: float = 0.05,
         ot_iterations: int = 10,
+        ot_tolerance: float | None = None,
+        ot_max_iterations: int = 1000,
         lambda_ppd: float = 0.8,
         lambda_logdet: float = 1.0,
         logdet_delta: float = 1e-4,
@@ -91,7 +104,10 @@ class VMFProto(PrototypeMethod):
             _check_positive(name, value)
         if fixed_kappa is not None:
             _check_positive("fixed_kappa", fixed_kappa)
+        if ot_tolerance is not None:
+            _check_positive("ot_tolerance", ot_tolerance)
         _check_count("ot_iterations", ot_iterations, 1)
+        _check_count("ot_max_iterations", ot_max_iterations, 1)
         _check_count("discovery_epochs", discovery_epochs, 0)
         _check_count("end_to_end_epochs", end_to_end_epochs, 0)
         if discovery_epochs + end_to_end_epochs == 0:
@@ -107,6 +123,8 @@ class VMFProto(PrototypeMethod):
         self.gamma = float(gamma)
         self.ot_epsilon = float(ot_epsilon)
         self.ot_iterations = ot_iterations
+        self.ot_tolerance = None if ot_tolerance is None else float(ot_tolerance)
+        self.ot_max_iterations = ot_max_iterations
         self.logdet_delta = float(logdet_delta)
         self.mu_init = mu_init
         self.fixed_kappa = fixed_kappa
@@ -125,7 +143,11 @@ class VMFProto(PrototypeMethod):
         self.rho = nn.Parameter(torch.full((c, j), math.log(kappa0)))  # κ = exp ρ
         self.alpha = nn.Parameter(torch.zeros(c, j))  # π = softmax α, uniform at α = 0
         self.register_buffer("seen", torch.zeros(c, dtype=torch.bool))  # classes whose μ were initialised
-        self.register_buffer("fallback_images", torch.zeros((), dtype=torch.long))
+        # column-marginal error of the OT plans of the latest epoch that ran OT (diagnostics)
+        self.register_buffer("ot_error_epoch", torch.tensor(-1))
+        self.register_buffer("ot_error_sum", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("ot_error_max", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("ot_problems", torch.zeros((), dtype=torch.long))
 
     # ---- state --------------------------------------------------------------------------
     def get_extra_state(self) -> dict[str, Tensor]:
@@ -133,11 +155,6 @@ class VMFProto(PrototypeMethod):
 
     def set_extra_state(self, state: dict[str, Tensor]) -> None:
         self._generator.set_state(state["generator"].cpu())
-
-    @property
-    def gating_fallbacks(self) -> int:
-        """Images gated so far (training and evaluation) that had no foreground patch."""
-        return int(self.fallback_images.item())
 
     # ---- mixture parameters --------------------------------------------------------------
     @property
@@ -160,11 +177,9 @@ class VMFProto(PrototypeMethod):
         return F.normalize(self.block(batch.block_input), dim=-1)
 
     def foreground(self, batch: TokenBatch) -> Tensor:
-        """B×N bool gate from the frozen view (gating.py); counts the fallback images."""
+        """B×N bool gate from the frozen view (gating.py)."""
         with torch.no_grad():
-            mask, fallback = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
-            self.fallback_images += fallback.sum()
-        return mask
+            return foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)[0]
 
     # ---- scores ----------------------------------------------------------------------------
     def component_scores(self, tokens: Tensor) -> Tensor:
@@ -206,24 +221,41 @@ class VMFProto(PrototypeMethod):
         return scores.transpose(1, 2).reshape(scores.shape[0], scores.shape[2], height, width)
 
     # ---- optimal transport -----------------------------------------------------------------
-    def ot_labels(self, scores: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
+    def ot_labels(self, scores: Tensor, mask: Tensor, labels: Tensor, epoch: int) -> Tensor:
         """Hard OT label of every patch (Eqs. entropic_ot, ot_harden), B×N long (meaningful on
         foreground patches). Per class c present: the M×J scores of the foreground patches of
-        its images, rows 1/M, columns π_c, solved for all classes in one padded batch."""
+        its images, rows 1/M, columns π_c, solved for all classes in one padded batch. The
+        plans' column-marginal errors are recorded for global epoch ``epoch`` (diagnostics)."""
         batch_size, num_patches, _ = scores.shape
         foreground = mask.flatten()
         patch_class = labels.repeat_interleave(num_patches)[foreground]
         assigned = torch.zeros(batch_size * num_patches, dtype=torch.long, device=scores.device)
-        assigned[foreground] = grouped_hard_assignment(
+        iterations = self.ot_iterations if self.ot_tolerance is None else self.ot_max_iterations
+        solved = grouped_hard_assignment(
             scores.detach().flatten(0, 1)[foreground], patch_class, self.log_pi.detach().exp(),  # columns π_c
-            epsilon=self.ot_epsilon, iterations=self.ot_iterations)
+            epsilon=self.ot_epsilon, iterations=iterations, tolerance=self.ot_tolerance)
+        assigned[foreground] = solved.labels
+        self._record_ot_error(solved.column_error.detach(), epoch)
         return assigned.view(batch_size, num_patches)
 
-    def ppd_loss(self, scores: Tensor, mask: Tensor, labels: Tensor) -> Tensor:
+    @torch.no_grad()
+    def _record_ot_error(self, errors: Tensor, epoch: int) -> None:
+        """Accumulate the per-class plan errors of one step; a new epoch starts a new tally."""
+        if int(self.ot_error_epoch) != epoch:
+            self.ot_error_epoch.fill_(epoch)
+            self.ot_error_sum.zero_()
+            self.ot_error_max.zero_()
+            self.ot_problems.zero_()
+        errors = errors.to(self.ot_error_sum.dtype)
+        self.ot_error_sum += errors.sum()
+        self.ot_error_max.copy_(torch.maximum(self.ot_error_max, errors.max()))
+        self.ot_problems += errors.numel()
+
+    def ppd_loss(self, scores: Tensor, mask: Tensor, labels: Tensor, epoch: int) -> Tensor:
         """``L_ppd`` (Eqs. posterior_k, distill_loss): CE between ``softmax_j s_{i,c,j}`` and the
         hard OT label over the foreground patches of class c, averaged per class, then over the
         classes in the batch. ``scores``: B×N×J of each image's own class."""
-        targets = self.ot_labels(scores, mask, labels)
+        targets = self.ot_labels(scores, mask, labels, epoch)
         nll = -torch.log_softmax(scores, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         per_class = torch.zeros(self.num_classes, dtype=torch.long, device=scores.device)
         per_class.index_add_(0, labels, mask.sum(-1))  # M_c (integer sums: deterministic)
@@ -254,7 +286,7 @@ class VMFProto(PrototypeMethod):
         terms = {"ce": F.cross_entropy(self._logits_from_scores(scores, mask), batch.labels)}
         if self.uses("ppd"):
             index = batch.labels.view(-1, 1, 1, 1).expand(-1, scores.shape[1], 1, scores.shape[3])
-            terms["ppd"] = self.ppd_loss(scores.gather(2, index).squeeze(2), mask, batch.labels)
+            terms["ppd"] = self.ppd_loss(scores.gather(2, index).squeeze(2), mask, batch.labels, epoch)
         if self.uses("logdet"):
             terms["logdet"] = logdet_loss(self.mu, self.kappa, self.logdet_delta)
         return terms
@@ -265,18 +297,18 @@ class VMFProto(PrototypeMethod):
             if self.stage2_prototypes:
                 self.mu.copy_(F.normalize(self.mu, dim=-1))  # μ renormalised after each step
             return
-        self.discover(batch)
+        self.discover(batch, epoch)
 
     # ---- stage 1 ----------------------------------------------------------------------------------
     @torch.no_grad()
-    def discover(self, batch: TokenBatch) -> None:
+    def discover(self, batch: TokenBatch, epoch: int) -> None:
         """One stage-1 step: initialise unseen classes (``mu_init="patches"``), OT-assign the
         foreground patches of each class present, and apply Eq. (mu_momentum) to every
         prototype that received a patch."""
         tokens, mask, labels = self.trainable_tokens(batch), self.foreground(batch), batch.labels
         if self.mu_init == "patches":
             self._init_from_patches(tokens, mask, labels)
-        targets = self.ot_labels(self.class_scores(tokens, labels), mask, labels)
+        targets = self.ot_labels(self.class_scores(tokens, labels), mask, labels, epoch)
         mu = self.prototype_means()
         # Σ_i z_icj t_i as two matmuls (deterministic on GPU, unlike scatter-adds): per image, then per class
         z = F.one_hot(targets, self.prototypes_per_class).to(tokens.dtype) * mask.unsqueeze(-1)  # B×N×J
@@ -302,3 +334,46 @@ class VMFProto(PrototypeMethod):
         pick = torch.arange(self.prototypes_per_class, device=tokens.device) % eligible.sum(-1, keepdim=True)
         self.mu[new] = tokens.flatten(0, 1)[order.gather(-1, pick)]
         self.seen[new] = True
+
+    # ---- diagnostics ---------------------------------------------------------------------------
+    def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
+        """Per split, the images whose gate had no foreground patch (``gating_fallback_images``,
+        each image once) and the fraction of patches the gate keeps per image
+        (``foreground_fraction``: mean, min), recomputed from the frozen tokens (the gate is a
+        pure function of them); ``ot_marginal_error``: mean and max over the class problems
+        solved in the latest epoch that ran OT of ``‖Qᵀ1 − π_c‖₁`` (0 when the plan meets its
+        column marginal), with that epoch; ``kappa``: min, median, max of the final κ."""
+        fallback, fraction = {}, {}
+        for split, data in splits.items():
+            fallbacks, shares = 0, []
+            for batch in data.batches(PASS_BATCH_SIZE):
+                mask, fell_back = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+                fallbacks += int(fell_back.sum())
+                shares.append(mask.float().mean(-1).cpu())
+            fallback[split] = fallbacks
+            share = torch.cat(shares) if shares else torch.zeros(0)
+            fraction[split] = {"mean": float(share.mean()), "min": float(share.min())} if len(share) else None
+        solved = int(self.ot_problems)
+        kappa = self.kappa.detach().flatten().double().cpu()
+        return {
+            "gating_fallback_images": fallback,
+            "foreground_fraction": fraction,
+            "ot_marginal_error": {
+                "mean": float(self.ot_error_sum) / solved, "max": float(self.ot_error_max),
+                "epoch": int(self.ot_error_epoch), "problems": solved,
+                "iterations": self.ot_iterations if self.ot_tolerance is None else None,
+                "tolerance": self.ot_tolerance,
+            } if solved else None,
+            # the lower median of the C·J values (torch.median), so it is one of the κ
+            "kappa": {"min": float(kappa.min()), "median": float(kappa.median()), "max": float(kappa.max())},
+        }
+
+    def diagnostic_ranges(self) -> dict[str, DiagnosticRange]:
+        ranges: dict[str, DiagnosticRange] = {
+            "ot_marginal_error.mean": OT_MARGINAL_ERROR_RANGE,
+            "kappa.min": KAPPA_RANGE, "kappa.max": KAPPA_RANGE,
+        }
+        for split in ("train", "test"):
+            ranges[f"gating_fallback_images.{split}"] = (0, 0)  # min-max keeps the top patch unless the map is constant
+            ranges[f"foreground_fraction.{split}.mean"] = FOREGROUND_FRACTION_RANGE
+        return ranges
