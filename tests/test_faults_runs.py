@@ -59,7 +59,6 @@ VMF_ARGS = "{ discovery_epochs = 1, end_to_end_epochs = 2 }"
 DRIVER = r"""
 import os, signal, sys
 import torch
-from support import scaled
 torch.set_num_threads(1)
 import benchmark.runner, benchmark.training
 from benchmark.cli import main
