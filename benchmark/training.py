@@ -2,8 +2,9 @@
 every ``checkpoint_every`` epochs and at the end of each stage), resumes from the last
 checkpoint, fails loudly on a non-finite loss.
 
-The loop never waits for the device within an epoch: batches are read ahead on a thread
-(benchmark/cache/prefetch.py), loss terms stay on the device and are read once at the end of
+The loop never waits for the device within an epoch: towards CUDA batches are read ahead on a
+thread (benchmark/cache/prefetch.py; on a CPU the thread would compete with the compute for the
+same cores, measured 1.35× slower, so there they are read in step), loss terms stay on the device and are read once at the end of
 the epoch, which is where a non-finite term is reported, naming its first step. The steps after
 that one have updated the weights with non-finite gradients, so the epoch is discarded: it is
 not checkpointed, and the checkpoint of the previous epoch is intact to resume from (lower the
@@ -250,18 +251,26 @@ class StepLosses:
         return means
 
 
+def prefetch_depth(device: torch.device) -> int:
+    """Batches read ahead by default: two towards CUDA (the copies overlap the GPU's work), none
+    on a CPU (a reading thread competes with the compute for the cores: tests/measure_fast_path.py)."""
+    return DEFAULT_DEPTH if device.type == "cuda" else 0
+
+
 def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimizer: torch.optim.Optimizer | None,
               order: torch.Tensor, *, batch_size: int, device: torch.device, epoch: int,
-              task: Task = NO_TASK, precision: str = "fp32", prefetch: int = DEFAULT_DEPTH) -> dict[str, float]:
+              task: Task = NO_TASK, precision: str = "fp32", prefetch: int | None = None) -> dict[str, float]:
     """One pass over ``order``: loss, backward and step per batch (when the stage trains), then the
     method's ``after_step`` hook. Returns the epoch mean of each loss term. Batches hold only the
-    arrays the method reads and are read ``prefetch`` batches ahead (0: synchronously); the forward
+    arrays the method reads and are read ``prefetch`` batches ahead (0: synchronously; None: two
+    towards CUDA, none on a CPU: :func:`prefetch_depth`); the forward
     passes run under the run's ``precision`` (autocast for bf16)."""
     method.train()
     num_batches = math.ceil(len(order) / batch_size)
     losses = StepLosses(method, stage, epoch, num_batches)
     chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-    batches = Prefetcher(lambda rows: source.batch(rows, device, reads=method.reads), chunks, depth=prefetch)
+    batches = Prefetcher(lambda rows: source.batch(rows, device, reads=method.reads), chunks,
+                         depth=prefetch_depth(device) if prefetch is None else prefetch)
     try:
         for batch in batches:
             if optimizer is not None:
@@ -376,7 +385,7 @@ def train(
     allow_code_change: bool = False,
     precision: str = "fp32",
     checkpoint_every: int = 1,
-    prefetch: int = DEFAULT_DEPTH,
+    prefetch: int | None = None,
     on_epoch_end: Callable[[EpochRecord], None] | None = None,
     clean_source: TokenSource | None = None,
 ) -> TrainingReport:
@@ -385,7 +394,7 @@ def train(
     ``stop_after_epoch`` ends training after that global epoch (tests, preemption); the
     checkpoint is written after every ``checkpoint_every``-th global epoch and the last epoch of
     each stage. ``precision``: autocast of steps and hooks (methods/common/precision.py);
-    ``prefetch``: batches read ahead (0: synchronously).
+    ``prefetch``: batches read ahead (0: synchronously; None: :func:`prefetch_depth`).
     ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed.
     ``clean_source``: the un-augmented split the method's hooks read when ``source`` holds
     offline-augmented copies (ProtoPNet main.py pushes on ``train_push_loader``); None when

@@ -24,7 +24,7 @@ from benchmark.config import RunSpec, build_run_spec
 from benchmark.errors import ProtobenchError
 from benchmark.evaluation import predict
 from benchmark.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, load_checkpoint,
-                                train)
+                                prefetch_depth, train)
 from example_adapter import CosinePrototypes
 from methods.base import TOKEN_FIELDS
 from methods.common.precision import autocast, float32_island, matmul_precision
@@ -215,6 +215,7 @@ def test_training_with_and_without_prefetch_is_identical() -> None:
         method = vmf(source)
         train(method, source, seed=1, batch_size=8, device=CPU, checkpoint_path=None, log=quiet, prefetch=depth)
         runs.append(method.state_dict())
+    assert prefetch_depth(CPU) == 0 and prefetch_depth(torch.device("cuda")) == 2  # the default: ahead on CUDA only
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0] if isinstance(runs[0][k], torch.Tensor))
 
 
