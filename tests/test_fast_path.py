@@ -386,3 +386,13 @@ def test_deterministic_algorithms_is_scoped_to_the_run(monkeypatch) -> None:
         assert torch.are_deterministic_algorithms_enabled()
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_cache_builds_use_the_cpus_slurm_gave_the_job(monkeypatch) -> None:
+    from benchmark.runner import cache_build_workers
+
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert cache_build_workers(build_run_spec(BASE, where="t")) == 0
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    assert cache_build_workers(build_run_spec(BASE, where="t")) == 6
+    assert cache_build_workers(build_run_spec({**BASE, "num_workers": 3}, where="t")) == 3
