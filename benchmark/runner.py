@@ -136,6 +136,16 @@ class Prepared:
         return clean, noisy
 
 
+def check_deterministic(spec: RunSpec, method: PrototypeMethod, device: torch.device) -> None:
+    """``deterministic = true`` on CUDA is refused before compute for a method using an op
+    without a deterministic CUDA kernel (torch would raise mid-training)."""
+    if spec.deterministic and device.type == "cuda" and method.cuda_ops_without_deterministic_kernel:
+        raise ProtobenchError(
+            f"run {spec.label}: deterministic = true cannot hold on CUDA for {spec.method!r}: "
+            f"{', '.join(method.cuda_ops_without_deterministic_kernel)} has no deterministic kernel; "
+            "set deterministic = false (README, 'GPU: precision, speed, determinism')")
+
+
 def prepare(spec: RunSpec) -> Prepared:
     """Load data annotations, trunk and method: every user error surfaces here."""
     device = resolve_device(spec.device)
@@ -145,11 +155,7 @@ def prepare(spec: RunSpec) -> Prepared:
     trunk = load_trunk(spec).to(device)
     torch.manual_seed(spec.seed)
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
-    if spec.deterministic and device.type == "cuda" and method.cuda_ops_without_deterministic_kernel:
-        raise ProtobenchError(
-            f"run {spec.label}: deterministic = true cannot hold on CUDA for {spec.method!r}: "
-            f"{', '.join(method.cuda_ops_without_deterministic_kernel)} has no deterministic kernel; "
-            "set deterministic = false (README, 'GPU: precision, speed, determinism')")
+    check_deterministic(spec, method, device)
     return Prepared(spec, device, trunk, train_set, test_set, method)
 
 

@@ -396,3 +396,15 @@ def test_cache_builds_use_the_cpus_slurm_gave_the_job(monkeypatch) -> None:
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
     assert cache_build_workers(build_run_spec(BASE, where="t")) == 6
     assert cache_build_workers(build_run_spec({**BASE, "num_workers": 3}, where="t")) == 3
+
+
+def test_deterministic_runs_of_a_method_without_deterministic_cuda_kernels_are_refused() -> None:
+    from benchmark.runner import check_deterministic
+
+    source = SyntheticTokens()
+    deformable = build_method("deformable_protopnet", source.context(2))
+    spec = build_run_spec({**BASE, "method": "deformable_protopnet", "deterministic": True}, where="t")
+    with pytest.raises(ProtobenchError, match="grid_sample backward .* has no deterministic kernel"):
+        check_deterministic(spec, deformable, torch.device("cuda"))
+    check_deterministic(spec, deformable, CPU)  # every CPU op is deterministic
+    check_deterministic(spec.with_overrides(method="vmfproto"), vmf(source), torch.device("cuda"))
