@@ -21,7 +21,6 @@ from torch import Tensor
 from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
 from methods.common.lineage import (
-    head_reads,
     block_groups,
     check_count,
     check_finite,
@@ -29,6 +28,7 @@ from methods.common.lineage import (
     check_positive,
     cluster_cost,
     head_input,
+    head_reads,
     init_prototypes,
     make_add_on,
     make_block,

@@ -22,7 +22,6 @@ from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
-    head_reads,
     block_groups,
     check_count,
     check_epochs_in_schedule,
@@ -31,6 +30,7 @@ from methods.common.lineage import (
     check_positive,
     cluster_cost,
     head_input,
+    head_reads,
     init_prototypes,
     last_layer_contributions,
     last_layer_phase,

@@ -39,7 +39,6 @@ from torch import Tensor
 
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
-    head_reads,
     PASS_BATCH_SIZE,
     block_groups,
     check_arg,
@@ -48,6 +47,7 @@ from methods.common.lineage import (
     check_non_negative,
     check_positive,
     head_input,
+    head_reads,
     make_add_on,
     make_block,
 )
