@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,19 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# On a machine with a CUDA GPU: the `gpu` tests, then the paper-scale timings and the cub_main
+# projection from them, written to $(GPU_CHECK_OUT)/.
+GPU_CHECK_OUT ?= gpu-check
+gpu-check: $(STAMP)
+	$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False')"
+	mkdir -p $(GPU_CHECK_OUT)
+	$(BIN)/python -m pytest -m gpu -q -p no:cacheprovider
+	$(BIN)/protobench perf --paper-scale --device cuda --runs-dir $(GPU_CHECK_OUT)/runs \
+		--out $(GPU_CHECK_OUT)/perf-paper-scale.json
+	$(BIN)/protobench plan benchmark/grids/cub_main.toml --perf $(GPU_CHECK_OUT)/perf-paper-scale.json \
+		> $(GPU_CHECK_OUT)/plan-cub_main.txt
+	cat $(GPU_CHECK_OUT)/plan-cub_main.txt
 
 clean:
 	rm -rf $(VENV) runs data .cache

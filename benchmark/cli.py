@@ -291,34 +291,32 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_perf(args: argparse.Namespace) -> int:
     import json
 
-    from rich.table import Table
-
     from benchmark.grid import load_grid, select_runs
-    from benchmark.perf import measure
-    from benchmark.progress import output_console
-    from benchmark.runner import prepare
+    from benchmark.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
+    from benchmark.store import atomic_write_bytes
 
-    grid = load_grid(args.grid or _demo_grid(), overrides=_grid_overrides(args))
-    runs = select_runs(grid, args.only) if args.only else [grid.runs[0]]
+    if args.paper_scale and args.grid:
+        raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
+    if args.timed_batches < 1 or args.warmup < 0:
+        raise ProtobenchError(f"--timed-batches {args.timed_batches} must be ≥ 1 and --warmup {args.warmup} ≥ 0")
+    if args.paper_scale:
+        grid = paper_scale_grid(overrides=_grid_overrides(args))
+        runs = select_runs(grid, args.only) if args.only else list(grid.runs)
+    else:
+        grid = load_grid(args.grid or _demo_grid(), overrides=_grid_overrides(args))
+        runs = select_runs(grid, args.only) if args.only else [grid.runs[0]]
+    methods = [spec.method for spec in runs]
+    baseline = args.baseline or methods[0]
+    if baseline not in methods:
+        raise ProtobenchError(f"--baseline {baseline!r} is not a method of the selected runs ({', '.join(methods)})")
     cache_root = _cache_root(args, _runs_root(args, grid.runs_dir))
-    rows = measure([prepare(spec) for spec in runs], cache_root, warmup=args.warmup, timed_batches=args.timed_batches)
-    base = rows[0]
-    table = Table(title=f"protobench perf ({base['device']}, batch {base['batch_size']}, "
-                        f"{base['train_images']} training images)")
-    for col in ("method", "img/s (trunk + method)", "÷ bare trunk", "epoch from cache (s)", "÷ first row"):
-        table.add_column(col, justify="left" if col == "method" else "right")
-    for r in rows:
-        table.add_row(r["method"], f"{r['method_inference_images_per_second']:.1f}",
-                      f"{r['inference_ratio_method_over_trunk']:.3f}", f"{r['epoch_seconds_from_cache']:.3f}",
-                      f"{r['epoch_seconds_from_cache'] / base['epoch_seconds_from_cache']:.2f}×")
-    summary = (f"bare trunk: {base['trunk_images_per_second']:.1f} img/s; {base['method']} epoch recomputing the "
-               f"trunk: {base['epoch_seconds_recomputing_trunk']:.3f} s = {base['epoch_speedup_from_cache']:.1f}× "
-               "the cached epoch")
-    console = output_console()
-    console.print(table)
-    console.print(summary)
+    rows = measure(prepare_sharing_trunks(runs), cache_root, warmup=args.warmup, timed_batches=args.timed_batches,
+                   baseline=methods.index(baseline))
+    print_perf(rows, methods.index(baseline))
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out, (json.dumps(rows, indent=2) + "\n").encode())
     return 0
 
 
@@ -440,9 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("perf", help="timings side by side: trunk, method inference, cached vs live epochs")
     p.add_argument("grid", nargs="?", help="grid TOML (default: the demo grid); its first run, or the --only runs "
                                            "(benchmark/grids/perf.toml: every method on a full-size trunk)")
-    p.add_argument("--out", help="also write the measurements as JSON")
+    p.add_argument("--out", help="also write the measurements as JSON (`plan --perf` reads it)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up batches before timing (paper: 5)")
-    p.add_argument("--timed-batches", type=int, default=5, help="timed inference batches")
+    p.add_argument("--timed-batches", type=int, default=20,
+                   help="timed batches, interleaved across rows (inference and training steps; default 20)")
+    p.add_argument("--paper-scale", action="store_true",
+                   help="the paper's setting instead of a grid: random full-size ViT-B/14, C=200, J=5, batch 128, "
+                        "every method (select with --only method=vmfproto,nppp)")
+    p.add_argument("--baseline", help="method the epoch ratios divide by (default: the first row's)")
     add_run_options(p)
     p.set_defaults(func=cmd_perf)
 

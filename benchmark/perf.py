@@ -1,37 +1,121 @@
 """``protobench perf``: side-by-side timings in one process, reported as ratios.
 
-- trunk forward throughput (images/s, images already on the device);
-- a method's inference throughput (trunk + head) vs the bare trunk;
-- one training epoch of the method's last training stage from the token cache vs the same
-  epoch recomputing the trunk on every batch (``cache = false``);
-- for a run with ``measure_live_epoch``, the mean epoch of its schedule with the trunk in the
-  loop (``live_trunk_epoch_seconds``), recorded next to the cached epoch time in ``result.json``.
+Every quantity that two rows are compared on is timed *interleaved*, batch by batch, so a
+change of machine load hits every contender alike:
+
+- inference: on each batch the bare trunk, then trunk + each method's logits;
+- training steps: on each batch one step (loss, backward, optimiser step, ``after_step``) of
+  every stage of every method, read from the token cache, and one step of the first row's last
+  stage recomputing the trunk (``cache = false``);
+
+and reported as the median over batches with its spread (quartiles and min–max). The hooks
+of each method's schedule (``on_stage_start``: discovery, initialisation; ``on_epoch_end``:
+push, projection, last-layer phases — called for every epoch of the schedule, as training
+does) and one ``evaluate`` pass are whole-split passes, timed once each.
+
+A run with ``measure_live_epoch`` records the mean epoch of its schedule with the trunk in the
+loop (``live_trunk_epoch_seconds``) next to the cached epoch time in ``result.json``.
 
 Protocol of the paper's runtime table: batch 128, five warm-up batches, the timed region
 starts after the images are on the device.
 """
 from __future__ import annotations
 
+import json
+import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from benchmark.backbones import FrozenTrunk
+from benchmark.config import RunSpec
 from benchmark.data import ImageDataset
-from benchmark.runner import Prepared
-from benchmark.training import epoch_order, make_optimizer, run_epoch, set_trainable
+from benchmark.grid import GridSpec, parse_grid
+from benchmark.runner import Prepared, prepare
+from benchmark.training import SourceTrainData, epoch_order, make_optimizer, run_epoch, set_trainable
 from methods.base import PrototypeMethod, Stage, TokenBatch
 
 WARMUP_BATCHES = 5
+TIMED_BATCHES = 20
+PAPER_SCALE_METHODS = ("vmfproto", "protopnet", "deformable_protopnet", "tesnet", "evalprotopnet", "mgproto",
+                       "nppp")
+
+
+def paper_scale_grid(overrides: dict[str, Any] | None = None) -> GridSpec:
+    """``perf --paper-scale``: the paper's runtime setting (full-size DINOv2 ViT-B/14, C = 200,
+    J = 5, batch 128) with random weights (same compute as the pretrained ones) on synthbirds
+    generated with 200 classes × 2 images (one training, one test image per class): C = 200 heads
+    at the smallest dataset, since timings are per batch and per image — timed batches draw
+    128 of the 200 training images, so no CUB-sized dataset is generated or cached."""
+    document = {
+        "name": "perf_paper_scale",
+        "defaults": {"dataset": "synthbirds", "data_root": "data/synthbirds-paper-scale",
+                     "dataset_args": {"classes": 200, "images_per_class": 2, "seed": 0},
+                     "backbone": "dinov2_vitb14", "weights": "random", "prototypes_per_class": 5,
+                     "batch_size": 128, "eval_batch_size": 128, "seed": 0},
+        "sweep": [{"method": list(PAPER_SCALE_METHODS)}],
+    }
+    return parse_grid(document, source="protobench perf --paper-scale", overrides=overrides)
+
+
+def _trunk_identity(spec: RunSpec) -> str:
+    """What makes two runs' trunks the same module: backbone, weights, overrides, size, device."""
+    return json.dumps([spec.backbone, spec.weights, spec.weights_id, spec.backbone_args, spec.image_size,
+                       spec.device], sort_keys=True)
+
+
+def prepare_sharing_trunks(specs: list[RunSpec]) -> list[Prepared]:
+    """:func:`benchmark.runner.prepare` for each run, loading each distinct trunk once (the
+    seven methods of ``perf.toml`` share one)."""
+    trunks: dict[str, FrozenTrunk] = {}
+    preps = []
+    for spec in specs:
+        prep = prepare(spec, trunk=trunks.get(_trunk_identity(spec)))
+        trunks.setdefault(_trunk_identity(spec), prep.trunk)
+        preps.append(prep)
+    return preps
+
+
+# ---- statistics ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spread:
+    """Median, quartiles (inclusive method) and range of repeated measurements."""
+
+    median: float
+    q1: float
+    q3: float
+    low: float
+    high: float
+    count: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        if not values:
+            raise ValueError("no measurements")
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
+        return cls(statistics.median(values), q1, q3, min(values), max(values), len(values))
+
+    def to_json(self) -> dict[str, float]:
+        return {"median": self.median, "q1": self.q1, "q3": self.q3, "min": self.low, "max": self.high,
+                "count": self.count}
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _timed(device: torch.device, call: Callable[[], Any]) -> float:
+    _sync(device)
+    tic = time.perf_counter()
+    call()
+    _sync(device)
+    return time.perf_counter() - tic
 
 
 def _image_batches(dataset: ImageDataset, batch_size: int, count: int, device: torch.device) -> list[torch.Tensor]:
@@ -44,42 +128,17 @@ def _image_batches(dataset: ImageDataset, batch_size: int, count: int, device: t
     return batches
 
 
-@torch.inference_mode()
-def _throughput(forward: Callable[[torch.Tensor], Any], batches: list[torch.Tensor], device: torch.device,
-                warmup: int) -> float:
-    for images in batches[:warmup]:
-        forward(images)
-    _sync(device)
-    tic = time.perf_counter()
-    for images in batches[warmup:]:
-        forward(images)
-    _sync(device)
-    return sum(len(b) for b in batches[warmup:]) / (time.perf_counter() - tic)
+def _index_batches(n: int, batch_size: int, count: int, seed: int) -> list[torch.Tensor]:
+    """``count`` training batches of distinct images (all ``n`` cycled when ``n < batch_size``),
+    each a seeded random draw: the same batches for every contender."""
+    batches = []
+    for b in range(count):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + b))
+        batches.append(order.repeat(math.ceil(batch_size / n))[:batch_size])
+    return batches
 
 
-@torch.inference_mode()
-def _paired_throughput(first: Callable[[torch.Tensor], Any], second: Callable[[torch.Tensor], Any],
-                       batches: list[torch.Tensor], device: torch.device, warmup: int) -> tuple[float, float, float]:
-    """Images/s of ``first`` and of ``second``, timed alternately on each batch, and the median over
-    batches of the per-batch ratio second/first throughput (robust to a machine whose speed drifts)."""
-    for images in batches[:warmup]:
-        first(images)
-        second(images)
-    seconds: list[tuple[float, float]] = []
-    for images in batches[warmup:]:
-        pair = []
-        for forward in (first, second):
-            _sync(device)
-            tic = time.perf_counter()
-            forward(images)
-            _sync(device)
-            pair.append(time.perf_counter() - tic)
-        seconds.append((pair[0], pair[1]))
-    images_timed = sum(len(b) for b in batches[warmup:])
-    ratio = statistics.median(a / b for a, b in seconds)
-    return images_timed / sum(a for a, _ in seconds), images_timed / sum(b for _, b in seconds), ratio
-
-
+# ---- inference ---------------------------------------------------------------------------------
 def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torch.Tensor], torch.Tensor]:
     early = method.ctx.early_block_index if method.needs_early_tokens else None
 
@@ -95,12 +154,77 @@ def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torc
     return forward
 
 
+@torch.inference_mode()
+def _interleaved_seconds(forwards: list[Callable[[torch.Tensor], Any]], batches: list[torch.Tensor],
+                         device: torch.device, warmup: int) -> list[list[float]]:
+    """Seconds of each forward on each timed batch (``[forward][batch]``), the forwards taking
+    turns on every batch."""
+    seconds: list[list[float]] = [[] for _ in forwards]
+    for b, images in enumerate(batches):
+        for k, forward in enumerate(forwards):
+            elapsed = _timed(device, lambda: forward(images))
+            if b >= warmup:
+                seconds[k].append(elapsed)
+    return seconds
+
+
 def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: ImageDataset, *, batch_size: int,
                          device: torch.device, warmup: int = WARMUP_BATCHES, timed_batches: int = 5) -> float:
     """Images/s of trunk + method logits (the runtime table's inference column)."""
     method.eval()
     batches = _image_batches(dataset, batch_size, warmup + timed_batches, device)
-    return _throughput(_head_forward(trunk, method), batches, device, warmup)
+    (seconds,) = _interleaved_seconds([_head_forward(trunk, method)], batches, device, warmup)
+    return batch_size * len(seconds) / sum(seconds)
+
+
+# ---- training steps and hooks ----------------------------------------------------------------
+@dataclass
+class _Contender:
+    """One timed training step kind: a stage of a method over a token source."""
+
+    row: int
+    method: PrototypeMethod
+    stage: Stage
+    optimizer: torch.optim.Optimizer | None
+    source: Any
+    device: torch.device
+
+    def step(self, indices: torch.Tensor) -> float:
+        """Seconds of one harness step (``run_epoch`` over one batch): loss, backward, optimiser
+        step, ``after_step``."""
+        set_trainable(self.method, self.stage)
+        return _timed(self.device, lambda: run_epoch(
+            self.method, self.source, self.stage, self.optimizer, indices, batch_size=len(indices),
+            device=self.device, epoch=0))
+
+
+def _walk_schedule(row: int, prep: Prepared, cached: Any, warmup: int) -> tuple[list[_Contender], list[dict[str, Any]]]:
+    """Run the method's schedule in order with ``warmup`` steps per stage instead of full epochs,
+    timing its hooks: ``on_stage_start`` once per stage, ``on_epoch_end`` after every epoch of
+    the schedule (as :func:`benchmark.training.train` calls them). Returns a step contender per
+    stage and the hook timings."""
+    method, device, spec = prep.method, prep.device, prep.spec
+    data = SourceTrainData(cached, device, spec.seed)
+    warm_batches = _index_batches(len(cached), spec.batch_size, warmup, spec.seed + 1)
+    contenders, stages = [], []
+    global_epoch = 0
+    for stage in method.stages():
+        if stage.epochs == 0:
+            continue
+        set_trainable(method, stage)
+        contender = _Contender(row, method, stage, make_optimizer(stage) if stage.trains else None, cached, device)
+        start = _timed(device, lambda: method.on_stage_start(stage, global_epoch, data))
+        for indices in warm_batches:
+            contender.step(indices)
+        epoch_end = 0.0
+        with torch.no_grad():
+            for epoch in range(global_epoch, global_epoch + stage.epochs):
+                epoch_end += _timed(device, lambda: method.on_epoch_end(stage, epoch, data))
+        global_epoch += stage.epochs
+        contenders.append(contender)
+        stages.append({"name": stage.name, "epochs": stage.epochs, "trains": stage.trains,
+                       "on_stage_start_seconds": start, "on_epoch_end_seconds": epoch_end})
+    return contenders, stages
 
 
 def _time_epoch(prep: Prepared, source: Any, seed: int, stage: Stage | None = None) -> float:
@@ -113,11 +237,8 @@ def _time_epoch(prep: Prepared, source: Any, seed: int, stage: Stage | None = No
     set_trainable(method, stage)
     optimizer = make_optimizer(stage) if stage.trains else None
     order = epoch_order(len(source), seed, 0)
-    _sync(prep.device)
-    tic = time.perf_counter()
-    run_epoch(method, source, stage, optimizer, order, batch_size=prep.spec.batch_size, device=prep.device, epoch=0)
-    _sync(prep.device)
-    return time.perf_counter() - tic
+    return _timed(prep.device, lambda: run_epoch(method, source, stage, optimizer, order,
+                                                 batch_size=prep.spec.batch_size, device=prep.device, epoch=0))
 
 
 def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, Any]:
@@ -138,37 +259,147 @@ def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, Any]:
     return {"epoch_seconds_live_trunk": mean, "live_trunk_stage_epoch_seconds": per_stage}
 
 
+def _evaluate_seconds(prep: Prepared, cache_root: Path) -> tuple[float, int]:
+    from benchmark.evaluation import evaluate
+
+    clean, noisy = prep.test_sources(cache_root)
+    spec = prep.spec
+    seconds = _timed(prep.device, lambda: evaluate(
+        prep.method, prep.test_set, clean, noisy, batch_size=spec.eval_batch_size, device=prep.device,
+        map_pool=spec.map_pool, noise_seed=spec.seed))
+    return seconds, len(clean)
+
+
+def _describe(prep: Prepared) -> str:
+    spec = prep.spec
+    return f"{spec.method} J={spec.prototypes_per_class}" + ("" if spec.variant == "default" else f" [{spec.variant}]")
+
+
 def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BATCHES,
-            timed_batches: int = 5) -> list[dict[str, Any]]:
-    """Timings of several prepared runs side by side in this process. The epoch that recomputes
-    the trunk is measured for the first run only (its cost is the trunk's, whatever the method)."""
+            timed_batches: int = TIMED_BATCHES, baseline: int = 0) -> list[dict[str, Any]]:
+    """Timings of several prepared runs side by side in this process (rows in ``preps`` order;
+    ratios relative to row ``baseline``). The step recomputing the trunk is timed for the first
+    run only (its cost is the trunk's, whatever the method)."""
+    if timed_batches < 1 or warmup < 0:
+        raise ValueError("timed_batches must be ≥ 1 and warmup ≥ 0")
     first = preps[0]
     device = first.device
-    batches = _image_batches(first.test_set, first.spec.eval_batch_size, warmup + timed_batches, device)
-    rows = []
-    for k, prep in enumerate(preps):
-        spec = prep.spec
+    trunk = first.trunk
+
+    # inference: bare trunk, then every method, on each batch
+    for prep in preps:
         prep.method.to(device).eval()
-        # bare trunk and trunk + method alternately on every batch, so both see the same machine state
-        trunk_ips, head_ips, ratio = _paired_throughput(
-            lambda x: prep.trunk(x), _head_forward(prep.trunk, prep.method), batches, device, warmup)
+    images = _image_batches(first.test_set, first.spec.eval_batch_size, warmup + timed_batches, device)
+    seconds = _interleaved_seconds([trunk] + [_head_forward(p.trunk, p.method) for p in preps], images, device, warmup)
+    trunk_seconds, head_seconds = seconds[0], seconds[1:]
+
+    # hooks, in schedule order, with warm-up steps of every stage
+    walked = []
+    for k, prep in enumerate(preps):
         cached = prep.train_source(cache_root)
-        _time_epoch(prep, cached, spec.seed)  # warm-up: page cache, allocator
-        row = {
+        contenders, stages = _walk_schedule(k, prep, cached, warmup)
+        walked.append((cached, contenders, stages))
+    steppers = [c for _, contenders, _ in walked for c in contenders]
+    last_trains = {}
+    for c in steppers:
+        if c.stage.trains:
+            last_trains[c.row] = c
+    live_method = last_trains.get(0, steppers[0])
+    live = _Contender(0, live_method.method, live_method.stage, live_method.optimizer,
+                      first.train_source(None), device)
+    live.step(_index_batches(len(live.source), first.spec.batch_size, 1, first.spec.seed + 2)[0])  # warm-up
+
+    # training steps: every stage of every method, and the live-trunk step, on each batch
+    step_seconds: dict[int, list[float]] = {id(c): [] for c in [*steppers, live]}
+    for indices in _index_batches(len(walked[0][0]), first.spec.batch_size, timed_batches, first.spec.seed):
+        for c in [*steppers, live]:
+            step_seconds[id(c)].append(c.step(indices))
+
+    rows = []
+    base = last_trains.get(baseline)
+    for k, (prep, (cached, contenders, stages)) in enumerate(zip(preps, walked)):
+        spec = prep.spec
+        batch = spec.batch_size
+        for c, stage in zip(contenders, stages):
+            stage["step_seconds"] = Spread.of(step_seconds[id(c)]).to_json()
+            stage["step_seconds_per_image"] = stage["step_seconds"]["median"] / batch
+        evaluate_s, test_images = _evaluate_seconds(prep, cache_root)
+        mine = last_trains.get(k)
+        row: dict[str, Any] = {
             "run": spec.label,
-            "method": f"{spec.method} J={spec.prototypes_per_class}"
-                      + ("" if spec.variant == "default" else f" [{spec.variant}]"),
-            "device": str(device),
-            "batch_size": spec.eval_batch_size,
+            "method": _describe(prep),
+            "method_name": spec.method,
+            "backbone": spec.backbone,
+            "classes": prep.method.num_classes,
+            "prototypes_per_class": spec.prototypes_per_class,
+            "embed_dim": prep.trunk.embed_dim,
+            "tokens": prep.trunk.grid[0] * prep.trunk.grid[1],
+            "device": str(device) + (f": {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""),
+            "batch_size": batch,
+            "eval_batch_size": spec.eval_batch_size,
             "train_images": len(cached),
-            "trunk_images_per_second": trunk_ips,
-            "method_inference_images_per_second": head_ips,
-            "inference_ratio_method_over_trunk": ratio,
-            "epoch_seconds_from_cache": statistics.median(_time_epoch(prep, cached, spec.seed) for _ in range(3)),
+            "test_images": test_images,
+            "timed_batches": timed_batches,
+            "warmup_batches": warmup,
+            "trunk_images_per_second": spec.eval_batch_size * len(trunk_seconds) / sum(trunk_seconds),
+            "method_inference_images_per_second": spec.eval_batch_size * len(head_seconds[k]) / sum(head_seconds[k]),
+            # throughput ratio per batch: trunk seconds / (trunk + method) seconds
+            "inference_ratio_method_over_trunk": Spread.of(
+                [t / h for t, h in zip(trunk_seconds, head_seconds[k])]).to_json(),
+            "stages": stages,
+            "evaluate_seconds": evaluate_s,
         }
+        if mine is not None:
+            row["last_training_stage"] = mine.stage.name
+            row["epoch_seconds_from_cache"] = statistics.median(step_seconds[id(mine)]) / batch * len(cached)
+            if base is not None:
+                row["epoch_ratio_over_baseline"] = Spread.of(
+                    [a / b for a, b in zip(step_seconds[id(mine)], step_seconds[id(base)])]).to_json()
         if k == 0:
-            live = _time_epoch(prep, prep.train_source(None), spec.seed)
-            row["epoch_seconds_recomputing_trunk"] = live
-            row["epoch_speedup_from_cache"] = live / row["epoch_seconds_from_cache"]
+            live_s, cached_s = step_seconds[id(live)], step_seconds[id(live_method)]
+            row["epoch_seconds_recomputing_trunk"] = statistics.median(live_s) / batch * len(cached)
+            row["epoch_speedup_from_cache"] = Spread.of([a / b for a, b in zip(live_s, cached_s)]).to_json()
         rows.append(row)
     return rows
+
+
+def _spread_text(spread: dict[str, float], fmt: str = ".3f") -> str:
+    return f"{spread['median']:{fmt}} [{spread['q1']:{fmt}}–{spread['q3']:{fmt}}]"
+
+
+def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
+    """The measurements as two tables (medians with interquartile ranges) and a summary line."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from benchmark.progress import output_console
+
+    base = rows[baseline]
+    first = rows[0]
+    console = output_console()
+    title = (f"protobench perf ({first['device']}, batch {first['batch_size']}, {first['train_images']} training "
+             f"images, {first['timed_batches']} timed batches; median [quartiles] over batches)")
+    table = Table(title=escape(title))
+    for col in ("method", "img/s (trunk + method)", "÷ bare trunk", "epoch from cache (s)",
+                f"epoch ÷ {base['method_name']}", "hooks (s)", "evaluate (s)"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in rows:
+        hooks = sum(s["on_stage_start_seconds"] + s["on_epoch_end_seconds"] for s in r["stages"])
+        table.add_row(escape(r["method"]), f"{r['method_inference_images_per_second']:.1f}",
+                      _spread_text(r["inference_ratio_method_over_trunk"]),
+                      f"{r['epoch_seconds_from_cache']:.3f}" if "epoch_seconds_from_cache" in r else "—",
+                      _spread_text(r["epoch_ratio_over_baseline"], ".2f") if "epoch_ratio_over_baseline" in r else "—",
+                      f"{hooks:.2f}", f"{r['evaluate_seconds']:.2f}")
+    console.print(table)
+    stages = Table(title=escape("every stage: step seconds per batch (median [quartiles]), hooks over the schedule"))
+    for col in ("method", "stage", "epochs", "step (s)", "on_stage_start (s)", "on_epoch_end, all epochs (s)"):
+        stages.add_column(col, justify="left" if col in ("method", "stage") else "right")
+    for r in rows:
+        for s in r["stages"]:
+            stages.add_row(escape(r["method"]), s["name"], str(s["epochs"]), _spread_text(s["step_seconds"]),
+                           f"{s['on_stage_start_seconds']:.3f}", f"{s['on_epoch_end_seconds']:.3f}")
+    console.print(stages)
+    if "epoch_seconds_recomputing_trunk" in first:
+        console.print(escape(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "
+                      f"the trunk: {first['epoch_seconds_recomputing_trunk']:.3f} s = "
+                      f"{_spread_text(first['epoch_speedup_from_cache'], '.1f')}× the cached epoch"))

@@ -15,6 +15,19 @@ other backbone, so the other methods are charged NPPP's epoch and every backbone
 (an over-estimate for ViT-S). A run's cost is epoch cost × (its training images / 5,994) ×
 its epochs (every epoch of every stage); a token cache costs one trunk pass over its images
 at NPPP's inference rate (trunk + a light head: an upper bound for the trunk alone).
+
+Measured costs (``plan --perf FILE``): a run is charged the measurement of its method on the
+same backbone, T (tokens), d (width), C and J when the file has one: per stage, epochs ×
+the measured step seconds per training image × the run's training images, plus the measured
+schedule hooks (discovery, push, last-layer phases) × training images / measured training
+images, plus the measured evaluation × test images / measured test images — images are the
+only extrapolation. Otherwise the closest measurement of the method (same backbone first) is
+scaled by :meth:`Shape.flops`, an appended block's plus the prototype heads' multiply-adds
+per image (∝ T·(12·d² + 2·T·d) + C·J·T·d) — the cost of a method without an appended
+block, or dominated by non-matmul work (EM, Sinkhorn), scales less exactly; each run says
+which measurement it used and what was scaled. Token caches cost one pass at the measured
+bare-trunk rate of their backbone (unscaled: the mean measured rate when that backbone was not
+measured — measure each backbone of the grid for its cache cost).
 """
 from __future__ import annotations
 
@@ -64,12 +77,17 @@ def split_images(spec: RunSpec, split: str) -> int:
     return train if split == "train" else test
 
 
-def run_epochs(spec: RunSpec) -> int:
-    """Epochs of every stage of the run's method with its hyperparameters."""
+def stage_epochs(spec: RunSpec) -> list[tuple[str, int]]:
+    """(name, epochs) of every stage of the run's method with its hyperparameters."""
     from methods.registry import stand_in_method
 
-    return sum(stage.epochs for stage in stand_in_method(spec.method, spec.method_args,
-                                                         spec.prototypes_per_class).stages())
+    return [(stage.name, stage.epochs) for stage in stand_in_method(spec.method, spec.method_args,
+                                                                     spec.prototypes_per_class).stages()]
+
+
+def run_epochs(spec: RunSpec) -> int:
+    """Epochs of every stage of the run's method with its hyperparameters."""
+    return sum(epochs for _, epochs in stage_epochs(spec))
 
 
 def check_present_data(runs: tuple[RunSpec, ...]) -> None:
@@ -84,32 +102,134 @@ def check_present_data(runs: tuple[RunSpec, ...]) -> None:
 
 
 # ---- per-epoch costs -------------------------------------------------------------------------
+# Widths of the registry's trunks (timm: vit_small embed_dim 384, vit_base 768) and class counts
+# of the official datasets, for scaling a measurement to another run's shape.
+BACKBONE_WIDTHS = {"dinov2_vits14": 384, "dinov2_vitb14": 768, "dinov2_vits14_reg4": 384,
+                   "dinov2_vitb14_reg4": 768, "dinov3_vits16": 384, "dinov3_vitb16": 768}
+DATASET_CLASSES = {"cub": 200, "dogs": 120, "cars": 196}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a method's per-image cost depends on besides the method: tokens T, width d, C, J."""
+
+    tokens: int
+    width: int
+    classes: int
+    prototypes_per_class: int
+
+    def flops(self) -> float:
+        """Multiply-adds per image of one appended pre-norm transformer block (per token: QKV and
+        output projections 4·d², MLP of ratio 4 8·d², attention scores and weighted sum 2·T·d)
+        plus the prototype similarities (C·J·d per token): the scaling model of ``plan --perf``."""
+        t, d = self.tokens, self.width
+        return t * (12 * d * d + 2 * t * d) + self.classes * self.prototypes_per_class * t * d
+
+    def describe(self) -> str:
+        return f"T={self.tokens} d={self.width} C={self.classes} J={self.prototypes_per_class}"
+
+
+def run_shape(spec: RunSpec) -> Shape:
+    from benchmark.backbones import BACKBONES
+
+    grid = BACKBONES[spec.backbone].grid(spec.image_size)
+    width = int(spec.backbone_args.get("embed_dim", BACKBONE_WIDTHS[spec.backbone]))
+    if spec.dataset == "synthbirds":
+        classes = int({**SYNTHBIRDS_DEFAULTS, **spec.dataset_args}["classes"])
+    else:
+        classes = DATASET_CLASSES[spec.dataset]
+    return Shape(grid[0] * grid[1], width, classes, spec.prototypes_per_class)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of ``protobench perf --out``: a method's costs on one shape."""
+
+    label: str
+    method: str
+    backbone: str
+    shape: Shape
+    train_images: int
+    test_images: int
+    step_seconds_per_image: dict[str, float]  # stage name → median step seconds ÷ batch size
+    last_stage: str  # the last training stage (charged to stages the measurement lacks)
+    hook_seconds: float  # every on_stage_start / on_epoch_end call of the measured schedule
+    evaluate_seconds: float
+    trunk_images_per_second: float
+    device: str
+
+    def run_seconds(self, spec: RunSpec, train_images: int, test_images: int) -> float:
+        """Seconds of ``spec`` at this measurement's shape: per stage, epochs × measured step
+        seconds per image × training images; hooks × training images / measured training
+        images (push and last-layer passes read the training split; under offline40 push reads
+        the clean split, so this is an upper bound); evaluation × test images / measured test
+        images."""
+        steps = sum(epochs * self.step_seconds_per_image.get(name, self.step_seconds_per_image[self.last_stage])
+                    for name, epochs in stage_epochs(spec)) * train_images
+        return (steps + self.hook_seconds * train_images / self.train_images
+                + self.evaluate_seconds * test_images / self.test_images)
+
+
 @dataclass(frozen=True)
 class Costs:
-    """Seconds per training image per epoch, by (method, backbone) and by method, and the
-    trunk's images/s; ``source`` says where the numbers come from."""
+    """Measurements (empty: the paper's per-epoch costs) and the trunk's images/s; ``source``
+    says where the numbers come from."""
 
-    per_image: dict[tuple[str, str], float]
-    per_image_method: dict[str, float]
+    measurements: tuple[Measurement, ...]
     trunk_images_per_second: float
     source: str
 
-    def seconds_per_image(self, spec: RunSpec) -> tuple[float, str]:
-        if (spec.method, spec.backbone) in self.per_image:
-            return self.per_image[(spec.method, spec.backbone)], "measured"
-        if spec.method in self.per_image_method:
-            return self.per_image_method[spec.method], "measured (other backbone)"
+    def _closest(self, spec: RunSpec, shape: Shape) -> Measurement | None:
+        mine = [m for m in self.measurements if m.method == spec.method]
+        exact = [m for m in mine if m.backbone == spec.backbone and m.shape == shape]
+        same_backbone = [m for m in mine if m.backbone == spec.backbone]
+        return (exact or same_backbone or mine or [None])[0]
+
+    def run_seconds(self, spec: RunSpec, epochs: int) -> tuple[float, str]:
+        """Seconds of the whole run (every epoch of every stage) and which cost produced them."""
+        train = split_images(spec, "train") * augmentation_factor(spec.augmentation)
+        shape = run_shape(spec)
+        found = self._closest(spec, shape)
+        if found is not None:
+            seconds = found.run_seconds(spec, train, split_images(spec, "test"))
+            if found.backbone == spec.backbone and found.shape == shape:
+                return seconds, f"measured ({found.label})"
+            factor = shape.flops() / found.shape.flops()
+            return seconds * factor, (f"scaled from measured ({found.label}, {found.shape.describe()}) "
+                                      f"by block + head FLOPs ×{factor:.2f} to {shape.describe()}")
         name = spec.method if spec.method in PAPER_EPOCH_SECONDS else PAPER_STAND_IN
         note = "paper" if name == spec.method else f"paper ({PAPER_STAND_IN}'s)"
-        return PAPER_EPOCH_SECONDS[name] / CUB_TRAIN_IMAGES, note
+        return epochs * train * PAPER_EPOCH_SECONDS[name] / CUB_TRAIN_IMAGES, note
+
+    def cache_images_per_second(self, backbone: str) -> float:
+        """The trunk's measured rate on ``backbone`` (the mean of all if it was not measured)."""
+        rates = [m.trunk_images_per_second for m in self.measurements if m.backbone == backbone]
+        return sum(rates) / len(rates) if rates else self.trunk_images_per_second
 
 
 def paper_costs() -> Costs:
-    return Costs({}, {}, PAPER_TRUNK_IMAGES_PER_SECOND, PAPER_SOURCE)
+    return Costs((), PAPER_TRUNK_IMAGES_PER_SECOND, PAPER_SOURCE)
+
+
+def _measurement(row: dict[str, Any]) -> Measurement:
+    stages = row["stages"]
+    return Measurement(
+        label=str(row["run"]), method=str(row["method_name"]), backbone=str(row["backbone"]),
+        shape=Shape(int(row["tokens"]), int(row["embed_dim"]), int(row["classes"]), int(row["prototypes_per_class"])),
+        train_images=int(row["train_images"]), test_images=int(row["test_images"]),
+        step_seconds_per_image={str(s["name"]): float(s["step_seconds_per_image"]) for s in stages},
+        last_stage=str(row.get("last_training_stage", stages[-1]["name"])),
+        hook_seconds=sum(float(s["on_stage_start_seconds"]) + float(s["on_epoch_end_seconds"]) for s in stages),
+        evaluate_seconds=float(row["evaluate_seconds"]),
+        trunk_images_per_second=float(row["trunk_images_per_second"]), device=str(row["device"]))
+
+
+PERF_FIELDS = ("run", "method_name", "backbone", "tokens", "embed_dim", "classes", "prototypes_per_class",
+               "train_images", "test_images", "stages", "evaluate_seconds", "trunk_images_per_second", "device")
 
 
 def load_perf(path: str | Path) -> Costs:
-    """Costs from ``protobench perf --out FILE`` rows (label "method J=… seed=… backbone dataset")."""
+    """Costs from ``protobench perf --out FILE`` rows."""
     path = Path(path)
     try:
         rows = json.loads(path.read_text())
@@ -117,25 +237,22 @@ def load_perf(path: str | Path) -> Costs:
         raise ProtobenchError(f"perf file {str(path)!r} does not exist; write one with `protobench perf --out FILE`") from None
     except json.JSONDecodeError as err:
         raise ProtobenchError(f"perf file {str(path)!r} is not JSON ({err}); write it with `protobench perf --out`") from err
-    needed = ("run", "train_images", "epoch_seconds_from_cache", "trunk_images_per_second")
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and all(k in r for k in needed) for r in rows):
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise ProtobenchError(f"perf file {str(path)!r} is not the output of `protobench perf --out`: "
-                              f"expected a list of rows with {', '.join(needed)}")
-    per_image: dict[tuple[str, str], float] = {}
-    per_method: dict[str, list[float]] = {}
+                              "expected a list of rows")
     for row in rows:
-        words = str(row["run"]).split()
-        if len(words) < 5:
-            raise ProtobenchError(f"perf file {str(path)!r}: run label {row['run']!r} is not "
-                                  "'method J=… seed=… backbone dataset'")
-        method, backbone = words[0], words[3]
-        cost = float(row["epoch_seconds_from_cache"]) / int(row["train_images"])
-        per_image[(method, backbone)] = cost
-        per_method.setdefault(method, []).append(cost)
-    trunk = sum(float(r["trunk_images_per_second"]) for r in rows) / len(rows)
-    devices = sorted({str(r.get("device", "?")) for r in rows})
-    return Costs(per_image, {m: sum(v) / len(v) for m, v in per_method.items()}, trunk,
-                 f"{path} (protobench perf on {', '.join(devices)}, token cache on)")
+        missing = [k for k in PERF_FIELDS if k not in row]
+        if missing:
+            raise ProtobenchError(f"perf file {str(path)!r}: row {row.get('run', '?')!r} lacks "
+                                  f"{', '.join(missing)}; it was written by an older `protobench perf`: "
+                                  "measure again with `protobench perf … --out FILE`")
+    try:
+        measurements = tuple(_measurement(r) for r in rows)
+    except (TypeError, ValueError, KeyError) as err:
+        raise ProtobenchError(f"perf file {str(path)!r} has a malformed row ({err}); write it with `protobench perf --out`") from err
+    trunk = sum(m.trunk_images_per_second for m in measurements) / len(measurements)
+    devices = sorted({m.device for m in measurements})
+    return Costs(measurements, trunk, f"{path} (protobench perf on {', '.join(devices)}, token cache on)")
 
 
 # ---- the plan --------------------------------------------------------------------------------
@@ -209,13 +326,12 @@ def make_plan(grid: GridSpec, profile: ClusterProfile, costs: Costs) -> Plan:
     needs: dict[tuple[Any, ...], CacheNeed] = {}
     for spec in grid.runs:
         epochs = run_epochs(spec)
-        per_image, source = costs.seconds_per_image(spec)
-        images = split_images(spec, "train") * augmentation_factor(spec.augmentation)
-        runs.append(RunCost(spec, profile.shape_for(spec), epochs, epochs * images * per_image / 3600, source))
+        seconds, source = costs.run_seconds(spec, epochs)
+        runs.append(RunCost(spec, profile.shape_for(spec), epochs, seconds / 3600, source))
         for key, need in cache_needs(spec):
             readers[key] += 1
             needs.setdefault(key, need)
-    cache_hours = sum(n.images for n in needs.values()) / costs.trunk_images_per_second / 3600
+    cache_hours = sum(n.images / costs.cache_images_per_second(n.backbone) for n in needs.values()) / 3600
     return Plan(grid, profile, tuple(runs), tuple((needs[k], readers[k]) for k in needs), cache_hours, costs)
 
 
@@ -246,5 +362,6 @@ def print_plan(plan: Plan) -> None:
     sources = Counter(r.source for r in plan.runs)
     console.print(f"estimate: [bold]{plan.gpu_hours:.1f} GPU-hours[/bold] "
                   f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.cache_hours:.1f} h token caches); "
-                  f"per-epoch costs from {plan.costs.source}; runs costed by "
-                  + ", ".join(f"{source}: {n}" for source, n in sources.items()))
+                  f"per-epoch costs from {plan.costs.source}; runs costed by:")
+    for source, n in sorted(sources.items(), key=lambda item: -item[1]):
+        console.print(f"  {n} run(s): {source}")

@@ -146,13 +146,14 @@ def check_deterministic(spec: RunSpec, method: PrototypeMethod, device: torch.de
             "set deterministic = false (README, 'GPU: precision, speed, determinism')")
 
 
-def prepare(spec: RunSpec) -> Prepared:
-    """Load data annotations, trunk and method: every user error surfaces here."""
+def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
+    """Load data annotations, trunk and method: every user error surfaces here. ``trunk``: an
+    already loaded trunk of the same backbone, weights and image size (``perf`` shares one)."""
     device = resolve_device(spec.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ProtobenchError(f"device {spec.device!r} was asked for but CUDA is not available; use device = 'auto'")
     train_set, test_set = load_split(spec, "train"), load_split(spec, "test")
-    trunk = load_trunk(spec).to(device)
+    trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
     torch.manual_seed(spec.seed)
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
     check_deterministic(spec, method, device)

@@ -144,17 +144,51 @@ def test_backbone_shapes_make_arrays() -> None:
     assert sorted(len(runs) for _, runs in plan.arrays) == [1, 1]
 
 
+def perf_row(method: str = "vmfproto", backbone: str = "dinov2_vitb14", classes: int = 200, **over: object) -> dict:
+    """A row as `protobench perf --out` writes it (only the fields plan reads)."""
+    stages = {"vmfproto": [("discovery", 0.01), ("end_to_end", 0.02)], "nppp": [("discovery", 0.01), ("finetune", 0.005)]}
+    row = {"run": f"{method} J=5 seed=0 {backbone} synthbirds", "method_name": method, "backbone": backbone,
+           "tokens": 256, "embed_dim": 768 if "vitb" in backbone else 384, "classes": classes,
+           "prototypes_per_class": 5, "device": "cuda: H100", "train_images": 100, "test_images": 50,
+           "stages": [{"name": n, "epochs": 1, "trains": n != "discovery", "step_seconds_per_image": v,
+                       "on_stage_start_seconds": 2.0, "on_epoch_end_seconds": 1.0} for n, v in stages[method]],
+           "last_training_stage": stages[method][-1][0], "evaluate_seconds": 5.0, "trunk_images_per_second": 1000.0}
+    return {**row, **over}
+
+
 def test_measured_costs_replace_the_papers(tmp_path: Path) -> None:
-    rows = [{"run": "vmfproto J=5 seed=0 dinov2_vitb14 cub", "device": "cuda: H100", "train_images": 5994,
-             "epoch_seconds_from_cache": 10.0, "trunk_images_per_second": 1000.0}]
     path = tmp_path / "perf.json"
-    path.write_text(json.dumps(rows))
+    path.write_text(json.dumps([perf_row(), perf_row("nppp")]))
     costs = load_perf(path)
     (run,) = make_plan(grid_of(), ClusterProfile(), costs).runs
-    assert run.hours == pytest.approx(20 * 10.0 / 3600) and run.source == "measured"
-    (other,) = make_plan(grid_of(backbone="dinov2_vits14"), ClusterProfile(), costs).runs
-    assert other.source == "measured (other backbone)"
+    # vmfproto's default schedule: discovery 1 epoch, end_to_end 19; CUB 5,994 train / 5,794 test
+    expected = (1 * 0.01 + 19 * 0.02) * 5994 + 2 * (2.0 + 1.0) * 5994 / 100 + 5.0 * 5794 / 50
+    assert run.hours == pytest.approx(expected / 3600)
+    assert run.source == "measured (vmfproto J=5 seed=0 dinov2_vitb14 synthbirds)"
+    (nppp,) = make_plan(grid_of(method="nppp"), ClusterProfile(), costs).runs
+    assert nppp.hours == pytest.approx(((0.01 + 19 * 0.005) * 5994 + 6.0 * 5994 / 100 + 5.0 * 5794 / 50) / 3600)
     assert run_epochs(grid_of().runs[0]) == 20
+
+
+def test_other_shapes_are_scaled_by_block_and_head_flops(tmp_path: Path) -> None:
+    path = tmp_path / "perf.json"
+    path.write_text(json.dumps([perf_row(classes=10)]))
+    costs = load_perf(path)
+    (measured,) = make_plan(grid_of(dataset="synthbirds", dataset_args={"classes": 10, "images_per_class": 24}),
+                            ClusterProfile(), costs).runs
+    assert measured.source.startswith("measured (")
+    (cub,) = make_plan(grid_of(), ClusterProfile(), costs).runs
+    (vits,) = make_plan(grid_of(backbone="dinov2_vits14"), ClusterProfile(), costs).runs
+    unscaled = (1 * 0.01 + 19 * 0.02) * 5994 + 6.0 * 5994 / 100 + 5.0 * 5794 / 50
+    # multiply-adds per image, T = 256 tokens: block T(12d² + 2Td) + heads C·J·T·d
+    measured_flops = 256 * (12 * 768**2 + 2 * 256 * 768) + 10 * 5 * 256 * 768
+    cub_flops = 256 * (12 * 768**2 + 2 * 256 * 768) + 200 * 5 * 256 * 768
+    vits_flops = 256 * (12 * 384**2 + 2 * 256 * 384) + 200 * 5 * 256 * 384
+    assert cub.hours == pytest.approx(unscaled * cub_flops / measured_flops / 3600)
+    assert vits.hours == pytest.approx(unscaled * vits_flops / measured_flops / 3600)
+    assert "scaled from measured" in cub.source and "C=10" in cub.source and "C=200" in cub.source
+    (other,) = make_plan(grid_of(method="tesnet"), ClusterProfile(), costs).runs
+    assert other.source == "paper (nppp's)"
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -162,7 +196,8 @@ def test_measured_costs_replace_the_papers(tmp_path: Path) -> None:
     ("{", "is not JSON"),
     ('{"run": 1}', "is not the output of `protobench perf --out`"),
     ('[{"run": "x", "train_images": 1, "epoch_seconds_from_cache": 1, "trunk_images_per_second": 1}]',
-     "is not 'method J=… seed=… backbone dataset'"),
+     "written by an older `protobench perf`"),
+    (json.dumps([{**perf_row(), "tokens": "many"}]), "has a malformed row"),
 ])
 def test_bad_perf_files_are_one_clear_error(tmp_path: Path, content: str | None, needle: str) -> None:
     path = tmp_path / "perf.json"
