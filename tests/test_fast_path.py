@@ -1,7 +1,7 @@
 """The fast GPU path (issue 12 item 3), checked on the CPU: precision field and bf16 autocast with
 fp32 islands, batches of only the arrays a method reads, the prefetcher, entries read into RAM,
 no per-step host synchronisation, thinned checkpoints, one block pass per evaluation batch.
-Tests marked ``gpu`` need CUDA (skipped without)."""
+Tests marked ``gpu`` need CUDA (tests/conftest.py skips them without; ``make gpu-check``)."""
 from __future__ import annotations
 
 import os
@@ -34,7 +34,6 @@ from test_features import KEY, TinyDataset, tiny_trunk
 
 CPU = torch.device("cpu")
 BASE = {"dataset": "synthbirds", "backbone": "dinov2_vits14_reg4", "method": "vmfproto", "prototypes_per_class": 2}
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def quiet(line: str) -> None:
@@ -334,7 +333,6 @@ BF16_MAP_CORRELATION = 0.95
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_bf16_metrics_match_fp32_on_cuda() -> None:
     cuda = torch.device("cuda")
     source = SyntheticTokens()
@@ -352,7 +350,6 @@ def test_bf16_metrics_match_fp32_on_cuda() -> None:
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_pinned_prefetch_to_cuda_equals_cpu_batches(tmp_path: Path) -> None:
     source = token_source(tiny_trunk(), TinyDataset(), cache_dir=tmp_path, backbone_key=KEY)
     chunks = [torch.tensor([5, 0]), torch.tensor([3, 1]), torch.tensor([4, 2])]
@@ -365,7 +362,6 @@ def test_pinned_prefetch_to_cuda_equals_cpu_batches(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_deterministic_vmfproto_on_cuda_is_bit_identical() -> None:
     """``deterministic = true``: cross-entropy (torch lists NLLLoss among the ops that raise; its
     alert is in the 2-D kernel) and the rest of vMFProto run, and two runs agree bit for bit."""
