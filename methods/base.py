@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -49,6 +49,10 @@ class MethodContext:
         return self.depth // 4
 
 
+#: the arrays of a TokenBatch a method can read (``PrototypeMethod.reads``); labels, indices, grid always
+TOKEN_FIELDS: frozenset[str] = frozenset({"tokens", "block_input", "attention", "early_tokens"})
+
+
 @dataclass
 class TokenBatch:
     """One batch of cached (or live) trunk outputs, on the training device.
@@ -61,6 +65,9 @@ class TokenBatch:
     indices      B  positions of the images in their split (push records them)
     frozen       the method's ``frozen_features`` of these images, when the harness computed
                  them once per image (empty otherwise: the method computes them itself)
+
+    A source reads only the arrays the method declares in ``PrototypeMethod.reads``; the others
+    are None.
     """
 
     tokens: Tensor
@@ -73,7 +80,11 @@ class TokenBatch:
     frozen: dict[str, Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return self.tokens.shape[0]
+        return self.labels.shape[0]
+
+    def only(self, reads: frozenset[str]) -> TokenBatch:
+        """This batch with the arrays outside ``reads`` (⊆ TOKEN_FIELDS) set to None."""
+        return replace(self, **{name: None for name in TOKEN_FIELDS - reads})
 
 
 @dataclass
@@ -136,6 +147,10 @@ class PrototypeMethod(nn.Module, ABC):
     display_name: str | None = None
     #: whether the trunk cache must hold the early block's tokens (EvalProtoPNet's SDFA)
     needs_early_tokens: bool = False
+    #: the TokenBatch arrays the method reads (⊆ TOKEN_FIELDS); sources skip the others
+    reads: frozenset[str] = TOKEN_FIELDS
+    #: CUDA ops the method uses that have no deterministic kernel (``deterministic = true`` refuses it)
+    cuda_ops_without_deterministic_kernel: tuple[str, ...] = ()
 
     def __init__(self, ctx: MethodContext) -> None:
         super().__init__()
@@ -186,6 +201,12 @@ class PrototypeMethod(nn.Module, ABC):
         a method reads ``batch.frozen.get(name)`` and computes the value itself when it is
         absent (hand-built or live batches). Default: none."""
         return {}
+
+    def appended_block(self) -> nn.Module | None:
+        """The appended trainable block (``ctx.make_block()``), whose output evaluation computes
+        once per batch for logits and maps; the adapters keep it at ``self.block``."""
+        block = getattr(self, "block", None)
+        return block if isinstance(block, nn.Module) else None
 
     # ---- hooks (default: nothing) -------------------------------------------------------
     def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from benchmark.cache.tokens import LiveTokens, TokenSource
-from methods.base import TokenBatch
+from methods.base import TOKEN_FIELDS, TokenBatch
 
 FeatureFunction = Callable[[TokenBatch], dict[str, Tensor]]
 
@@ -37,8 +37,9 @@ class WithFrozenFeatures(TokenSource):
     def __len__(self) -> int:
         return len(self.source)
 
-    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
-        batch = self.source.batch(indices, device)
+    def batch(self, indices: Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
+        batch = self.source.batch(indices, device, reads=reads)
         batch.frozen = {
             name: values[indices.to(values.device)].to(device) for name, values in self.features.items()
         }

@@ -58,6 +58,8 @@ class VMFProto(PrototypeMethod):
     ``ot_max_iterations`` iterations).
     """
 
+    reads = frozenset({"tokens", "block_input", "attention"})
+
     def __init__(
         self,
         ctx: MethodContext,
