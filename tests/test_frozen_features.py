@@ -12,7 +12,7 @@ from benchmark.cache.tokens import LiveTokens, TokenSource
 from benchmark.config import RunSpec
 from benchmark.runner import Prepared, prepare
 from benchmark.training import SourceTrainData, epoch_order, train
-from methods.base import TokenBatch
+from methods.base import TOKEN_FIELDS, TokenBatch
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
 
 BATCH = 8
@@ -60,9 +60,10 @@ class Constant(TokenSource):
     def __len__(self) -> int:
         return 4
 
-    def batch(self, indices: torch.Tensor, device: torch.device | str) -> TokenBatch:
+    def batch(self, indices: torch.Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         return TokenBatch(self.tokens[indices], torch.ones(len(indices), 5, 8), self.attention[indices],
-                          self.labels[indices], indices, self.grid)
+                          self.labels[indices], indices, self.grid).only(reads)
 
 
 def test_fallback_images_are_counted_once_per_image_from_the_stored_gate(tmp_path: Path) -> None:
