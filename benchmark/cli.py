@@ -82,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
     runs_root = _runs_root(args, grid.runs_dir)
     cache_root = _cache_root(args, runs_root)
+    _check_cache_space(runs, cache_root)  # before any compute
     tensorboard_root = _tensorboard_root(args)
     if args.executor != "local":
         return _submit(grid, runs, runs_root, cache_root, args, tensorboard_root)
@@ -214,6 +215,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_cache_space(runs: list[RunSpec], cache_root: Path) -> None:
+    """The token-cache entries the runs still need must fit in ``cache_root`` (ProtobenchError)."""
+    from benchmark.cache.space import check_cache_space
+    from benchmark.plan import grid_cache_needs
+
+    check_cache_space([need for need, _ in grid_cache_needs(runs)], cache_root)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from benchmark.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid
@@ -225,6 +234,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
     _print_plan_file_checks(grid)
+    try:
+        _check_cache_space(list(grid.runs), _cache_root(args, _runs_root(args, grid.runs_dir)))
+    except ProtobenchError as warning:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -466,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
                                   "(default: the paper's runtime table)")
     add_grid_options(p)
+    p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory whose free space is checked "
+                                       "(default: RUNS_DIR/.token-cache)")
     p.set_defaults(func=cmd_plan)
 
     from reports.cli import (

@@ -21,6 +21,7 @@ CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
+PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
 # grid load rather than out of memory: the per-prototype similarity maps of one batch are
@@ -30,9 +31,11 @@ CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (bench
 MAX_PROTOTYPES = 20_000
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
+# ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
+# ``deterministic`` only picks deterministic kernels for the same computation (README, "GPU").
 # (measure_live_epoch only adds a timing, taken after evaluation; no metric depends on it.)
 OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
-                      "cache_stage", "measure_live_epoch")
+                      "cache_stage", "measure_live_epoch", "cache_in_memory", "checkpoint_every", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -62,14 +65,25 @@ class RunSpec:
     measure_live_epoch: bool = False
     cache: bool = True
     cache_dtype: str = "float16"
-    # Store the early block's tokens too (set by the grid when any run sharing this trunk and
-    # dataset needs them, so every run reads one cache entry); the run's science is unchanged.
+    # Store the early block's tokens too, in the training split's entry (set by the grid when any
+    # run sharing this trunk and dataset needs them, so every run reads one cache entry); the
+    # run's science is unchanged.
     cache_early_tokens: bool = False
     # "local": read a checksum-verified copy of each cache entry on node-local scratch
     # ($SLURM_TMPDIR, else $TMPDIR) instead of the shared filesystem (benchmark/cache/stage.py)
     cache_stage: str = "shared"
     device: str = "auto"
+    # DataLoader workers of a cache build; 0: $SLURM_CPUS_PER_TASK inside a SLURM job, else none
     num_workers: int = 0
+    # "fp32" | "tf32" (TF32 matmuls on CUDA) | "bf16" (autocast of trunk, block and heads, with
+    # fp32/fp64 islands: methods/common/precision.py); part of the run id and of the cache key
+    precision: str = "fp32"
+    # read a cache entry into RAM once: "auto" (when it fits, benchmark/cache/memory.py) | true | false
+    cache_in_memory: str | bool = "auto"
+    # write the checkpoint every this many epochs (and always at the end of each stage)
+    checkpoint_every: int = 1
+    # torch.use_deterministic_algorithms(True) + CUBLAS_WORKSPACE_CONFIG for the run (README, "GPU")
+    deterministic: bool = False
 
     # ---- identity ----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -139,10 +153,11 @@ def require_type(key: str, value: Any, expected: type | tuple[type, ...], where:
 
 _FIELD_TYPES: dict[str, type] = {
     "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
-    "eval_batch_size": int, "map_pool": int, "num_workers": int,
+    "eval_batch_size": int, "map_pool": int, "num_workers": int, "checkpoint_every": int,
     "method_args": dict, "dataset_args": dict, "backbone_args": dict,
     "measure_inference": bool, "measure_live_epoch": bool, "cache": bool, "cache_early_tokens": bool,
-}  # every other RunSpec field is a string
+    "deterministic": bool,
+}  # every other RunSpec field is a string but cache_in_memory ("auto" | bool, validate_run_spec)
 
 
 def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
@@ -150,7 +165,8 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
     for key, value in values.items():
         if key not in RUN_FIELDS:
             raise unknown_key_error(key, list(RUN_FIELDS), where)
-        require_type(key, value, _FIELD_TYPES.get(key, str), where)
+        if key != "cache_in_memory":
+            require_type(key, value, _FIELD_TYPES.get(key, str), where)
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")
@@ -203,6 +219,13 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
                   f"{', '.join(STORAGE_DTYPES)}")
     if spec.cache_stage not in CACHE_STAGES:
         raise bad(f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
+    if spec.precision not in PRECISIONS:
+        raise bad(f"precision = {spec.precision!r} must be one of {', '.join(PRECISIONS)} "
+                  "(tf32 and bf16 only speed up CUDA; on a CPU bf16 autocast is slower)")
+    if not (spec.cache_in_memory == "auto" or isinstance(spec.cache_in_memory, bool)):
+        raise bad(f"cache_in_memory = {spec.cache_in_memory!r} must be 'auto', true or false")
+    if spec.checkpoint_every < 1:
+        raise bad(f"checkpoint_every = {spec.checkpoint_every} must be ≥ 1 (1: a checkpoint every epoch)")
     if spec.device != "auto" and not (spec.device == "cpu" or spec.device.startswith("cuda")):
         raise bad(f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
     if not spec.weights:

@@ -1,11 +1,16 @@
 """Evaluation of a trained method: accuracy on the test split and, on CUB-format datasets, the
 explanation metrics of ``metrics.md`` from ground-truth-class activation maps.
 
-One pass over the clean test tokens gives logits and maps; a second pass over the noised
-view (stability noise, seeded by the run's seed) gives the maps stability compares against.
+One pass over the clean test tokens gives logits and maps (the appended block runs once per
+batch for both: :func:`block_output_reused`); a second pass over the noised view (stability
+noise from the fixed ``STABILITY_NOISE_SEED``, the same perturbed images for every method and
+seed) gives the maps stability compares against. The method runs under the run's precision
+(bf16: autocast); metrics are computed in float32 outside it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +21,7 @@ from PIL import Image
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
 from methods.base import PrototypeMethod
+from methods.common.precision import autocast
 from metrics import accuracy, explanation_metrics, map_parts_to_frame
 from metrics.comprehensiveness import segmentation_to_frame
 
@@ -27,18 +33,45 @@ class Predictions:
     maps: torch.Tensor  # N×J×H×W of each image's ground-truth class
 
 
+@contextmanager
+def block_output_reused(method: PrototypeMethod) -> Iterator[None]:
+    """While inside (evaluation, no gradients), the appended block returns its last output again
+    when called on the same, unmodified input tensor: logits and maps of one batch share one
+    block pass. Nothing changes for a method without an appended block."""
+    block = method.appended_block()
+    if block is None:
+        yield
+        return
+    forward = block.forward
+    last: dict[str, Any] = {}
+
+    def reusing_forward(x: torch.Tensor) -> torch.Tensor:
+        if last.get("input") is x and last["version"] == x._version:
+            return last["output"]
+        output = forward(x)
+        last.update(input=x, version=x._version, output=output)
+        return output
+
+    block.forward = reusing_forward  # an instance attribute: nn.Module.__call__ finds it first
+    try:
+        yield
+    finally:
+        del block.forward
+
+
 @torch.no_grad()
 def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, device: torch.device,
-            with_logits: bool = True) -> Predictions:
-    """Logits and GT-class activation maps for every image of ``source`` (kept on the CPU)."""
+            with_logits: bool = True, precision: str = "fp32") -> Predictions:
+    """Logits and GT-class activation maps for every image of ``source`` (kept on the CPU, float32)."""
     method.eval()
     logits, maps = [], []
     order = torch.arange(len(source))
     for start in range(0, len(order), batch_size):
-        batch = source.batch(order[start:start + batch_size], device)
-        if with_logits:
-            logits.append(method.logits(batch).float().cpu())
-        maps.append(method.activation_maps(batch, batch.labels).float().cpu())
+        batch = source.batch(order[start:start + batch_size], device, reads=method.reads)
+        with block_output_reused(method), autocast(precision, device):
+            if with_logits:
+                logits.append(method.logits(batch).float().cpu())
+            maps.append(method.activation_maps(batch, batch.labels).float().cpu())
     return Predictions(
         logits=torch.cat(logits) if logits else torch.empty(0),
         labels=source.labels.clone(),
@@ -69,21 +102,26 @@ def evaluate(
     device: torch.device,
     map_pool: int,
     noise_seed: int,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Metrics (percent) and the evaluation settings that produced them."""
-    pred = predict(method, clean, batch_size=batch_size, device=device)
+    pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision)
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
     notes: dict[str, str] = {}
     ann = test_dataset.annotations
     if ann is not None:
         parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
-        noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False).maps \
+        noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False,
+                             precision=precision).maps \
             if noisy is not None else None
         explained = explanation_metrics(
             pred.maps, noisy_maps, pred.labels, parts, method.num_classes,
             map_pool=map_pool, masks=load_segmentation_masks(test_dataset),
         )
         metrics.update(explained)
+        if noisy is not None:
+            notes["sta"] = (f"stability noise drawn from the fixed seed {noise_seed}: every method and seed is "
+                            f"scored on the same perturbed images")
         if method.prototypes_per_class == 1:
             notes["dis"] = "undefined for J = 1 (distinctiveness needs at least one pair of prototypes)"
         if explained.get("comp") is None:

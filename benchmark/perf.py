@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk
+from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.data import ImageDataset
 from benchmark.grid import GridSpec, parse_grid
@@ -266,7 +267,7 @@ def _evaluate_seconds(prep: Prepared, cache_root: Path) -> tuple[float, int]:
     spec = prep.spec
     seconds = _timed(prep.device, lambda: evaluate(
         prep.method, prep.test_set, clean, noisy, batch_size=spec.eval_batch_size, device=prep.device,
-        map_pool=spec.map_pool, noise_seed=spec.seed))
+        map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED))
     return seconds, len(clean)
 
 

@@ -35,6 +35,7 @@ import inspect
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ PAPER_EPOCH_SECONDS = {"nppp": 76.9, "vmfproto": 206.8}  # CUB epoch, 5,994 trai
 PAPER_STAND_IN = "nppp"  # the cost charged to methods the paper did not time
 PAPER_TRUNK_IMAGES_PER_SECOND = 189.0  # NPPP's forward-only inference
 CUB_TRAIN_IMAGES = 5994
+GB = 10**9  # cache sizes are printed in decimal gigabytes
 
 # Official split sizes (train, test).
 SPLIT_IMAGES = {"cub": (5994, 5794), "dogs": (12000, 8580), "cars": (8144, 8041)}
@@ -258,7 +260,7 @@ def load_perf(path: str | Path) -> Costs:
 # ---- the plan --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CacheNeed:
-    """One token-cache entry the grid reads (backbone × dataset × split × view)."""
+    """One token-cache entry the grid reads (backbone × dataset × split × view) and its size."""
 
     backbone: str
     dataset: str
@@ -266,6 +268,15 @@ class CacheNeed:
     view: str  # "clean" | "noise seed S" | "offline40 seed S" (S: the fixed augmentation seed)
     early_tokens: bool
     images: int
+    image_size: int
+    dtype: str
+    bytes: int  # the entry's files, from its layout (benchmark.cache.tokens.entry_layout)
+    noise_seed: int | None = None  # the stability-noise view's seed; None: clean images
+
+    @property
+    def view_key(self) -> dict[str, Any]:
+        """The view as an entry's manifest records it (``benchmark.cache.tokens.View.key``)."""
+        return {"kind": "clean"} if self.noise_seed is None else {"kind": "noise", "seed": self.noise_seed}
 
 
 @dataclass(frozen=True)
@@ -314,45 +325,72 @@ class Plan:
             * self.profile.task_startup_s / 3600
 
     @property
+    def cache_bytes(self) -> int:
+        return sum(need.bytes for need, _ in self.caches)
+
+    @property
     def gpu_hours(self) -> float:
         return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.startup_hours + self.cache_hours
 
 
+def entry_bytes(spec: RunSpec, images: int, *, early: bool) -> int:
+    """Bytes of one cache entry of ``images`` images of the run's trunk (headers included):
+    N × (P + HW) × D block inputs and N × HW × D early tokens (if any) in the storage dtype,
+    N × HW float32 attentions and N int64 labels (``benchmark.cache.tokens.entry_layout``)."""
+    from benchmark.doctor import cache_entry_bytes
+
+    return cache_entry_bytes(spec, images, early)
+
+
 def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
-    """The cache entries a run reads, each with the identity that decides sharing."""
+    """The cache entries a run reads, each with the identity that decides sharing. Early-block
+    tokens are stored for the training split only (``runner.needs_early_tokens``); the noise view
+    is the fixed ``STABILITY_NOISE_SEED``'s, one entry per trunk and dataset."""
     if not spec.cache:
         return []
+    from benchmark.cache.tokens import STABILITY_NOISE_SEED
     from methods.registry import get_method_class
 
     early = spec.cache_early_tokens or get_method_class(spec.method).needs_early_tokens
     trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
              spec.dataset, spec.data_root, json.dumps(spec.dataset_args, sort_keys=True), spec.image_size,
-             spec.cache_dtype, early)
-    views = [("train", "clean", split_images(spec, "train")), ("test", "clean", split_images(spec, "test"))]
+             spec.cache_dtype)
+    views = [("train", "clean", split_images(spec, "train"), early, None),
+             ("test", "clean", split_images(spec, "test"), False, None)]
     if spec.augmentation != "none":  # the epochs read the copies, push the clean split (runner.py)
         from benchmark.data.augment import AUGMENTATION_SEED
 
         views.append(("train", f"{spec.augmentation} seed {AUGMENTATION_SEED}",
-                      split_images(spec, "train") * augmentation_factor(spec.augmentation)))
+                      split_images(spec, "train") * augmentation_factor(spec.augmentation), early, None))
     if spec.is_cub_format:
-        views.append(("test", f"noise seed {spec.seed}", split_images(spec, "test")))
-    return [((*trunk, split, view), CacheNeed(spec.backbone, spec.dataset, split, view, early, images))
-            for split, view, images in views]
+        views.append(("test", f"noise seed {STABILITY_NOISE_SEED}", split_images(spec, "test"), False,
+                      STABILITY_NOISE_SEED))
+    return [((*trunk, split, view, with_early),
+             CacheNeed(spec.backbone, spec.dataset, split, view, with_early, images, spec.image_size,
+                       spec.cache_dtype, entry_bytes(spec, images, early=with_early), noise_seed))
+            for split, view, images, with_early, noise_seed in views]
+
+
+def grid_cache_needs(runs: Iterable[RunSpec]) -> list[tuple[CacheNeed, int]]:
+    """Every distinct cache entry of ``runs``, with the number of runs reading it."""
+    readers: Counter[tuple[Any, ...]] = Counter()
+    needs: dict[tuple[Any, ...], CacheNeed] = {}
+    for spec in runs:
+        for key, need in cache_needs(spec):
+            readers[key] += 1
+            needs.setdefault(key, need)
+    return [(needs[k], readers[k]) for k in needs]
 
 
 def make_plan(grid: GridSpec, profile: ClusterProfile, costs: Costs) -> Plan:
     runs = []
-    readers: Counter[tuple[Any, ...]] = Counter()
-    needs: dict[tuple[Any, ...], CacheNeed] = {}
     for spec in grid.runs:
         epochs = run_epochs(spec)
         seconds, source = costs.run_seconds(spec, epochs)
         runs.append(RunCost(spec, profile.shape_for(spec), epochs, seconds / 3600, source))
-        for key, need in cache_needs(spec):
-            readers[key] += 1
-            needs.setdefault(key, need)
-    cache_hours = sum(n.images / costs.cache_images_per_second(n.backbone) for n in needs.values()) / 3600
-    return Plan(grid, profile, tuple(runs), tuple((needs[k], readers[k]) for k in needs), cache_hours, costs)
+    caches = grid_cache_needs(grid.runs)
+    cache_hours = sum(need.images / costs.cache_images_per_second(need.backbone) for need, _ in caches) / 3600
+    return Plan(grid, profile, tuple(runs), tuple(caches), cache_hours, costs)
 
 
 def print_plan(plan: Plan) -> None:
@@ -379,12 +417,13 @@ def print_plan(plan: Plan) -> None:
                        f"{max(sum(r.hours for r in task) for task in tasks):.1f}")
     console.print(arrays)
     caches = Table(title=f"{len(plan.caches)} token cache(s) to build (each once, shared by its runs)")
-    for column in ("backbone", "dataset", "split", "view", "early tokens", "images", "runs"):
-        caches.add_column(column, justify="right" if column in ("images", "runs") else "left")
+    for column in ("backbone", "dataset", "split", "view", "early tokens", "images", "GB", "runs"):
+        caches.add_column(column, justify="right" if column in ("images", "GB", "runs") else "left")
     for need, readers in sorted(plan.caches, key=lambda c: (c[0].backbone, c[0].dataset, c[0].split, c[0].view)):
         caches.add_row(need.backbone, need.dataset, need.split, need.view, "yes" if need.early_tokens else "",
-                       str(need.images), str(readers))
+                       str(need.images), f"{need.bytes / GB:.2f}", str(readers))
     console.print(caches)
+    console.print(f"token cache: {len(plan.caches)} entries, {plan.cache_bytes / GB:.1f} GB")
     sources = Counter(r.source for r in plan.runs)
     tasks = sum(len(t) for _, t in plan.tasks)
     console.print(f"estimate: [bold]{plan.gpu_hours:.1f} GPU-hours[/bold] "

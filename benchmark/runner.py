@@ -3,6 +3,7 @@
 and re-running a finished run is a no-op."""
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -14,7 +15,8 @@ import torch
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.cache.stage import stage_root
-from benchmark.cache.tokens import TokenSource, View, token_source
+from benchmark.cache.frozen import with_frozen_features
+from benchmark.cache.tokens import STABILITY_NOISE_SEED, TokenSource, View, token_source
 from benchmark.config import RunSpec
 from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
                             ensure_synthbirds, load_dataset)
@@ -24,8 +26,10 @@ from benchmark.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.provenance import provenance, resolve_device
 from benchmark.store import RunDir, atomic_write_json, run_lock
-from benchmark.training import EpochRecord, SourceTrainData, TrainingInterrupted, resume_checkpoint, train
+from benchmark.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
+                                resume_checkpoint, train)
 from methods.base import MethodContext, PrototypeMethod
+from methods.common.precision import matmul_precision
 from methods.diagnostics import collect_diagnostics
 from methods.registry import build_method, method_display_name
 
@@ -54,6 +58,15 @@ def check_data(spec: RunSpec) -> int:
     check_images(train)
     check_images(load_split(spec, "test"))
     return train.num_classes
+
+
+def cache_build_workers(spec: RunSpec) -> int:
+    """DataLoader workers of a cache build: ``num_workers``, or with 0 the CPUs SLURM gave the
+    job (``$SLURM_CPUS_PER_TASK``, the cluster profile's ``cpus_per_task``), none elsewhere."""
+    if spec.num_workers:
+        return spec.num_workers
+    given = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(given) if given.isdigit() else 0
 
 
 def load_trunk(spec: RunSpec) -> FrozenTrunk:
@@ -88,17 +101,22 @@ class Prepared:
     test_set: ImageDataset
     method: PrototypeMethod
 
-    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress) -> TokenSource:
+    def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress, *,
+                early: bool) -> TokenSource:
+        """Tokens of ``dataset`` through ``view`` (``early``: with the early block's tokens when a
+        method of the grid reads them), with the method's frozen per-image features precomputed."""
         spec = self.spec
-        return token_source(
+        source = token_source(
             self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
             backbone_key=spec.backbone,
-            early_block=self.method.ctx.early_block_index
-            if self.method.needs_early_tokens or spec.cache_early_tokens else None,
+            early_block=self.method.ctx.early_block_index if early and needs_early_tokens(self.method, spec) else None,
             dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
-            num_workers=spec.num_workers, progress=progress,
+            num_workers=cache_build_workers(spec), progress=progress,
             stage_dir=stage_root() if spec.cache and spec.cache_stage == "local" else None,
+            precision=spec.precision, in_memory=spec.cache_in_memory, reads=self.method.reads,
         )
+        return with_frozen_features(source, self.method.frozen_features, batch_size=spec.eval_batch_size,
+                                    device=self.device)
 
     def train_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS,
                      augmented: bool = True) -> TokenSource:
@@ -107,7 +125,7 @@ class Prepared:
         data: Any = self.train_set
         if augmented and self.augmented:
             data = OfflineAugmentedDataset(self.train_set, seed=AUGMENTATION_SEED)
-        return self._source(data, View(), cache_root, progress)
+        return self._source(data, View(), cache_root, progress, early=True)
 
     @property
     def augmented(self) -> bool:
@@ -116,11 +134,28 @@ class Prepared:
 
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
-        """Clean test tokens, and the stability-noise view (CUB-format datasets only)."""
-        clean = self._source(self.test_set, View(), cache_root, progress)
-        noisy = self._source(self.test_set, View("noise", self.spec.seed), cache_root, progress) \
+        """Clean test tokens, and the stability-noise view of the fixed ``STABILITY_NOISE_SEED``
+        (CUB-format datasets only). Early-block tokens are read in training only (SDFA)."""
+        clean = self._source(self.test_set, View(), cache_root, progress, early=False)
+        noisy = self._source(self.test_set, View("noise", STABILITY_NOISE_SEED), cache_root, progress, early=False) \
             if self.spec.is_cub_format else None
         return clean, noisy
+
+
+def needs_early_tokens(method: PrototypeMethod, spec: RunSpec) -> bool:
+    """Whether the training split's cache entry holds the early block's tokens: the method reads
+    them, or another run of the grid on the same trunk and data does (``cache_early_tokens``)."""
+    return method.needs_early_tokens or spec.cache_early_tokens
+
+
+def check_deterministic(spec: RunSpec, method: PrototypeMethod, device: torch.device) -> None:
+    """``deterministic = true`` on CUDA is refused before compute for a method using an op
+    without a deterministic CUDA kernel (torch would raise mid-training)."""
+    if spec.deterministic and device.type == "cuda" and method.cuda_ops_without_deterministic_kernel:
+        raise ProtobenchError(
+            f"run {spec.label}: deterministic = true cannot hold on CUDA for {spec.method!r}: "
+            f"{', '.join(method.cuda_ops_without_deterministic_kernel)} has no deterministic kernel; "
+            "set deterministic = false (README, 'GPU: precision, speed, determinism')")
 
 
 def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
@@ -133,6 +168,7 @@ def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
     trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
     torch.manual_seed(spec.seed)
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
+    check_deterministic(spec, method, device)
     return Prepared(spec, device, trunk, train_set, test_set, method)
 
 
@@ -183,7 +219,9 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
             echo(line)
 
         try:
-            return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change, tensorboard_dir)
+            with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
+                return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change,
+                                tensorboard_dir)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 atomic_write_json(rd.failure_path, {
@@ -224,7 +262,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
                        checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
                        stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
-                       on_epoch_end=record_epoch, clean_source=clean_src)
+                       on_epoch_end=record_epoch, clean_source=clean_src, precision=spec.precision,
+                       checkpoint_every=spec.checkpoint_every)
     finally:
         if board is not None:
             board.close()
@@ -232,7 +271,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     tic = time.perf_counter()
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
-                         device=prep.device, map_pool=spec.map_pool, noise_seed=spec.seed)
+                         device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
+                         precision=spec.precision)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),
@@ -263,6 +303,9 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             **provenance(prep.device),  # code_version: the code that evaluated
             "code_versions": report.code_versions,  # the code that trained, epochs per version
             "weights_checksum": prep.trunk.weights_checksum,
+            "precision": spec.precision,  # also in every cache entry's key, with the device type
+            "device_type": prep.device.type,
+            "deterministic_algorithms": spec.deterministic,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
             "augmentation_seed": AUGMENTATION_SEED,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -1,5 +1,14 @@
-"""The training loop: drives a method's stages over token batches, checkpoints every epoch,
-resumes from the last finished epoch, fails loudly on a non-finite loss.
+"""The training loop: drives a method's stages over token batches, checkpoints every epoch (or
+every ``checkpoint_every`` epochs and at the end of each stage), resumes from the last
+checkpoint, fails loudly on a non-finite loss.
+
+The loop never waits for the device within an epoch: towards CUDA batches are read ahead on a
+thread (benchmark/cache/prefetch.py; on a CPU the thread would compete with the compute for the
+same cores and gave no gain in tests/measure_fast_path.py, so there they are read in step), loss terms stay on the device and are read once at the end of
+the epoch, which is where a non-finite term is reported, naming its first step. The steps after
+that one have updated the weights with non-finite gradients, so the epoch is discarded: it is
+not checkpointed, and the checkpoint of the previous epoch is intact to resume from (lower the
+learning rates first).
 
 The batch order of epoch ``e`` is a pure function of (seed, e), and the checkpoint holds the
 model, optimiser, scheduler and every RNG state, so an interrupted and resumed run follows
@@ -17,6 +26,7 @@ import pickle
 import random
 import re
 import time
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,11 +37,13 @@ import numpy as np
 import torch
 
 from benchmark.errors import ProtobenchError
+from benchmark.cache.prefetch import DEFAULT_DEPTH, Prefetcher
 from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.provenance import code_version
 from benchmark.store import atomic_write_checked
-from methods.base import PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.common.precision import autocast
 
 CHECKPOINT_FORMAT = 2  # 2: loadable with weights_only=True (1 pickled NumPy RNG state); records code versions
 
@@ -71,9 +83,9 @@ class SourceTrainData(TrainData):
     the split itself when there is none."""
 
     def __init__(self, source: TokenSource, device: torch.device, seed: int, *,
-                 epoch_source: TokenSource | None = None) -> None:
-        self.source, self.device, self.seed = source, device, seed
-        self._epoch_data = self if epoch_source is None else SourceTrainData(epoch_source, device, seed)
+                 epoch_source: TokenSource | None = None, reads: frozenset[str] = TOKEN_FIELDS) -> None:
+        self.source, self.device, self.seed, self.reads = source, device, seed, reads
+        self._epoch_data = self if epoch_source is None else SourceTrainData(epoch_source, device, seed, reads=reads)
         self._calls = 0
 
     def __len__(self) -> int:
@@ -91,7 +103,7 @@ class SourceTrainData(TrainData):
         else:
             order = torch.arange(n)
         for start in range(0, n, batch_size):
-            yield self.source.batch(order[start:start + batch_size], self.device)
+            yield self.source.batch(order[start:start + batch_size], self.device, reads=self.reads)
 
 
 @dataclass(frozen=True)
@@ -176,17 +188,12 @@ def set_trainable(method: PrototypeMethod, stage: Stage) -> None:
 
 
 def total_loss(method: PrototypeMethod, terms: dict[str, torch.Tensor], stage: Stage, epoch: int) -> torch.Tensor:
-    """Σ weight · term, checking every term is finite and declared."""
+    """Σ weight · term, checking every term is declared (finiteness: :class:`StepLosses`, per epoch)."""
     total: torch.Tensor | None = None
     for name, value in terms.items():
         if name not in method.loss_weights:
             raise ProtobenchError(f"method {method.name!r} returned loss term {name!r} that is not in its "
                                   f"loss_weights ({', '.join(method.loss_weights)})")
-        if not torch.isfinite(value).all():
-            raise NonFiniteLossError(
-                f"non-finite loss: term {name!r} = {value.item()} in stage {stage.name!r}, epoch {epoch} "
-                f"(method {method.name!r}); lower the learning rates or check the inputs"
-            )
         weight = method.loss_weights[name]
         if weight != 0.0:
             total = weight * value if total is None else total + weight * value
@@ -196,29 +203,117 @@ def total_loss(method: PrototypeMethod, terms: dict[str, torch.Tensor], stage: S
     return total
 
 
+class StepLosses:
+    """The loss terms of an epoch's steps, kept on the device: one host transfer per epoch."""
+
+    def __init__(self, method: PrototypeMethod, stage: Stage, epoch: int, num_batches: int) -> None:
+        self.method, self.stage, self.epoch, self.num_batches = method, stage, epoch, num_batches
+        self._names: list[tuple[str, ...]] = []
+        self._values: list[torch.Tensor] = []
+
+    def record(self, terms: dict[str, torch.Tensor]) -> None:
+        self._names.append(tuple(terms))
+        self._values.append(torch.stack([value.detach().float().reshape(()) for value in terms.values()]))
+
+    def _host(self) -> list[list[float]]:
+        if not self._values:
+            return []
+        flat = torch.cat(self._values).cpu().tolist()  # the epoch's one synchronisation
+        rows, start = [], 0
+        for names in self._names:
+            rows.append(flat[start:start + len(names)])
+            start += len(names)
+        return rows
+
+    def first_non_finite(self, rows: list[list[float]] | None = None) -> str | None:
+        """Where the loss first became non-finite ("term 'ce' = nan at step 3 of 12"), or None."""
+        for step, (names, values) in enumerate(zip(self._names, self._host() if rows is None else rows)):
+            for name, value in zip(names, values):
+                if not math.isfinite(value):
+                    return f"term {name!r} = {value} at step {step + 1} of {self.num_batches}"
+        return None
+
+    def epoch_means(self) -> dict[str, float]:
+        """Each term's sum over steps / number of batches; a non-finite term raises
+        :class:`NonFiniteLossError` naming stage, epoch, term and its first step."""
+        rows = self._host()
+        where = self.first_non_finite(rows)
+        if where is not None:
+            raise NonFiniteLossError(
+                f"non-finite loss: {where} in stage {self.stage.name!r}, epoch {self.epoch} "
+                f"(method {self.method.name!r}); the epoch was not checkpointed (the steps after it trained "
+                "on non-finite gradients), so the run resumes from the previous epoch's checkpoint; "
+                "lower the learning rates or check the inputs")
+        means: dict[str, float] = {}
+        for names, values in zip(self._names, rows):
+            for name, value in zip(names, values):
+                means[name] = means.get(name, 0.0) + value / self.num_batches
+        return means
+
+
+def prefetch_depth(device: torch.device) -> int:
+    """Batches read ahead by default: two towards CUDA (the copies overlap the GPU's work), none
+    on a CPU (a reading thread competes with the compute for the cores and gave no gain:
+    fastest-epoch ratio 1.1–1.3× slower in tests/measure_fast_path.py)."""
+    return DEFAULT_DEPTH if device.type == "cuda" else 0
+
+
 def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimizer: torch.optim.Optimizer | None,
               order: torch.Tensor, *, batch_size: int, device: torch.device, epoch: int,
-              task: Task = NO_TASK) -> dict[str, float]:
+              task: Task = NO_TASK, precision: str = "fp32", prefetch: int | None = None) -> dict[str, float]:
     """One pass over ``order``: loss, backward and step per batch (when the stage trains), then the
-    method's ``after_step`` hook. Returns the epoch mean of each loss term."""
+    method's ``after_step`` hook. Returns the epoch mean of each loss term. Batches hold only the
+    arrays the method reads and are read ``prefetch`` batches ahead (0: synchronously; None: two
+    towards CUDA, none on a CPU: :func:`prefetch_depth`); the forward
+    passes run under the run's ``precision`` (autocast for bf16)."""
     method.train()
-    running: dict[str, float] = {}
     num_batches = math.ceil(len(order) / batch_size)
-    for start in range(0, len(order), batch_size):
-        batch = source.batch(order[start:start + batch_size], device)
-        if optimizer is not None:
-            with numerical_step(method, stage, epoch, "the loss terms, backward pass and optimiser step"):
-                terms = method.loss_terms(batch, stage, epoch)
-                loss = total_loss(method, terms, stage, epoch)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            for name, value in terms.items():
-                running[name] = running.get(name, 0.0) + float(value.detach()) / num_batches
-        with torch.no_grad(), numerical_step(method, stage, epoch, "the after_step hook"):
-            method.after_step(batch, stage, epoch)
-        task.advance()
-    return running
+    losses = StepLosses(method, stage, epoch, num_batches)
+    chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = Prefetcher(lambda rows: source.batch(rows, device, reads=method.reads), chunks,
+                         depth=0 if len(chunks) < 2 else prefetch_depth(device) if prefetch is None else prefetch)
+    try:
+        for batch in batches:
+            if optimizer is not None:
+                with numerical_step(method, stage, epoch, "the loss terms, backward pass and optimiser step"):
+                    with autocast(precision, device):
+                        terms = method.loss_terms(batch, stage, epoch)
+                        loss = total_loss(method, terms, stage, epoch)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                losses.record(terms)
+            with torch.no_grad(), numerical_step(method, stage, epoch, "the after_step hook"), \
+                    autocast(precision, device):
+                method.after_step(batch, stage, epoch)
+            task.advance()
+    except NonFiniteLossError as err:  # a decomposition failed: say if the loss had gone non-finite before
+        where = losses.first_non_finite()
+        if where is None:
+            raise
+        raise NonFiniteLossError(f"{err}; the loss was first non-finite earlier: {where}") from err.__cause__
+    finally:
+        batches.close()
+    return losses.epoch_means()
+
+
+@contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+    """``torch.use_deterministic_algorithms(True)`` for the run (README, "GPU: precision, speed,
+    determinism"): CUDA ops without a deterministic kernel then raise instead of varying. cuBLAS
+    needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before its first use in the process."""
+    if not enabled:
+        yield
+        return
+    before = torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        if before[1] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
@@ -289,19 +384,27 @@ def train(
     progress: Progress = NO_PROGRESS,
     stop_after_epoch: int | None = None,
     allow_code_change: bool = False,
+    precision: str = "fp32",
+    checkpoint_every: int = 1,
+    prefetch: int | None = None,
     on_epoch_end: Callable[[EpochRecord], None] | None = None,
     clean_source: TokenSource | None = None,
 ) -> TrainingReport:
     """Run every stage of ``method`` on ``source``; resume from ``checkpoint_path`` if it holds
     a checkpoint (written by this code version, or any with ``allow_code_change``).
-    ``stop_after_epoch`` ends training after that global epoch (tests, preemption).
+    ``stop_after_epoch`` ends training after that global epoch (tests, preemption); the
+    checkpoint is written after every ``checkpoint_every``-th global epoch and the last epoch of
+    each stage. ``precision``: autocast of steps and hooks (methods/common/precision.py);
+    ``prefetch``: batches read ahead (0: synchronously; None: :func:`prefetch_depth`).
     ``on_epoch_end`` receives each epoch's record before the epoch is checkpointed.
     ``clean_source``: the un-augmented split the method's hooks read when ``source`` holds
     offline-augmented copies (ProtoPNet main.py pushes on ``train_push_loader``); None when
     ``source`` is the un-augmented split itself."""
+    if checkpoint_every < 1:
+        raise ProtobenchError(f"checkpoint_every = {checkpoint_every} must be ≥ 1")
     method.to(device)
-    data = SourceTrainData(source, device, seed) if clean_source is None else \
-        SourceTrainData(clean_source, device, seed, epoch_source=source)
+    data = SourceTrainData(source, device, seed, reads=method.reads) if clean_source is None else \
+        SourceTrainData(clean_source, device, seed, epoch_source=source, reads=method.reads)
     stages = method.stages()
     report = TrainingReport()
     start_stage, start_epoch, global_epoch = 0, 0, 0
@@ -334,7 +437,7 @@ def train(
             if scheduler is not None:
                 scheduler.load_state_dict(resume["scheduler"])
         if first_epoch == 0:
-            with numerical_step(method, stage, global_epoch, "the on_stage_start hook"):
+            with numerical_step(method, stage, global_epoch, "the on_stage_start hook"), autocast(precision, device):
                 method.on_stage_start(stage, global_epoch, data)
         for epoch_in_stage in range(first_epoch, stage.epochs):
             tic = time.perf_counter()
@@ -342,11 +445,12 @@ def train(
             task = progress.task(f"{stage.name} epoch {global_epoch + 1}/{total_epochs}",
                                  math.ceil(len(order) / batch_size))
             running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
-                                epoch=global_epoch, task=task)
+                                epoch=global_epoch, task=task, precision=precision, prefetch=prefetch)
             lrs = {g["name"]: g["lr"] for g in optimizer.param_groups} if optimizer is not None else {}
             if scheduler is not None:
                 scheduler.step()
-            with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"):
+            with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"), \
+                    autocast(precision, device):
                 method.on_epoch_end(stage, global_epoch, data)
             elapsed = time.perf_counter() - tic
             report.epoch_seconds.append(elapsed)
@@ -358,8 +462,8 @@ def train(
             task.done()
             global_epoch += 1
             report.record_epoch(code, global_epoch)
-            if checkpoint_path is not None:
-                last_in_stage = epoch_in_stage + 1 == stage.epochs
+            last_in_stage = epoch_in_stage + 1 == stage.epochs
+            if checkpoint_path is not None and (last_in_stage or global_epoch % checkpoint_every == 0):
                 _save_checkpoint(checkpoint_path, {
                     "format": CHECKPOINT_FORMAT,
                     "method": method.state_dict(),

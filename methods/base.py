@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -49,6 +49,10 @@ class MethodContext:
         return self.depth // 4
 
 
+#: the arrays of a TokenBatch a method can read (``PrototypeMethod.reads``); labels, indices, grid always
+TOKEN_FIELDS: frozenset[str] = frozenset({"tokens", "block_input", "attention", "early_tokens"})
+
+
 @dataclass
 class TokenBatch:
     """One batch of cached (or live) trunk outputs, on the training device.
@@ -59,6 +63,11 @@ class TokenBatch:
     early_tokens B×N×D  tokens of block ``early_block_index`` (only when a method asks)
     labels       B  class indices
     indices      B  positions of the images in their split (push records them)
+    frozen       the method's ``frozen_features`` of these images, when the harness computed
+                 them once per image (empty otherwise: the method computes them itself)
+
+    A source reads only the arrays the method declares in ``PrototypeMethod.reads``; the others
+    are None.
     """
 
     tokens: Tensor
@@ -68,9 +77,14 @@ class TokenBatch:
     indices: Tensor
     grid: tuple[int, int]
     early_tokens: Tensor | None = None
+    frozen: dict[str, Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return self.tokens.shape[0]
+        return self.labels.shape[0]
+
+    def only(self, reads: frozenset[str]) -> TokenBatch:
+        """This batch with the arrays outside ``reads`` (⊆ TOKEN_FIELDS) set to None."""
+        return replace(self, **{name: None for name in TOKEN_FIELDS - reads})
 
 
 @dataclass
@@ -133,6 +147,10 @@ class PrototypeMethod(nn.Module, ABC):
     display_name: str | None = None
     #: whether the trunk cache must hold the early block's tokens (EvalProtoPNet's SDFA)
     needs_early_tokens: bool = False
+    #: the TokenBatch arrays the method reads (⊆ TOKEN_FIELDS); sources skip the others
+    reads: frozenset[str] = TOKEN_FIELDS
+    #: CUDA ops the method uses that have no deterministic kernel (``deterministic = true`` refuses it)
+    cuda_ops_without_deterministic_kernel: tuple[str, ...] = ()
 
     def __init__(self, ctx: MethodContext) -> None:
         super().__init__()
@@ -174,6 +192,21 @@ class PrototypeMethod(nn.Module, ABC):
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """B×J: what each of the J prototypes of ``classes[b]`` adds to that class's logit (the
         "why" panels of the figures). Exact where the logit is a sum over prototypes."""
+
+    def frozen_features(self, batch: TokenBatch) -> dict[str, Tensor]:
+        """Small per-image arrays (first dimension B) that depend only on the frozen trunk outputs
+        of ``batch`` and on fixed hyperparameters, never on trained state (e.g. vMFProto's
+        foreground gate). The harness computes them once per image of a cached split, before
+        training, and hands them back in ``batch.frozen`` of every later batch of that split, so
+        a method reads ``batch.frozen.get(name)`` and computes the value itself when it is
+        absent (hand-built or live batches). Default: none."""
+        return {}
+
+    def appended_block(self) -> nn.Module | None:
+        """The appended trainable block (``ctx.make_block()``), whose output evaluation computes
+        once per batch for logits and maps; the adapters keep it at ``self.block``."""
+        block = getattr(self, "block", None)
+        return block if isinstance(block, nn.Module) else None
 
     # ---- hooks (default: nothing) -------------------------------------------------------
     def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:

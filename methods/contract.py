@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from benchmark.training import set_trainable
-from methods.base import PrototypeMethod, Stage
+from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage
 from methods.registry import build_method, get_method_class, method_hyperparameters
 from methods.testing import SyntheticTokens, SyntheticTrainData
 
@@ -148,12 +148,40 @@ def check_determinism(name: str, source: SyntheticTokens, J: int) -> None:
     _require(torch.equal(outputs[0], outputs[1]), f"{name}: two builds with the same seed must give identical outputs")
 
 
+def check_reads(name: str, source: SyntheticTokens, J: int) -> None:
+    """The method runs on batches holding only the arrays it declares in ``reads`` (the harness
+    loads no others) and gets the same outputs and losses as from a full batch."""
+    _require(bool(TOKEN_FIELDS >= set(_build(name, source, J, 0).reads)),
+             f"{name}: reads must be a subset of {sorted(TOKEN_FIELDS)}")
+    results = []
+    for full in (True, False):
+        method = _build(name, source, J, 0)
+        batch = source.batch(torch.arange(8))
+        batch = batch if full else batch.only(frozenset(method.reads))
+        data = SyntheticTrainData(source, reads=None if full else frozenset(method.reads))
+        try:
+            stage = _training_stages(method)[-1]
+            method.on_stage_start(stage, 0, data)
+            terms = method.loss_terms(batch, stage, 0)
+            with torch.no_grad():
+                method.after_step(batch, stage, 0)
+                method.eval()
+                results.append([*terms.values(), method.logits(batch), method.activation_maps(batch, batch.labels),
+                                method.prototype_contributions(batch, batch.labels)])
+        except (AttributeError, TypeError) as err:
+            raise ContractError(f"{name}: reads = {sorted(method.reads)} leaves out an array the method uses "
+                                f"({type(err).__name__}: {err}); declare it in reads") from err
+    _require(all(torch.equal(a, b) for a, b in zip(*results)),
+             f"{name}: outputs from a batch of only its reads {sorted(method.reads)} differ from a full batch's")
+
+
 CHECKS: tuple[Callable[[str, SyntheticTokens, int], None], ...] = (
     check_constructor,
     check_outputs,
     check_stages_and_losses,
     check_state_dict_round_trip,
     check_determinism,
+    check_reads,
 )
 
 

@@ -28,6 +28,7 @@ from methods.common.lineage import (
     check_positive,
     cluster_cost,
     head_input,
+    head_reads,
     init_prototypes,
     make_add_on,
     make_block,
@@ -119,6 +120,7 @@ class EvalProtoPNet(PrototypeMethod):
                              "sdfa": sdfa_weight}
 
         self.block = make_block(ctx, expanded)
+        self.reads = head_reads(self.block) | {"early_tokens"}
         self.add_on = make_add_on((ctx.embed_dim, basis_dim))  # Linear(D→K) → Sigmoid
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.aggregation_weights = torch.nn.Parameter(torch.ones(ctx.num_classes, ctx.prototypes_per_class))

@@ -30,6 +30,7 @@ from methods.common.lineage import (
     check_positive,
     cluster_cost,
     head_input,
+    head_reads,
     init_prototypes,
     last_layer_contributions,
     last_layer_phase,
@@ -116,6 +117,7 @@ class ProtoPNet(PrototypeMethod):
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "l1": l1_weight}
 
         self.block = make_block(ctx, expanded)
+        self.reads = head_reads(self.block)
         self.add_on = make_add_on((ctx.embed_dim, prototype_dim, prototype_dim))
         self.prototypes = init_prototypes(ctx.num_prototypes, prototype_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)

@@ -28,6 +28,7 @@ from methods.common.lineage import (
     check_positive,
     cluster_cost,
     head_input,
+    head_reads,
     init_prototypes,
     last_layer_contributions,
     last_layer_phase,
@@ -148,6 +149,7 @@ class TesNet(PrototypeMethod):
                              "orth": orth_weight, "subsep": subsep_weight}
 
         self.block = make_block(ctx, expanded)
+        self.reads = head_reads(self.block)
         self.add_on = make_add_on((ctx.embed_dim, basis_dim, basis_dim))
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)

@@ -13,7 +13,7 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from methods.base import MethodContext, TokenBatch, TrainData
+from methods.base import TOKEN_FIELDS, MethodContext, TokenBatch, TrainData
 
 
 class TinyAppendedBlock(nn.Module):
@@ -68,12 +68,13 @@ class SyntheticTokens:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def batch(self, indices: torch.Tensor, device: torch.device | str = "cpu") -> TokenBatch:
+    def batch(self, indices: torch.Tensor, device: torch.device | str = "cpu", *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         return TokenBatch(
             tokens=self.tokens[indices].to(device), block_input=self.block_input[indices].to(device),
             attention=self.attention[indices].to(device), labels=self.labels[indices].to(device),
             indices=indices.to(device), grid=self.grid, early_tokens=self.tokens[indices].to(device),
-        )
+        ).only(reads)
 
     def context(self, prototypes_per_class: int, seed: int = 0) -> MethodContext:
         return MethodContext(
@@ -87,8 +88,9 @@ class SyntheticTrainData(TrainData):
     split a hook sees; ``batch_size`` fixes the batch size whatever the caller asks."""
 
     def __init__(self, source: SyntheticTokens, indices: torch.Tensor | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, reads: frozenset[str] | None = None) -> None:
         self.source = source
+        self.reads = TOKEN_FIELDS if reads is None else reads
         self.indices = torch.arange(len(source)) if indices is None else indices
         self.fixed_batch_size = batch_size
 
@@ -98,4 +100,4 @@ class SyntheticTrainData(TrainData):
     def batches(self, batch_size: int, *, shuffle: bool = False) -> Iterator[TokenBatch]:
         size = self.fixed_batch_size or batch_size
         for start in range(0, len(self.indices), size):
-            yield self.source.batch(self.indices[start:start + size])
+            yield self.source.batch(self.indices[start:start + size], reads=self.reads)

@@ -246,7 +246,9 @@ def test_runs_with_cache_stage_local_read_from_scratch(tmp_path: Path, monkeypat
 
     seen: list[dict] = []
     monkeypatch.setattr(runner, "token_source", lambda *args, **kwargs: seen.append(kwargs))
-    method = SimpleNamespace(ctx=SimpleNamespace(early_block_index=0), needs_early_tokens=False)
+    monkeypatch.setattr(runner, "with_frozen_features", lambda source, *args, **kwargs: source)
+    method = SimpleNamespace(ctx=SimpleNamespace(early_block_index=0), needs_early_tokens=False,
+                             frozen_features=lambda batch: {}, reads=frozenset({"tokens"}))
     base = dict(dataset="synthbirds", backbone="dinov2_vits14_reg4", method="protopnet", prototypes_per_class=2)
 
     def source(**fields) -> None:

@@ -87,11 +87,11 @@ def test_disk_check_fails_when_the_caches_do_not_fit(tmp_path, monkeypatch):
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: type("U", (), {"free": 2**30})())
     check = doctor.disk_check(grid, tmp_path / "cache")
     assert check.status == "fail" and "--cache-dir" in check.fix
-    # CUB with ViT-B/14 at 224: 256 patches + 1 CLS, 768 wide, float16 (protocol.md); 4 arrays of
-    # 3 entries, each with a .npy header of at most 128 bytes
-    per_image = (256 + 257) * 768 * 2 + 256 * 4 + 8
+    # CUB with ViT-B/14 at 224: 256 patches + 1 CLS, 768 wide, float16 block inputs, float32
+    # attention (protocol.md); 3 arrays of 3 entries, each with a .npy header of at most 128 bytes
+    per_image = 257 * 768 * 2 + 256 * 4 + 8
     data = (5994 + 5794 + 5794) * per_image
-    assert 0 < doctor.grid_cache_bytes(grid) - data <= 3 * 4 * 128
+    assert 0 < doctor.grid_cache_bytes(grid) - data <= 3 * 3 * 128
 
 
 def test_cache_estimate_matches_the_arrays_the_cache_writes(tmp_path):
@@ -106,7 +106,7 @@ def test_cache_estimate_matches_the_arrays_the_cache_writes(tmp_path):
     source = prep.train_source(tmp_path / "cache")
     arrays = list((tmp_path / "cache").rglob("*.npy"))
     on_disk = sum(p.stat().st_size for p in arrays)
-    assert len(arrays) == 5  # tokens, block_input, attention, labels, early_tokens
+    assert len(arrays) == 4  # block_input, attention, labels, early_tokens
     assert doctor.cache_entry_bytes(spec, len(source), early_tokens=True) == on_disk
 
 

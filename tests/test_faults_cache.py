@@ -148,16 +148,16 @@ def test_truncated_and_same_size_corrupted_cache_are_detected(tmp_path: Path) ->
     source = token_source(trunk, data, cache_dir=tmp_path, backbone_key=KEY)
     reference, name = everything(source), source.entry.name
     del source
-    flip_byte(tmp_path / name / "tokens.npy", 3)  # same size: silently other tokens before
-    with pytest.raises(ProtobenchError, match=f"tokens.npy: row block 0 .*`protobench cache rm {name} "):
+    flip_byte(tmp_path / name / "block_input.npy", 3)  # same size: silently other tokens before
+    with pytest.raises(ProtobenchError, match=f"block_input.npy: row block 0 .*`protobench cache rm {name} "):
         token_source(trunk, data, cache_dir=tmp_path, backbone_key=KEY)
     assert main(["cache", "rm", name, "--cache-dir", str(tmp_path)]) == 0
     rebuilt = token_source(trunk, data, cache_dir=tmp_path, backbone_key=KEY)
     assert_same(everything(rebuilt), reference)
     del rebuilt
-    with open(tmp_path / name / "block_input.npy", "r+b") as file:
+    with open(tmp_path / name / "attention.npy", "r+b") as file:
         file.truncate(file.seek(0, 2) - 100)
-    with pytest.raises(ProtobenchError, match=f"block_input.npy has .* bytes.*protobench cache rm {name}"):
+    with pytest.raises(ProtobenchError, match=f"attention.npy has .* bytes.*protobench cache rm {name}"):
         token_source(trunk, data, cache_dir=tmp_path, backbone_key=KEY)
 
 
@@ -166,7 +166,7 @@ def test_disk_full_during_the_trunk_pass_leaves_nothing(tmp_path: Path, monkeypa
 
     def write(self, rows):
         calls.append(self.path.name)
-        if len(calls) == 7:  # the second batch
+        if len(calls) == 4:  # the second batch (three arrays per batch)
             raise OSError(errno.ENOSPC, "No space left on device")
         real_write(self, rows)
 
@@ -228,8 +228,8 @@ def test_kill9_during_a_build_then_the_next_build_gives_identical_arrays(tmp_pat
     child.start()
 
     def rows_on_disk() -> bool:  # three rows written, at least one flushed past the write buffer
-        files = list(tmp_path.glob(".tmp-*/tokens.npy"))
-        return bool(files) and files[0].stat().st_size > 64 * 32 * 2
+        files = list(tmp_path.glob(".tmp-*/block_input.npy"))
+        return bool(files) and files[0].stat().st_size > 69 * 32 * 2
 
     wait_for(rows_on_disk, "the child to write rows")
     os.kill(child.pid, signal.SIGKILL)

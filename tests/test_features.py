@@ -116,9 +116,10 @@ def test_build_once_then_read_the_same_tensors(tmp_path: Path) -> None:
     assert picked.indices.tolist() == [4, 1] and picked.labels.tolist() == [1, 1]
 
     (entry,) = cache_entries(tmp_path)
-    assert entry["arrays"]["tokens"]["dtype"] == "float16" and entry["arrays"]["attention"]["dtype"] == "float32"
+    assert set(entry["arrays"]) == {"block_input", "attention", "labels", "early_tokens"}  # tokens: rebuilt
+    assert entry["arrays"]["block_input"]["dtype"] == "float16" and entry["arrays"]["attention"]["dtype"] == "float32"
     assert entry["key"]["weights_checksum"] == trunk.weights_checksum and entry["num_images"] == COUNT
-    assert isinstance(np.load(Path(entry["path"]) / "tokens.npy", mmap_mode="r"), np.memmap)
+    assert isinstance(np.load(Path(entry["path"]) / "block_input.npy", mmap_mode="r"), np.memmap)
     assert not leftovers(tmp_path)
 
 

@@ -269,14 +269,24 @@ def _size(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def _check_space(folder: Path, needed: int) -> None:
-    free = _free_bytes(folder)
+def check_free_space(directory: Path, needed: int, what: str) -> None:
+    """``ProtobenchError`` naming ``directory``, the bytes needed and the bytes free when ``what``
+    (``needed`` bytes) does not fit there. A directory not created yet is measured at its
+    nearest existing parent (the filesystem it will be on)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = _free_bytes(existing)
     if free < needed:
         raise ProtobenchError(
-            f"Not enough space to build the token-cache entry in {folder.parent}: it needs {_size(needed)} "
-            f"({needed} bytes), {_size(free)} ({free} bytes) are free. Free space, remove unused entries "
+            f"Not enough space for {what} in {directory}: it needs {_size(needed)} ({needed} bytes), "
+            f"{_size(free)} ({free} bytes) are free. Free space, remove unused entries "
             f"(`protobench cache rm --unused`) or set --cache-dir to a larger filesystem."
         )
+
+
+def _check_space(folder: Path, needed: int) -> None:
+    check_free_space(folder.parent, needed, "building the token-cache entry")
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:

@@ -1,15 +1,25 @@
 """The token cache: the frozen trunk runs once per key, every run of a grid reads its tokens.
 
 A key is (backbone key, weights checksum, dataset fingerprint, split, view, image size, early
-block, storage dtype, format version); its digest names the entry directory (see
+block, storage dtype, device type and precision of the trunk pass, format version); its digest names the entry directory (see
 ``benchmark/cache/store.py`` for publication, checksums and locking, ``stage.py`` for copies to
-node-local scratch). Arrays per entry, in
-dataset order: ``tokens`` N×HW×D, ``block_input`` N×(P+HW)×D, ``early_tokens`` N×HW×D (only with
-an early block) in the storage dtype (float16 by default), ``attention`` N×HW float32,
-``labels`` N int64. ``cache_dir = None`` gives the same interface computed live.
+node-local scratch). An entry stores each image once, only what no method can recompute
+(arrays in dataset order): ``block_input`` N×(P+HW)×D (the last block's pre-norm output,
+prefix tokens first) in the storage dtype (float16 by default), ``attention`` N×HW (CLS→patch)
+float32, ``labels`` N int64, and ``early_tokens`` N×HW×D in the storage dtype only when the key
+names an early block (the runner asks for it on the training split alone). The attention stays
+float32 (0.3 % of an entry): gating min-max normalises it, which magnifies float16 rounding when
+it is nearly flat (a random trunk's spans 1e-4 around 1/N: float16 changed 79 of 12,288 gate
+entries of the demo data, float32 none). The final-norm
+``tokens`` are not stored: ``CachedTokens`` applies the trunk's frozen final norm to
+``block_input`` on the device, exactly as the trunk pass computes them
+(``FrozenTrunk.forward``: ``tokens = norm(x)[:, P:]`` with ``x`` the block input), so they differ
+from the live ones only by the storage rounding of ``block_input`` propagated through the
+norm (bound: README, "Token cache"). ``cache_dir = None`` gives the same interface computed live.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -22,35 +32,42 @@ from typing import Any, Protocol
 import numpy as np
 import timm
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.backbones import FrozenTrunk
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
+from benchmark.cache.memory import read_into_memory
 from benchmark.cache.stage import stage_entry
 from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
 from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
-from methods.base import TokenBatch
+from methods.base import TOKEN_FIELDS, TokenBatch
+from methods.common.precision import autocast
 
 __all__ = [
     "CacheKey",
     "CachedTokens",
     "FORMAT_VERSION",
+    "STABILITY_NOISE_SEED",
     "LiveTokens",
     "TokenSource",
     "View",
     "cache_entries",
+    "entry_layout",
     "expected_cache_key",
     "stability_noise",
     "token_source",
 ]
 
 #: bump when the arrays or their meaning change: every older entry then misses and is rebuilt
-FORMAT_VERSION = 2  # 2: per-block checksums in the manifest
+FORMAT_VERSION = 3  # 2: per-block checksums in the manifest; 3: no tokens array (rebuilt from block_input)
 #: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
 NOISE_STD = 0.2
 NOISE_CLIP = 0.25
+#: the stability perturbation of every run is drawn from this seed, not the run's: every method and
+#: seed is scored on the same perturbed images (paired comparisons; README "Protocol deviations")
+STABILITY_NOISE_SEED = 0
 STORAGE_DTYPES = ("float16", "float32")
 
 
@@ -130,6 +147,9 @@ class CacheKey:
     image_size: int
     early_block: int | None
     dtype: str
+    # a CPU-built and a GPU-built entry differ (kernels), and so do fp32/tf32/bf16 trunk passes
+    device_type: str = "cpu"
+    precision: str = "fp32"
     format_version: int = FORMAT_VERSION
 
     def as_dict(self) -> dict[str, Any]:
@@ -155,11 +175,14 @@ def expected_cache_key(
     image_size: int = 224,
     early_block: int | None = None,
     dtype: str = "float16",
+    device_type: str = "cpu",
+    precision: str = "fp32",
 ) -> CacheKey:
     """The key (and so the directory ``cache_dir / key.dirname``) a run will read, without building it."""
     if dtype not in STORAGE_DTYPES:
         raise ProtobenchError(f"Unsupported cache dtype {dtype!r}; use one of {', '.join(STORAGE_DTYPES)}.")
-    return CacheKey(backbone_key, weights_checksum, dataset_fingerprint, split, view, image_size, early_block, dtype)
+    return CacheKey(backbone_key, weights_checksum, dataset_fingerprint, split, view, image_size, early_block, dtype,
+                    device_type, precision)
 
 
 def cache_entries(cache_dir: Path | str) -> list[dict[str, Any]]:
@@ -177,8 +200,10 @@ class TokenSource(ABC):
     def __len__(self) -> int: ...
 
     @abstractmethod
-    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
-        """The images at positions ``indices`` as a float32 TokenBatch on ``device``."""
+    def batch(self, indices: Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
+        """The images at positions ``indices`` as a float32 TokenBatch on ``device``, with the
+        arrays outside ``reads`` (``PrototypeMethod.reads``) left out (None)."""
 
 
 def _labels_tensor(dataset: TokenDataset) -> Tensor:
@@ -186,43 +211,71 @@ def _labels_tensor(dataset: TokenDataset) -> Tensor:
 
 
 class CachedTokens(TokenSource):
-    """A published cache entry, read memory-mapped; batches are gathered rows, float32 on the device."""
+    """A published cache entry, read memory-mapped (or, ``in_memory``, the arrays that give the
+    fields in ``reads`` read into RAM once); batches are gathered rows, float32 on the device, with
+    the final-norm tokens computed there from the block input by ``norm`` (the trunk's frozen final
+    norm). Towards CUDA the rows are gathered into pinned memory and copied ``non_blocking``."""
 
-    def __init__(self, entry: Entry) -> None:
+    def __init__(self, entry: Entry, norm: nn.Module, num_prefix_tokens: int, *, in_memory: str | bool = False,
+                 reads: frozenset[str] = TOKEN_FIELDS) -> None:
         self._open = entry  # holds the reader's lock on the entry while this source lives
         self.entry = entry.path
         self.manifest = entry.manifest
-        self._arrays = entry.arrays
+        self._arrays = dict(entry.arrays)
+        self._norm = copy.deepcopy(norm).requires_grad_(False).eval()
+        self.num_prefix_tokens = num_prefix_tokens
         self.labels = torch.from_numpy(np.array(self._arrays["labels"]))
         self.grid = tuple(entry.manifest["grid"])
+        stored = {"block_input" if name == "tokens" else name for name in reads}  # tokens: norm(block_input)
+        read = [name for name in sorted(stored) if name in self._arrays]
+        self.in_memory = read_into_memory(in_memory, sum(self._arrays[name].nbytes for name in read))
+        if self.in_memory:
+            for name in read:
+                self._arrays[name] = np.array(self._arrays[name])  # one sequential read of the file
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def _take(self, name: str, rows: np.ndarray, device: torch.device | str) -> Tensor:
+    def _take(self, name: str, rows: np.ndarray, device: torch.device) -> Tensor:
         # gather in the storage dtype, move (half the bytes for float16), widen on the device
-        return torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows])).to(device).float()
+        host = torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows]))
+        if device.type == "cuda":
+            return host.pin_memory().to(device, non_blocking=True).float()
+        return host.to(device).float()
 
-    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
-        rows = indices.detach().cpu().numpy()
-        early = self._take("early_tokens", rows, device) if "early_tokens" in self._arrays else None
+    def final_tokens(self, block_input: Tensor) -> Tensor:
+        """B×N×D final-norm patch tokens of B×(P+N)×D block inputs (``FrozenTrunk.forward``)."""
+        norm = self._norm.to(block_input.device)
+        with torch.no_grad():
+            return norm(block_input)[:, self.num_prefix_tokens :]
+
+    def batch(self, indices: Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
+        rows, device = indices.detach().cpu().numpy(), torch.device(device)
+
+        def take(name: str) -> Tensor | None:
+            return self._take(name, rows, device) if name in self._arrays else None
+
+        block_input = take("block_input") if reads & {"tokens", "block_input"} else None
         return TokenBatch(
-            tokens=self._take("tokens", rows, device),
-            block_input=self._take("block_input", rows, device),
-            attention=self._take("attention", rows, device),
+            tokens=self.final_tokens(block_input) if "tokens" in reads else None,
+            block_input=block_input if "block_input" in reads else None,
+            attention=take("attention") if "attention" in reads else None,
             labels=self.labels[indices.cpu()].to(device),
             indices=indices.to(device),
             grid=self.grid,
-            early_tokens=early,
+            early_tokens=take("early_tokens") if "early_tokens" in reads else None,
         )
 
 
 class LiveTokens(TokenSource):
     """``cache = false``: runs the trunk on the requested images at every call."""
 
-    def __init__(self, trunk: FrozenTrunk, dataset: TokenDataset, view: View, early_block: int | None) -> None:
+    def __init__(self, trunk: FrozenTrunk, dataset: TokenDataset, view: View, early_block: int | None,
+                 precision: str = "fp32") -> None:
         self.trunk = trunk
         self.early_block = early_block
+        self.precision = precision
         self._images = _ViewedDataset(dataset, view)
         self.labels = _labels_tensor(dataset)
         self.grid = trunk.grid
@@ -230,23 +283,25 @@ class LiveTokens(TokenSource):
     def __len__(self) -> int:
         return len(self.labels)
 
-    def batch(self, indices: Tensor, device: torch.device | str) -> TokenBatch:
+    def batch(self, indices: Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         trunk_device = next(self.trunk.parameters()).device
         images = torch.stack([self._images[int(i)][0] for i in indices]).to(trunk_device)
-        out = self.trunk(images, early_block=self.early_block)
+        with autocast(self.precision, trunk_device):
+            out = self.trunk(images, early_block=self.early_block)
         return TokenBatch(
-            tokens=out.tokens.to(device),
-            block_input=out.block_input.to(device),
-            attention=out.attention.to(device),
+            tokens=out.tokens.to(device).float(),
+            block_input=out.block_input.to(device).float(),
+            attention=out.attention.to(device).float(),
             labels=self.labels[indices.cpu()].to(device),
             indices=indices.to(device),
             grid=self.grid,
-            early_tokens=None if out.early_tokens is None else out.early_tokens.to(device),
-        )
+            early_tokens=None if out.early_tokens is None else out.early_tokens.to(device).float(),
+        ).only(reads)
 
 
 def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np.ndarray:
-    array = values.cpu().numpy().astype(dtype, copy=False)
+    array = values.float().cpu().numpy().astype(dtype, copy=False)  # bf16 (autocast) has no NumPy dtype
     if not np.isfinite(array).all():
         raise ProtobenchError(
             f"The {name} of {key.backbone_key} are not finite in {key.dtype} (overflow or NaN input); "
@@ -258,10 +313,10 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
 def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: str,
                  early_tokens: bool) -> dict[str, ArraySpec]:
     """The arrays of an entry of ``count`` images from a trunk with ``patches`` patch tokens,
-    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench doctor`` sizes)."""
+    ``prefix`` prefix tokens and ``width`` channels (also what ``protobench plan`` and ``doctor``
+    size). No ``tokens`` array: ``CachedTokens`` rebuilds them from ``block_input``."""
     storage = np.dtype(dtype)
     layout = {
-        "tokens": ArraySpec((count, patches, width), storage),
         "block_input": ArraySpec((count, prefix + patches, width), storage),
         "attention": ArraySpec((count, patches), np.dtype("float32")),
         "labels": ArraySpec((count,), np.dtype("int64")),
@@ -301,11 +356,10 @@ def _trunk_pass(
         )
         task = progress.task(f"trunk pass {key.dirname}", len(loader))
         for images, labels, _ in loader:
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast(key.precision, device):
                 out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
-            writers["tokens"].write(_to_storage(out.tokens, storage, "tokens", key))
             writers["block_input"].write(_to_storage(out.block_input, storage, "block inputs", key))
-            writers["attention"].write(out.attention.cpu().numpy())
+            writers["attention"].write(out.attention.float().cpu().numpy())
             writers["labels"].write(labels.numpy().astype(np.int64, copy=False))
             if out.early_tokens is not None:
                 writers["early_tokens"].write(_to_storage(out.early_tokens, storage, "early tokens", key))
@@ -318,6 +372,7 @@ def _trunk_pass(
             "embed_dim": trunk.embed_dim,
             "weights_source": trunk.weights_source,
             "device": str(device),
+            "precision": key.precision,
             "build_seconds": round(time.perf_counter() - started, 3),
             "versions": {"torch": torch.__version__, "timm": timm.__version__, "numpy": np.__version__},
         }
@@ -339,11 +394,16 @@ def token_source(
     num_workers: int = 0,
     progress: Progress = NO_PROGRESS,
     stage_dir: Path | None = None,
+    precision: str = "fp32",
+    in_memory: str | bool = False,
+    reads: frozenset[str] = TOKEN_FIELDS,
 ) -> TokenSource:
     """Tokens of ``dataset`` through ``trunk``: from the cache entry of their key (built on first
     use, on ``device``), or live when ``cache_dir`` is None (``cache = false``). A building pass
     shows a bar in ``progress`` (the caller's running display; one live display at a time).
-    ``stage_dir`` (``cache_stage = "local"``): read a verified copy of the entry made there."""
+    ``stage_dir`` (``cache_stage = "local"``): read a verified copy of the entry made there.
+    ``precision``: of the trunk pass (methods/common/precision.py), in the key with the device
+    type; ``in_memory``: read the arrays in ``reads`` into RAM once (benchmark/cache/memory.py)."""
     if backbone_key != trunk.spec.key:
         raise ProtobenchError(
             f"backbone_key {backbone_key!r} does not name the trunk passed ({trunk.spec.key!r}); pass the trunk's key."
@@ -352,7 +412,7 @@ def token_source(
     device = torch.device(device)
     trunk.to(device)
     if cache_dir is None:
-        return LiveTokens(trunk, dataset, view, early_block)
+        return LiveTokens(trunk, dataset, view, early_block, precision)
     key = expected_cache_key(
         backbone_key=backbone_key,
         weights_checksum=trunk.weights_checksum,
@@ -362,6 +422,8 @@ def token_source(
         image_size=trunk.image_size,
         early_block=early_block,
         dtype=dtype,
+        device_type=device.type,
+        precision=precision,
     )
     fill = _trunk_pass(
         trunk, dataset, key, device=device, batch_size=batch_size, num_workers=num_workers, progress=progress
@@ -369,7 +431,7 @@ def token_source(
     entry, _ = open_or_build(Path(cache_dir), key.dirname, key.as_dict(), _layout(trunk, len(dataset), key), fill)
     if stage_dir is not None:
         entry = stage_entry(entry, stage_dir)
-    source = CachedTokens(entry)
+    source = CachedTokens(entry, trunk.model.norm, trunk.num_prefix_tokens, in_memory=in_memory, reads=reads)
     if not torch.equal(source.labels, _labels_tensor(dataset)):
         raise ProtobenchError(
             f"The cache entry {entry.path} holds other labels than the dataset it was looked up for, so the dataset "

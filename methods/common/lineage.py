@@ -77,6 +77,11 @@ def head_input(batch: TokenBatch, block: nn.Module | None) -> Tensor:
     return batch.tokens if block is None else block(batch.block_input)
 
 
+def head_reads(block: nn.Module | None) -> frozenset[str]:
+    """The TokenBatch arrays :func:`head_input` reads (``PrototypeMethod.reads``)."""
+    return frozenset({"tokens"} if block is None else {"block_input"})
+
+
 def block_groups(block: nn.Module | None, lr: float, weight_decay: float) -> list[ParamGroup]:
     """The optimiser group of the appended block (none without it): its ``trainable_parameters()``
     (MethodContext: the frozen final norm stays out)."""

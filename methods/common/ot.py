@@ -11,7 +11,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from methods.common.precision import float32_island
 
+
+@float32_island
 def sinkhorn_log(
     scores: Tensor,
     row_marginal: Tensor,
@@ -91,6 +94,7 @@ class GroupedAssignment(NamedTuple):
     column_error: Tensor  # G, ‖Qᵀ1 − b‖₁ of each group's plan
 
 
+@float32_island
 def grouped_hard_assignment(scores: Tensor, groups: Tensor, col_marginals: Tensor, *, epsilon: float,
                             iterations: int, tolerance: float | None = None) -> GroupedAssignment:
     """Hard OT label in ``[0, J)`` of every row of ``scores`` (P×J), solved per group: the P_g rows

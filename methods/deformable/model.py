@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
+    head_reads,
     block_groups,
     check_arg,
     check_count,
@@ -67,6 +68,8 @@ class DeformableProtoPNet(PrototypeMethod):
     start of joint training; ``expanded``: the head reads the appended block (protocol.md), which
     trains in the joint stage at ``block_lr``.
     """
+
+    cuda_ops_without_deterministic_kernel = ("grid_sample backward (deformable pooling)",)
 
     def __init__(
         self,
@@ -132,6 +135,7 @@ class DeformableProtoPNet(PrototypeMethod):
                 nn.Conv2d(offset_channels, 2 * NUM_PARTS, kernel_size=KERNEL, padding=1),
             )
             self.block = make_block(ctx, expanded)  # last: same head init either way
+            self.reads = head_reads(self.block)
         for conv in (self.offset_net[0], self.offset_net[2]):  # official: zero init
             nn.init.zeros_(conv.weight)
             nn.init.zeros_(conv.bias)

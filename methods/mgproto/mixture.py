@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from methods.common.precision import float32_island
+
 #: model.py ``_e_step`` / ``_m_step_diversified``: ``log(π + 1e-10)``
 PRIOR_EPS = 1e-10
 #: torch.optim.Adam defaults, which the official ``prototype_optimizer`` uses
@@ -101,6 +103,7 @@ def adam_step(state: EMState, cls: int, grad: Tensor, lr: float) -> None:
     state.means.sub_(lr * state.exp_avg / (bias1 * denom))
 
 
+@float32_island
 def em_update(bank: Tensor, state: EMState, classes: Tensor, *, loops: int, alpha: float, lr: float,
               diversity_weight: float, prior_momentum: float) -> EMState:
     """MGProto's EM (model.py ``update_GMM``) for ``classes`` (ascending, the classes of the

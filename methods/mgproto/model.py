@@ -47,6 +47,7 @@ from methods.common.lineage import (
     check_non_negative,
     check_positive,
     head_input,
+    head_reads,
     make_add_on,
     make_block,
 )
@@ -148,6 +149,7 @@ class MGProto(PrototypeMethod):
         with torch.random.fork_rng(devices=[]):  # initialisation is a function of ctx.seed alone
             torch.manual_seed(ctx.seed)
             self.block = make_block(ctx, expanded)
+            self.reads = head_reads(self.block)
             # model.py, add_on_layers_type='regular': two 1×1 convs, no non-linearity (Kaiming fan_out)
             self.add_on = make_add_on((ctx.embed_dim, latent_dim, latent_dim), hidden=None, final=None)
             # model.py: prototype_means = l2_normalize(torch.rand(C, J, d))

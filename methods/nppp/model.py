@@ -57,6 +57,8 @@ class NPPP(PrototypeMethod):
     truncated-normal initialisation of the prototypes.
     """
 
+    reads = frozenset({"tokens", "block_input", "attention"})
+
     def __init__(
         self,
         ctx: MethodContext,

@@ -58,6 +58,8 @@ class VMFProto(PrototypeMethod):
     ``ot_max_iterations`` iterations).
     """
 
+    reads = frozenset({"tokens", "block_input", "attention"})
+
     def __init__(
         self,
         ctx: MethodContext,
@@ -174,10 +176,23 @@ class VMFProto(PrototypeMethod):
         """B×N×D unit tokens of the appended block (Eqs. block_expansion, token_normalization)."""
         return F.normalize(self.block(batch.block_input), dim=-1)
 
-    def foreground(self, batch: TokenBatch) -> Tensor:
-        """B×N bool gate from the frozen view (gating.py)."""
+    def frozen_features(self, batch: TokenBatch) -> dict[str, Tensor]:
+        """The gate depends on the frozen tokens and attention only: the harness computes it once
+        per image (``foreground``: B×N bool, ``foreground_fallback``: B bool, gating.py)."""
+        mask, fallback = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+        return {"foreground": mask, "foreground_fallback": fallback}
+
+    def gate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
+        """(B×N bool gate, B bool "fell back to all patches") of the frozen view: as the harness
+        stored it (``batch.frozen``) or, for a batch without it, computed here (gating.py)."""
+        if "foreground" in batch.frozen:
+            return batch.frozen["foreground"], batch.frozen["foreground_fallback"]
         with torch.no_grad():
-            return foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)[0]
+            return foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+
+    def foreground(self, batch: TokenBatch) -> Tensor:
+        """B×N bool gate from the frozen view (``gate``)."""
+        return self.gate(batch)[0]
 
     # ---- scores ----------------------------------------------------------------------------
     def component_scores(self, tokens: Tensor) -> Tensor:
@@ -337,15 +352,15 @@ class VMFProto(PrototypeMethod):
     def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
         """Per split, the images whose gate had no foreground patch (``gating_fallback_images``,
         each image once) and the fraction of patches the gate keeps per image
-        (``foreground_fraction``: mean, min), recomputed from the frozen tokens (the gate is a
-        pure function of them); ``ot_marginal_error``: mean and max over the class problems
+        (``foreground_fraction``: mean, min), from the gate of each image (``gate``: as the harness
+        stored it once per image, or recomputed from the frozen tokens, of which it is a pure function); ``ot_marginal_error``: mean and max over the class problems
         solved in the latest epoch that ran OT of ``‖Qᵀ1 − π_c‖₁`` (0 when the plan meets its
         column marginal), with that epoch; ``kappa``: min, median, max of the final κ."""
         fallback, fraction = {}, {}
         for split, data in splits.items():
             fallbacks, shares = 0, []
             for batch in data.batches(PASS_BATCH_SIZE):
-                mask, fell_back = foreground_mask(batch.tokens, batch.attention, self.gating, self.tau)
+                mask, fell_back = self.gate(batch)
                 fallbacks += int(fell_back.sum())
                 shares.append(mask.float().mean(-1).cpu())
             fallback[split] = fallbacks

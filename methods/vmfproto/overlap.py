@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from methods.common.precision import float32_island
 from methods.vmfproto.vmf import log_vmf_normaliser
 
 
@@ -29,6 +30,7 @@ def vmf_kernel(mu: Tensor, kappa: Tensor) -> Tensor:
     return torch.exp(log_s - half_diag.unsqueeze(-1) - half_diag.unsqueeze(-2))
 
 
+@float32_island
 def logdet_loss(mu: Tensor, kappa: Tensor, delta: float) -> Tensor:
     """``L_logdet = −(1/C) Σ_c log det(K^(c) + δI)`` (Eq. logdet), batched over classes.
 

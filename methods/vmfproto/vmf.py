@@ -34,6 +34,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from methods.common.precision import float32_island
+
 _DEBYE_MIN_ORDER = 25  # the Debye expansion is used at orders ν ≥ 25 ...
 _DEBYE_TERMS = 14  # ... with the polynomials u_0 … u_13
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -161,6 +163,7 @@ class _LogVMFNormaliser(torch.autograd.Function):
         return (-(grad.to(torch.float64) * ratio)).to(grad.dtype), None
 
 
+@float32_island
 def log_vmf_normaliser(kappa: Tensor, dim: int) -> Tensor:
     """``log C_D(κ)`` of Eq. (vmf_pdf), elementwise, differentiable in κ (κ ≥ 0, D ≥ 2).
 
@@ -172,6 +175,7 @@ def log_vmf_normaliser(kappa: Tensor, dim: int) -> Tensor:
     return _LogVMFNormaliser.apply(kappa, int(dim))
 
 
+@float32_island
 def vmf_mean_resultant(kappa: Tensor, dim: int) -> Tensor:
     """``A_D(κ) = I_{D/2}(κ)/I_{D/2−1}(κ)`` (no autograd), in ``kappa``'s dtype."""
     return log_normaliser_and_ratio(kappa, dim)[1].to(kappa.dtype)
