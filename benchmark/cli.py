@@ -132,7 +132,8 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
-        print(f"submitted {len(ids)} run(s) as job(s) {ids[0]}{f' … {ids[-1]}' if len(ids) > 1 else ''} "
+        packed = f" packed into {len(ids)} task(s)" if len(array.specs) > len(ids) else ""
+        print(f"submitted {len(array.specs)} run(s){packed} as job(s) {ids[0]}{f' … {ids[-1]}' if len(ids) > 1 else ''} "
               f"[{array.shape.describe()}]")
     if submission.snapshot:
         print(f"code snapshot: {submission.snapshot}")
@@ -204,7 +205,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from benchmark.store import find_run_dirs
 
     root = _runs_dir(args.runs_dir)
-    live = [state.job.job_id for state in run_states(find_run_dirs(root)).values() if state.live and state.job]
+    live = list(dict.fromkeys(state.job.job_id for state in run_states(find_run_dirs(root)).values()
+                              if state.live and state.job))  # the runs of a packed task share its job
     if not live:
         print(f"no pending or running SLURM job under {root}")
         return 0

@@ -10,21 +10,30 @@ timeout_min = 240
 setup = ["module load cuda/12.1"]  # shell lines run in the job before Python starts
 signal_delay_s = 120               # SIGUSR2 this long before the time limit: checkpoint + requeue
 array_parallelism = 16             # tasks of one array running at once
+runs_per_task = 4                  # runs sharing a token-cache entry packed into one array task
+task_time_budget_min = 200         # packed runs' estimated time per task (default: see below)
+task_startup_s = 60                # estimated start-up of one task (process, imports, trunk, cache)
 
 [backbone.dinov2_vitb14]           # a different job shape for one backbone's runs
 timeout_min = 480
 ```
 
-Runs with the same :class:`JobShape` go into one job array.
+Runs with the same :class:`JobShape` go into one job array; with ``runs_per_task`` > 1 the
+runs of one token-cache group (:func:`benchmark.grid.cache_group`) are packed back to back into
+array tasks (:func:`pack_runs`), at most ``runs_per_task`` each and, by their estimated hours,
+within the task's time budget (default: the shape's ``timeout_min`` less ``signal_delay_s`` and
+``task_startup_s``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from benchmark.config import RunSpec, read_toml, require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
+from benchmark.grid import cache_group
 
 
 @dataclass(frozen=True)
@@ -80,9 +89,19 @@ class ClusterProfile:
     device: str = "auto"  # the runs' device on the cluster (an operational field: same run ids)
     snapshot: bool = True  # run queued jobs on a copy of the code taken at submission
     sbatch: dict[str, str] = field(default_factory=dict)  # extra #SBATCH flags, e.g. {"gres": "gpu:a100:1"}
+    runs_per_task: int = 1  # runs packed back to back into one array task (1: one run per task)
+    task_time_budget_min: int | None = None  # estimated run time per task (None: see task_budget_hours)
+    task_startup_s: int = 60  # planning estimate of a task's start-up: process, imports, trunk, cache open
 
     def shape_for(self, spec: RunSpec) -> JobShape:
         return dict(self.backbone_shapes).get(spec.backbone, self.shape)
+
+    def task_budget_hours(self, shape: JobShape) -> float:
+        """Estimated run time one task of ``shape`` may hold: ``task_time_budget_min``, else the
+        time limit less the requeue signal's lead (``signal_delay_s``) and the task's start-up."""
+        if self.task_time_budget_min is not None:
+            return self.task_time_budget_min / 60
+        return (shape.timeout_min * 60 - self.signal_delay_s - self.task_startup_s) / 3600
 
     def slurm_parameters(self) -> dict[str, Any]:
         """The ``slurm_`` keywords that are the same for every array of the profile."""
@@ -98,15 +117,17 @@ class ClusterProfile:
 
 
 PROFILE_KEYS: tuple[str, ...] = (*SHAPE_KEYS, "description", "setup", "signal_delay_s", "array_parallelism",
-                                 "max_requeues", "device", "snapshot", "sbatch", "backbone")
+                                 "max_requeues", "device", "snapshot", "sbatch", "backbone", "runs_per_task",
+                                 "task_time_budget_min", "task_startup_s")
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "partition": str, "account": str, "qos": str, "constraint": str, "description": str, "device": str,
     "gpus_per_node": int, "cpus_per_task": int, "timeout_min": int, "signal_delay_s": int,
     "array_parallelism": int, "max_requeues": int, "mem_gb": (int, float), "setup": list, "snapshot": bool,
-    "sbatch": dict, "backbone": dict,
+    "sbatch": dict, "backbone": dict, "runs_per_task": int, "task_time_budget_min": int, "task_startup_s": int,
 }
 _MINIMUM = {"gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 0.1, "timeout_min": 1, "signal_delay_s": 0,
-            "array_parallelism": 1, "max_requeues": 0}
+            "array_parallelism": 1, "max_requeues": 0, "runs_per_task": 1, "task_time_budget_min": 1,
+            "task_startup_s": 0}
 
 
 def _check(key: str, value: Any, where: str) -> None:
@@ -161,6 +182,9 @@ def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterPro
         device=data.get("device", ClusterProfile.device),
         snapshot=data.get("snapshot", ClusterProfile.snapshot),
         sbatch={k: str(v) for k, v in data.get("sbatch", {}).items()},
+        runs_per_task=data.get("runs_per_task", ClusterProfile.runs_per_task),
+        task_time_budget_min=data.get("task_time_budget_min"),
+        task_startup_s=data.get("task_startup_s", ClusterProfile.task_startup_s),
     )
     for label, job in (("", shape), *((f" [backbone.{b}]", s) for b, s in overrides)):
         if job.timeout_min * 60 <= profile.signal_delay_s:
@@ -168,6 +192,12 @@ def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterPro
                 f"{where}{label}: timeout_min = {job.timeout_min} is not longer than signal_delay_s = "
                 f"{profile.signal_delay_s} s, so the checkpoint-and-requeue signal would arrive when the job "
                 "starts; raise timeout_min or lower signal_delay_s")
+        budget = profile.task_time_budget_min
+        if budget is not None and budget * 60 > job.timeout_min * 60 - profile.signal_delay_s:
+            raise ProtobenchError(
+                f"{where}{label}: task_time_budget_min = {budget} does not fit in timeout_min = {job.timeout_min} "
+                f"less signal_delay_s = {profile.signal_delay_s} s, so packed runs would be requeued by design; "
+                "lower task_time_budget_min (or leave it out: the limit less the signal lead and start-up)")
     return profile
 
 
@@ -176,3 +206,26 @@ def load_profile(path: str | Path) -> ClusterProfile:
     path = Path(path)
     data = read_toml(path, "cluster profile", "give a TOML file such as slurm/profiles/example.toml")
     return parse_profile(data, source=str(path), name=path.stem)
+
+
+def pack_runs(specs: list[RunSpec], profile: ClusterProfile, hours: Callable[[RunSpec], float]
+              ) -> list[tuple[RunSpec, ...]]:
+    """Array tasks of one job shape: consecutive runs of one token-cache group
+    (:func:`benchmark.grid.cache_group`), at most ``runs_per_task`` a task and, by their
+    estimated ``hours``, within :meth:`ClusterProfile.task_budget_hours` (a run longer than the
+    budget gets a task of its own: it checkpoints and is requeued as an unpacked run is).
+    ``specs`` are of one shape, in cache order; the tasks keep that order."""
+    tasks: list[list[RunSpec]] = []
+    group: tuple[str, ...] | None = None
+    used = 0.0
+    for spec in specs:
+        cost = hours(spec)
+        budget = profile.task_budget_hours(profile.shape_for(spec))
+        if (tasks and cache_group(spec) == group and len(tasks[-1]) < profile.runs_per_task
+                and used + cost <= budget):
+            tasks[-1].append(spec)
+            used += cost
+        else:
+            tasks.append([spec])
+            group, used = cache_group(spec), cost
+    return [tuple(task) for task in tasks]

@@ -4,7 +4,9 @@
 - ``submitit-local``, ``debug``, ``slurm``: through submitit (``AutoExecutor`` with the
   cluster named explicitly). Runs are grouped by job shape (cluster profile); each group is
   one job array (``executor.batch()``) of :class:`benchmark.jobs.RunJob` callables, ordered so
-  that runs reading the same token caches are neighbours. Runs that share a cache entry and
+  that runs reading the same token caches are neighbours; with the profile's ``runs_per_task``
+  > 1, neighbours of one token-cache group share an array task, within its time budget by the
+  plan's per-run estimate (:func:`benchmark.cluster.pack_runs`). Runs that share a cache entry and
   start together do not build it twice: the cache's per-entry lock file
   (``benchmark/cache/lock.py``, valid across nodes) makes all but one wait, then they read the
   published entry. ``submitit-local`` and ``debug`` wait for their jobs; ``slurm`` returns once
@@ -23,11 +25,12 @@ from pathlib import Path
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
-from benchmark.cluster import ClusterProfile, JobShape
+from benchmark.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
-from benchmark.grid import GridSpec
-from benchmark.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, add_job_record, run_states
+from benchmark.grid import GridSpec, cache_group
+from benchmark.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, add_job_record, run_states
+from benchmark.plan import paper_costs, run_epochs
 from benchmark.runner import check_data, execute_run, load_trunk
 from benchmark.snapshot import code_snapshot, snapshot_path
 from benchmark.store import RunBusy, RunDir, atomic_write_json
@@ -116,11 +119,15 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
 # ---- submitit executors ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class ArraySubmission:
-    """One job array: runs of one job shape."""
+    """One job array: runs of one job shape, packed into its tasks (one job per task)."""
 
     shape: JobShape
-    specs: tuple[RunSpec, ...]
+    tasks: tuple[tuple[RunSpec, ...], ...]
     jobs: tuple[submitit.Job, ...]
+
+    @property
+    def specs(self) -> tuple[RunSpec, ...]:
+        return tuple(spec for task in self.tasks for spec in task)
 
     @property
     def job_ids(self) -> list[str]:
@@ -133,18 +140,13 @@ class Submission:
     arrays: list[ArraySubmission] = field(default_factory=list)
     settled: list[Outcome] = field(default_factory=list)  # not submitted: done, queued, failed before
     snapshot: Path | None = None
-
-
-def cache_order(spec: RunSpec) -> tuple[str, ...]:
-    """Sort key that puts runs reading the same token caches next to each other."""
-    return (spec.dataset, spec.data_root, str(spec.image_size), spec.backbone, spec.weights,
-            repr(sorted(spec.backbone_args.items())), spec.cache_dtype, spec.augmentation)
+    run_dirs: dict[str, Path] = field(default_factory=dict)  # run id → directory, of the submitted runs
 
 
 def group_by_shape(runs: list[RunSpec], profile: ClusterProfile) -> list[tuple[JobShape, list[RunSpec]]]:
-    """One group per job shape (in first-seen order), runs ordered by :func:`cache_order`."""
+    """One group per job shape (in first-seen order), runs ordered by :func:`benchmark.grid.cache_group`."""
     groups: dict[JobShape, list[RunSpec]] = {}
-    for spec in sorted(runs, key=cache_order):
+    for spec in sorted(runs, key=cache_group):
         groups.setdefault(profile.shape_for(spec), []).append(spec)
     return list(groups.items())
 
@@ -187,6 +189,11 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     if not todo:
         return result
     preflight(todo)
+    costs = paper_costs()  # the plan's per-run estimate decides how many runs fit in a task's budget
+
+    def estimate(spec: RunSpec) -> float:
+        return costs.run_seconds(spec, run_epochs(spec))[0] / 3600
+
     use_snapshot = executor == "slurm" and profile.snapshot
     result.snapshot = snapshot_path(runs_root) if use_snapshot else None
     ex = make_executor(executor, result.folder, profile, job_name=f"protobench-{grid.name}")
@@ -194,19 +201,20 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
         for shape, specs in group_by_shape(todo, profile):
             ex.update_parameters(**shape.submitit_parameters())
-            job_specs = [job_spec(spec, device) for spec in specs]
+            tasks = [tuple(job_spec(spec, device) for spec in task) for task in pack_runs(specs, profile, estimate)]
             board = tensorboard_root.resolve() if tensorboard_root else None
-            calls = [RunJob(spec, grid.run_dir(runs_root, spec), cache_root, result.snapshot,
-                            allow_code_change=allow_code_change,
-                            tensorboard_dir=grid.run_dir(board, spec) if board else None)
-                     for spec in job_specs]
+            calls = [RunJob(tuple(TaskRun(spec, grid.run_dir(runs_root, spec),
+                                          grid.run_dir(board, spec) if board else None) for spec in task),
+                            cache_root, result.snapshot, allow_code_change=allow_code_change)
+                     for task in tasks]
             try:
                 jobs = _submit_array(ex, calls, shape, profile, result)
             except ProtobenchError:
                 if result.snapshot and not result.arrays:  # no job will ever import it
                     shutil.rmtree(result.snapshot, ignore_errors=True)
                 raise
-            array = ArraySubmission(shape, tuple(job_specs), tuple(jobs))
+            array = ArraySubmission(shape, tuple(tasks), tuple(jobs))
+            result.run_dirs.update((spec.run_id, grid.run_dir(runs_root, spec)) for spec in array.specs)
             _record(grid, runs_root, array, executor, result, profile)
             result.arrays.append(array)
     return result
@@ -228,7 +236,8 @@ def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob], shape: JobShap
             if leftover.is_file() or leftover.is_symlink():
                 leftover.unlink()
         reason = str(err).strip() or said.getvalue().strip() or type(err).__name__
-        message = (f"submitting the job array of {len(calls)} run(s) ({shape.describe()}) failed:\n{reason}\n"
+        runs = sum(len(call.runs) for call in calls)
+        message = (f"submitting the job array of {runs} run(s) ({shape.describe()}) failed:\n{reason}\n"
                    f"nothing of this array was queued; fix the cluster profile {profile.source} "
                    "(partition, account, qos, constraint, [sbatch] flags) and run again")
         if submission.arrays:
@@ -244,30 +253,41 @@ def _record(grid: GridSpec, runs_root: Path, array: ArraySubmission, executor: s
             profile: ClusterProfile) -> None:
     """Write each run's spec (so status lists it while queued) and its job record."""
     submitted = time.strftime("%Y-%m-%dT%H:%M:%S")
-    for spec, job in zip(array.specs, array.jobs):
-        rd = RunDir(grid.run_dir(runs_root, spec))
-        atomic_write_json(rd.spec_path, spec.to_json())
+    for specs, job in zip(array.tasks, array.jobs):
         array_id, _, task = job.job_id.partition("_")
         in_array = executor == "slurm" and task.isdigit()  # local and debug job ids are no arrays
-        add_job_record(rd.path, JobRecord(
-            executor=executor, job_id=job.job_id, submitted=submitted, submitit_folder=str(submission.folder),
-            array_job_id=array_id if in_array else "", array_task_id=int(task) if in_array else None,
-            snapshot=str(submission.snapshot or ""), profile=profile.source,
-        ))
+        for position, spec in enumerate(specs):
+            rd = RunDir(grid.run_dir(runs_root, spec))
+            atomic_write_json(rd.spec_path, spec.to_json())
+            add_job_record(rd.path, JobRecord(
+                executor=executor, job_id=job.job_id, submitted=submitted, submitit_folder=str(submission.folder),
+                array_job_id=array_id if in_array else "", array_task_id=int(task) if in_array else None,
+                snapshot=str(submission.snapshot or ""), profile=profile.source,
+                task_position=position, task_runs=len(specs),
+            ))
 
 
 def wait_for(submission: Submission) -> list[Outcome]:
-    """Block until every job of a submitit-local/debug submission ends; one outcome per run."""
+    """Block until every job of a submitit-local/debug submission ends; one outcome per run (a
+    failed task's runs each from their own directory: done, failed, or cut short)."""
     outcomes = []
     for array in submission.arrays:
-        for spec, job in zip(array.specs, array.jobs):
+        for specs, job in zip(array.tasks, array.jobs):
             try:
-                value = job.result()
-                if isinstance(value, dict) and RUNNING_ELSEWHERE in value:
-                    outcomes.append(Outcome(spec, "running-elsewhere", value[RUNNING_ELSEWHERE]))
-                else:
-                    outcomes.append(Outcome(spec, "done"))
+                answers, error = job.result(), ""
             except Exception as err:  # the job's traceback is in its submitit log and failure.json
                 lines = str(err).strip().splitlines()
-                outcomes.append(Outcome(spec, "failed", lines[-1] if lines else type(err).__name__))
+                answers, error = {}, lines[-1] if lines else type(err).__name__
+            outcomes.extend(_outcome(spec, answers.get(spec.run_id, {}), RunDir(submission.run_dirs[spec.run_id]),
+                                     error) for spec in specs)
     return outcomes
+
+
+def _outcome(spec: RunSpec, answer: dict[str, str], rd: RunDir, task_error: str) -> Outcome:
+    """A run's outcome from its task's answer, or (the task failed) from its directory."""
+    if answer.get("state") == RUNNING_ELSEWHERE:
+        return Outcome(spec, "running-elsewhere", answer.get("holder", ""))
+    if answer.get("state") == "done" or rd.is_complete:
+        return Outcome(spec, "done")
+    failure = rd.failure()
+    return Outcome(spec, "failed", failure["reason"] if failure else task_error)

@@ -57,10 +57,17 @@ def _axes(block: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
 
 
-def _trunk_and_data(spec: RunSpec) -> tuple[object, ...]:
-    """What a token cache entry depends on, besides split and view."""
+def trunk_and_data(spec: RunSpec) -> tuple[str, ...]:
+    """What a token cache entry depends on, besides split and view (the one spelling of it:
+    early-token sharing, job-array order and task packing use it)."""
     return (spec.backbone, spec.weights, spec.weights_id, repr(sorted(spec.backbone_args.items())), spec.dataset,
-            spec.data_root, repr(sorted(spec.dataset_args.items())), spec.image_size, spec.cache_dtype)
+            spec.data_root, repr(sorted(spec.dataset_args.items())), str(spec.image_size), spec.cache_dtype)
+
+
+def cache_group(spec: RunSpec) -> tuple[str, ...]:
+    """Runs with equal groups read the same token-cache entries (the training view included):
+    the sort key that makes them neighbours in a job array, and the key of task packing."""
+    return (*trunk_and_data(spec), spec.augmentation)
 
 
 def share_early_token_caches(runs: list[RunSpec]) -> tuple[RunSpec, ...]:
@@ -68,8 +75,8 @@ def share_early_token_caches(runs: list[RunSpec]) -> tuple[RunSpec, ...]:
     trunk and data stores them too, so the whole group reads one cache entry per split and view."""
     from methods.registry import get_method_class
 
-    needing = {_trunk_and_data(r) for r in runs if get_method_class(r.method).needs_early_tokens}
-    return tuple(r.with_overrides(cache_early_tokens=True) if _trunk_and_data(r) in needing else r for r in runs)
+    needing = {trunk_and_data(r) for r in runs if get_method_class(r.method).needs_early_tokens}
+    return tuple(r.with_overrides(cache_early_tokens=True) if trunk_and_data(r) in needing else r for r in runs)
 
 
 def toml_literal(text: str) -> Any:

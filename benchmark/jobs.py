@@ -2,8 +2,9 @@
 and the state of a run seen from both sides (its directory and the scheduler).
 
 ``<run_dir>/job.json`` lists every submission of the run (executor, job id, array id,
-submission time, submitit folder, code snapshot); ``<run_dir>/attempt.json`` is written by the
-job each time it starts (job id, SLURM_RESTART_COUNT, host, the code directory it imported).
+submission time, submitit folder, code snapshot, its place in a packed task); ``<run_dir>/attempt.json``
+is written by the job each time it starts the run (job id, SLURM_RESTART_COUNT, host, the code
+directory it imported, its place in the task).
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import submitit
 
@@ -23,7 +23,7 @@ from benchmark.store import RunBusy, RunDir, atomic_write_json, read_json
 
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
-RUNNING_ELSEWHERE = "running_elsewhere"  # key of what a job returns when another process holds its run
+RUNNING_ELSEWHERE = "running_elsewhere"  # a run's outcome in a job's answer when another process holds it
 # How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
 # which the server frees the locks of a failed node, so a job requeued after a node failure
 # is not turned away by its dead predecessor's lock.
@@ -49,6 +49,8 @@ class JobRecord:
     array_task_id: int | None = None
     snapshot: str = ""  # code snapshot the job imports ("" → the installed code)
     profile: str = ""
+    task_position: int = 0  # the run's place among the runs packed into its array task
+    task_runs: int = 1  # runs packed into the task (1: the task is this run)
 
     @property
     def log_paths(self) -> tuple[Path, Path]:
@@ -72,40 +74,78 @@ def add_job_record(run_dir: Path, record: JobRecord) -> None:
     atomic_write_json(run_dir / JOB_FILE, {"submissions": entries})
 
 
+@dataclass(frozen=True)
+class TaskRun:
+    """One run of an array task: its spec, its directory, and where its TensorBoard events go."""
+
+    spec: RunSpec
+    run_dir: Path
+    tensorboard_dir: Path | None = None
+
+
 class RunJob(submitit.helpers.Checkpointable):
-    """One run as a submitit job. On SIGUSR2 (time limit or preemption) submitit calls
-    ``checkpoint`` (inherited: resubmit this same callable) and requeues the job; the new
-    attempt calls ``execute_run`` again, which resumes from ``checkpoint.pt`` at the last
+    """The runs of one array task as a submitit job, back to back in one process (one run
+    unless the profile packs ``runs_per_task`` > 1). The task pays process start-up and
+    imports once; its runs share one token-cache group, so later runs read entries that the
+    first one built, opened (OS page cache) or staged to node-local scratch.
+
+    On SIGUSR2 (time limit or preemption) submitit calls ``checkpoint`` (inherited: resubmit
+    this same callable) and requeues the job; the new attempt skips the runs that have their
+    result, and ``execute_run`` resumes the interrupted one from ``checkpoint.pt`` at its last
     finished epoch. A job requeued from outside (``scontrol requeue``, preemption by SLURM)
-    restarts the same way."""
+    restarts the same way. Each run writes its ``attempt.json`` when it starts, so ``status``
+    tells the running run of a task from the ones waiting behind it. A failed run (its
+    ``failure.json``) does not stop the task's next runs; the task then ends with the first
+    failure's error."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, cache_root: Path, snapshot: Path | None, *,
-                 allow_code_change: bool = False, tensorboard_dir: Path | None = None) -> None:
-        self.spec, self.run_dir, self.cache_root, self.snapshot = spec, run_dir, cache_root, snapshot
-        self.allow_code_change, self.tensorboard_dir = allow_code_change, tensorboard_dir
+    def __init__(self, runs: tuple[TaskRun, ...], cache_root: Path, snapshot: Path | None, *,
+                 allow_code_change: bool = False) -> None:
+        if not runs:
+            raise ValueError("an array task needs at least one run")
+        self.runs, self.cache_root, self.snapshot = runs, cache_root, snapshot
+        self.allow_code_change = allow_code_change
 
-    def __call__(self) -> dict[str, Any]:
-        from benchmark.runner import execute_run
-
+    def __call__(self) -> dict[str, dict[str, str]]:
+        """Each run's outcome by run id: ``{"state": "done"}`` or ``{"state": RUNNING_ELSEWHERE,
+        "holder": …}`` (another live process holds its lock and writes its result)."""
         imported = code_dir()
         if self.snapshot is not None and imported != self.snapshot.resolve():
             raise ProtobenchError(f"the job imported the suite from {imported}, not from its code snapshot "
                                   f"{self.snapshot}; remove {imported} from PYTHONPATH")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        outcomes: dict[str, dict[str, str]] = {}
+        failures: list[BaseException] = []
+        for position, run in enumerate(self.runs):
+            if RunDir(run.run_dir).is_complete:  # finished before this task was requeued: not trained again
+                outcomes[run.spec.run_id] = {"state": "done"}
+                continue
+            try:
+                outcomes[run.spec.run_id] = self._execute(run, position, imported)
+            except Exception as err:  # recorded in the run's failure.json by execute_run
+                failures.append(err)
+        if failures:
+            raise failures[0]
+        return outcomes
+
+    def _execute(self, run: TaskRun, position: int, imported: Path) -> dict[str, str]:
+        from benchmark.runner import execute_run
+
+        run.run_dir.mkdir(parents=True, exist_ok=True)
         env = submitit.JobEnvironment()
-        atomic_write_json(self.run_dir / ATTEMPT_FILE, {
+        atomic_write_json(run.run_dir / ATTEMPT_FILE, {
             "job_id": env.job_id, "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
             "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "code_dir": str(imported),
+            "task_position": position, "task_runs": len(self.runs),
         })
         try:
-            return execute_run(self.spec, self.run_dir, cache_root=self.cache_root, progress=False,
-                               allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S,
-                               tensorboard_dir=self.tensorboard_dir)
+            execute_run(run.spec, run.run_dir, cache_root=self.cache_root, progress=False,
+                        allow_code_change=self.allow_code_change, lock_wait_s=LOCK_WAIT_S,
+                        tensorboard_dir=run.tensorboard_dir)
+            return {"state": "done"}
         except RunBusy as busy:  # not a failure: the live holder writes the result
-            return {RUNNING_ELSEWHERE: busy.holder}
+            return {"state": RUNNING_ELSEWHERE, "holder": busy.holder}
         except SystemExit:
             # submitit's requeue handler exits the process after checkpointing; the run is not failed
-            RunDir(self.run_dir).failure_path.unlink(missing_ok=True)
+            RunDir(run.run_dir).failure_path.unlink(missing_ok=True)
             raise
 
 
@@ -126,6 +166,13 @@ def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
     return max(recorded, scheduler.restarts if scheduler else 0)
 
 
+def _started_in_this_attempt(run_dir: Path, job: JobRecord, scheduler: JobState) -> bool:
+    """The run's ``attempt.json`` comes from the running attempt of its (packed) task: it is the
+    task's current run, not one waiting behind it."""
+    attempt = read_json(run_dir / ATTEMPT_FILE) or {}
+    return attempt.get("job_id") == job.job_id and attempt.get("restart_count", 0) >= scheduler.restarts
+
+
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
     """The run's state from its files and (for SLURM jobs) the scheduler's answer, None when
     SLURM no longer knows the job. Asks nothing of SLURM: testable without a cluster."""
@@ -136,6 +183,11 @@ def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -
         return RunState(state, live=False, failed=state == "failed", job=job)
     if scheduler is not None and scheduler.live:
         label = "running" if scheduler.state in ("RUNNING", "COMPLETING") else scheduler.state.lower()
+        if label == "running" and job.task_runs > 1:  # a packed task runs one of its runs at a time
+            if not _started_in_this_attempt(rd.path, job, scheduler):
+                label = f"waiting in task {job.job_id} (run {job.task_position + 1} of {job.task_runs})"
+            elif state == "failed":  # failed in this attempt; the task goes on with its next run
+                return RunState("failed", live=False, failed=True, job=job)
         restarts = _restarts(rd.path, job, scheduler)
         if restarts:
             label += f", requeued {restarts}×"

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.cluster import ClusterProfile, JobShape
+from benchmark.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.config import RunSpec
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
@@ -305,12 +305,32 @@ class Plan:
         return list(groups.items())
 
     @property
+    def tasks(self) -> list[tuple[JobShape, list[tuple[RunCost, ...]]]]:
+        """The array tasks of each job array, packed as ``run`` packs them
+        (:func:`benchmark.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
+        from benchmark.grid import cache_group
+
+        packed = []
+        for shape, runs in self.arrays:
+            by_id = {r.spec.run_id: r for r in runs}
+            ordered = sorted((r.spec for r in runs), key=cache_group)
+            tasks = pack_runs(ordered, self.profile, lambda spec: by_id[spec.run_id].hours)
+            packed.append((shape, [tuple(by_id[spec.run_id] for spec in task) for task in tasks]))
+        return packed
+
+    @property
+    def startup_hours(self) -> float:
+        """Start-up of every array task (``task_startup_s``): a packed task pays it once."""
+        return sum(len(tasks) * max(shape.gpus_per_node, 1) for shape, tasks in self.tasks) \
+            * self.profile.task_startup_s / 3600
+
+    @property
     def cache_bytes(self) -> int:
         return sum(need.bytes for need, _ in self.caches)
 
     @property
     def gpu_hours(self) -> float:
-        return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.cache_hours
+        return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.startup_hours + self.cache_hours
 
 
 def entry_bytes(spec: RunSpec, images: int, *, early: bool) -> int:
@@ -383,12 +403,18 @@ def print_plan(plan: Plan) -> None:
     console.print(f"grid [bold]{grid.name}[/bold] ({grid.source}): {len(plan.runs)} runs; "
                   f"profile {plan.profile.name} ({plan.profile.source})")
     arrays = Table(title=f"{len(plan.arrays)} job array(s), one per job shape "
-                         f"(≤ {plan.profile.array_parallelism} tasks of an array at once)")
-    for column in ("job shape", "runs (array tasks)", "epochs", "est. hours"):
+                         f"(≤ {plan.profile.array_parallelism} tasks of an array at once; "
+                         f"≤ {plan.profile.runs_per_task} run(s) per task)")
+    for column in ("job shape", "runs", "array tasks", "runs per task", "epochs", "est. hours",
+                   "longest task h"):
         arrays.add_column(column, justify="left" if column == "job shape" else "right")
-    for shape, runs in plan.arrays:
-        arrays.add_row(shape.describe(), str(len(runs)), str(sum(r.epochs for r in runs)),
-                       f"{sum(r.hours for r in runs):.1f}")
+    for shape, tasks in plan.tasks:
+        runs = [r for task in tasks for r in task]
+        fewest, most = min(len(task) for task in tasks), max(len(task) for task in tasks)
+        arrays.add_row(shape.describe(), str(len(runs)), str(len(tasks)),
+                       str(most) if fewest == most else f"{fewest}–{most}",
+                       str(sum(r.epochs for r in runs)), f"{sum(r.hours for r in runs):.1f}",
+                       f"{max(sum(r.hours for r in task) for task in tasks):.1f}")
     console.print(arrays)
     caches = Table(title=f"{len(plan.caches)} token cache(s) to build (each once, shared by its runs)")
     for column in ("backbone", "dataset", "split", "view", "early tokens", "images", "GB", "runs"):
@@ -399,8 +425,11 @@ def print_plan(plan: Plan) -> None:
     console.print(caches)
     console.print(f"token cache: {len(plan.caches)} entries, {plan.cache_bytes / GB:.1f} GB")
     sources = Counter(r.source for r in plan.runs)
+    tasks = sum(len(t) for _, t in plan.tasks)
     console.print(f"estimate: [bold]{plan.gpu_hours:.1f} GPU-hours[/bold] "
-                  f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.cache_hours:.1f} h token caches); "
+                  f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.startup_hours:.1f} h start-up of "
+                  f"{tasks} array task(s) at {plan.profile.task_startup_s} s each, "
+                  f"{plan.cache_hours:.1f} h token caches); "
                   f"per-epoch costs from {plan.costs.source}; runs costed by:")
     for source, n in sorted(sources.items(), key=lambda item: -item[1]):
         console.print(f"  {n} run(s): {source}")

@@ -13,8 +13,8 @@ import pytest
 from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, JobShape, load_profile, parse_profile
 from benchmark.errors import ProtobenchError
-from benchmark.executors import cache_order, group_by_shape, job_spec, make_executor, submit_runs, wait_for
-from benchmark.grid import parse_grid
+from benchmark.executors import group_by_shape, job_spec, make_executor, submit_runs, wait_for
+from benchmark.grid import cache_group, parse_grid
 from benchmark.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
 from benchmark.scheduler import JobState, parse_sacct, parse_scontrol
 from benchmark.store import RunDir, atomic_write_json
@@ -49,7 +49,7 @@ def test_backbone_overrides_give_their_runs_another_shape(tmp_path: Path) -> Non
     assert {s.backbone for s in by_shape[480]} == {"dinov2_vitb14", "dinov3_vitb16"}
     assert {s.backbone for s in by_shape[240]} == {"dinov2_vits14"}
     for _, specs in groups:  # neighbours share token caches
-        assert [cache_order(s) for s in specs] == sorted(cache_order(s) for s in specs)
+        assert [cache_group(s) for s in specs] == sorted(cache_group(s) for s in specs)
     assert len(group_by_shape(list(grid.runs), ClusterProfile())) == 1
 
 

@@ -120,7 +120,8 @@ def test_gpu_hours_count_gpus_per_job_and_cache_passes() -> None:
     plan = make_plan(grid_of(), ClusterProfile(), paper_costs())
     images = 5994 + 5794 + 5794  # train clean, test clean, test noise (seed 0)
     assert plan.cache_hours == pytest.approx(images / PAPER_TRUNK_IMAGES_PER_SECOND / 3600)
-    assert plan.gpu_hours == pytest.approx(plan.runs[0].hours + plan.cache_hours)
+    startup = ClusterProfile().task_startup_s / 3600  # one array task
+    assert plan.gpu_hours == pytest.approx(plan.runs[0].hours + startup + plan.cache_hours)
 
 
 def test_demo_grid_plan_lists_its_caches() -> None:

@@ -36,6 +36,7 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "slurm" / "profiles" / "local.toml"
 DEADLINE_S = 180  # on an idle 2-core machine; scaled by PROTOBENCH_TEST_TIMEOUT_SCALE
+QUEUED_DEADLINE_S = 600  # waits that include time in the queue behind other jobs of a shared test cluster
 T = TypeVar("T")
 
 
@@ -236,6 +237,53 @@ def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: Cluster
     assert result["metrics"] == reference["metrics"]
     assert reference["timing"]["resumed_from_epoch"] == 0
     print(f"requeue round trip (scontrol requeue → job running again): {round_trip:.1f} s")
+
+
+# ---- runs packed per array task ---------------------------------------------------------------
+def test_packed_array_runs_two_runs_per_task_and_records_each_run(
+        profile: ClusterProfile, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = tiny_grid("packed", tmp_path / "data", js=(2, 3), seeds=(0, 1))
+    runs_root = tmp_path / "runs"
+    submission = submit(grid, runs_root, tmp_path / "cache", replace(profile, runs_per_task=2))
+    (array,) = submission.arrays
+    assert [len(task) for task in array.tasks] == [2, 2]
+    assert len(array.job_ids) == 2 and len({i.split("_")[0] for i in array.job_ids}) == 1  # one array, two tasks
+    wait_until(results(grid, runs_root), "every run of the packed array to write its result", QUEUED_DEADLINE_S)
+    for task, job_id in zip(array.tasks, array.job_ids):
+        for position, spec in enumerate(task):
+            rd = RunDir(grid.run_dir(runs_root, spec))
+            job = latest_job(rd.path)
+            assert (job.job_id, job.task_position, job.task_runs) == (job_id, position, 2)
+            attempt = json.loads((rd.path / ATTEMPT_FILE).read_text())
+            assert (attempt["job_id"], attempt["task_position"]) == (job_id, position)
+    assert main(["status", str(runs_root / grid.name)]) == 0
+    assert "4 runs: 4 done" in capsys.readouterr().out
+
+
+def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profile: ClusterProfile,
+                                                                          tmp_path: Path) -> None:
+    """Two runs in one task; while the first trains the second reads as waiting in the task;
+    ``scontrol requeue`` during the second: the first is not trained again, the second resumes."""
+    # ≈ 20 s of training each on an idle machine: the second run must outlast the requeue's kill
+    # grace (KillWait), or it finishes before the task is stopped and there is nothing to resume
+    grid = tiny_grid("packed-long", tmp_path / "data", epochs=200, js=(2, 3))
+    runs_root = tmp_path / "runs"
+    submission = submit(grid, runs_root, tmp_path / "cache", replace(profile, runs_per_task=2))
+    ((first_spec, second_spec),) = submission.arrays[0].tasks
+    first, second = (RunDir(grid.run_dir(runs_root, s)) for s in (first_spec, second_spec))
+    job_id = submission.arrays[0].job_ids[0]
+
+    wait_until(lambda: finished_epochs(first) >= 1, "the first run's first finished epoch", QUEUED_DEADLINE_S)
+    assert run_states([second])[second.path].label == f"waiting in task {job_id} (run 2 of 2)"
+    wait_until(lambda: finished_epochs(second) >= 1, "the second run's first finished epoch", QUEUED_DEADLINE_S)
+    assert first.is_complete and run_states([second])[second.path].label == "running"
+    first_log = first.log_path.read_text()
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    wait_until(lambda: restart_count(second) >= 1, "the requeued task to start the second run again",
+               QUEUED_DEADLINE_S)
+    wait_until(results(grid, runs_root), "both runs' results", progress=lambda: finished_epochs(second))
+    assert first.log_path.read_text() == first_log  # skipped by the requeued task: not trained again
+    assert "resuming at" in second.log_path.read_text() and second.result()["timing"]["resumed_from_epoch"] >= 1
 
 
 # ---- killed from outside ------------------------------------------------------------------------
