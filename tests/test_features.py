@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -252,3 +254,24 @@ def test_two_processes_build_one_entry(tmp_path: Path) -> None:
     assert sorted(calls for calls, _ in outcomes) == [0, 1]  # one built (one batch), the other waited and read
     np.testing.assert_array_equal(outcomes[0][1], outcomes[1][1])
     assert len(cache_entries(tmp_path)) == 1 and not leftovers(tmp_path)
+
+
+class TerminatedWorkerDataset(TinyDataset):
+    """Sends SIGTERM to the process loading image 1 (in a worker: what scancel does to every
+    process of a SLURM job)."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        if index == 1 and torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().__getitem__(index)
+
+
+def test_cache_build_workers_leave_sigterm_to_the_main_process(tmp_path: Path) -> None:
+    """A worker killed by SIGTERM would turn a cancellation into a 'DataLoader worker exited
+    unexpectedly' failure of the run; the workers ignore it, so the build completes with the
+    same arrays as one without workers (the main process alone decides what SIGTERM means)."""
+    trunk = tiny_trunk()
+    with_workers = token_source(trunk, TerminatedWorkerDataset(), cache_dir=tmp_path / "a", backbone_key=KEY,
+                                num_workers=2, batch_size=2)
+    without = token_source(trunk, TinyDataset(), cache_dir=tmp_path / "b", backbone_key=KEY, batch_size=2)
+    assert_same(everything(with_workers), everything(without))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -353,6 +354,7 @@ def _trunk_pass(
             shuffle=False,  # rows are appended in dataset order
             num_workers=num_workers,
             pin_memory=device.type == "cuda",
+            worker_init_fn=_leave_termination_to_the_main_process if num_workers else None,
         )
         task = progress.task(f"trunk pass {key.dirname}", len(loader))
         for images, labels, _ in loader:
@@ -378,6 +380,14 @@ def _trunk_pass(
         }
 
     return fill
+
+
+def _leave_termination_to_the_main_process(_worker_id: int) -> None:
+    """A DataLoader worker ignores SIGTERM. SLURM sends it to every process of a job (scancel,
+    preemption); a worker that died of it first would make the main process raise "DataLoader
+    worker exited unexpectedly" and record the run as failed by that error, hiding the
+    cancellation. The main process (submitit's handlers) decides; the workers end with it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def token_source(
