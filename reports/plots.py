@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,9 @@ def plot_results(
         if hue is not None:
             ax.legend(fontsize="small")
     fixed = ", ".join(f"{d} {dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items())
-    fig.suptitle(f"{fixed}; mean over seeds, error bars ±1 sample s.d.", fontsize="small")
+    title = f"{fixed}; mean over seeds, error bars ±1 sample s.d."
+    # wrapped to the figure's width (about 11 characters per inch at the small font)
+    fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 11)), fontsize="small")
     save_figure(fig, out)
     return series
 
