@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import SPEC_FILE, read_json
+from benchmark.store import METRICS_FILE, SPEC_FILE, read_json
 from reports.plots import check_figure_path, panels, save_figure
-
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
