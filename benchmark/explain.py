@@ -87,7 +87,7 @@ def explain_run(run_dir: Path, *, images: int, top_prototypes: int = 3, cache_di
     prep = load_trained(run_dir)
     method, device, spec = prep.method, prep.device, prep.spec
     cache_root = cache_dir or run_cache_root(run_dir)
-    test, _ = prep.test_sources(cache_root)
+    test = prep.test_source(cache_root)  # the figures show clean images: no stability-noise pass
     train = prep.train_source(cache_root, augmented=False)  # push reads the un-augmented set
     chosen = torch.linspace(0, len(test) - 1, steps=min(images, len(test))).round().long().unique()
     batch = test.batch(chosen, device)

@@ -132,11 +132,15 @@ class Prepared:
         """Whether the training epochs read offline-augmented copies of the training split."""
         return self.spec.augmentation == "offline40"
 
+    def test_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS) -> TokenSource:
+        """Clean test tokens (early-block tokens are read in training only: SDFA)."""
+        return self._source(self.test_set, View(), cache_root, progress, early=False)
+
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
         """Clean test tokens, and the stability-noise view of the fixed ``STABILITY_NOISE_SEED``
-        (CUB-format datasets only). Early-block tokens are read in training only (SDFA)."""
-        clean = self._source(self.test_set, View(), cache_root, progress, early=False)
+        (CUB-format datasets only)."""
+        clean = self.test_source(cache_root, progress=progress)
         noisy = self._source(self.test_set, View("noise", STABILITY_NOISE_SEED), cache_root, progress, early=False) \
             if self.spec.is_cub_format else None
         return clean, noisy
