@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import default_cache_root
+from benchmark.run.store import default_cache_root
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
-    from benchmark.executors import Outcome
+    from slurm.executors import Outcome
     from benchmark.grid import GridSpec
 
 
@@ -59,7 +59,7 @@ def _tensorboard_root(args: argparse.Namespace) -> Path | None:
     """``--tensorboard DIR``, checked to be usable before any run starts."""
     if not getattr(args, "tensorboard", None):
         return None
-    from benchmark.epochlog import summary_writer_class
+    from benchmark.run.epochlog import summary_writer_class
 
     summary_writer_class()
     return Path(args.tensorboard)
@@ -74,9 +74,9 @@ def _cache_root(args: argparse.Namespace, runs_root: Path) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from benchmark.executors import run_local
+    from slurm.executors import run_local
     from benchmark.grid import load_grid, select_runs
-    from benchmark.status import print_status
+    from benchmark.tools.status import print_status
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
@@ -113,9 +113,9 @@ def _summary(outcomes: list[Outcome]) -> int:
 def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, args: argparse.Namespace,
             tensorboard_root: Path | None) -> int:
     """``run --executor submitit-local|debug|slurm``: one job array per job shape."""
-    from benchmark.cluster import ClusterProfile, load_profile
-    from benchmark.executors import submit_runs, wait_for
-    from benchmark.status import print_status
+    from slurm.cluster import ClusterProfile, load_profile
+    from slurm.executors import submit_runs, wait_for
+    from benchmark.tools.status import print_status
 
     if args.executor == "slurm" and not args.profile:
         raise ProtobenchError("--executor slurm needs --profile: a cluster profile TOML "
@@ -150,7 +150,7 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from benchmark.demo import print_demo_story
+    from benchmark.tools.demo import print_demo_story
     from benchmark.grid import load_grid, select_runs
 
     args.grid = str(_demo_grid())
@@ -171,10 +171,10 @@ def _runs_dir(path: str) -> Path:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from benchmark.jobs import latest_job, run_states
-    from benchmark.scheduler import slurm_available
-    from benchmark.status import print_status
-    from benchmark.store import find_run_dirs
+    from slurm.jobs import latest_job, run_states
+    from slurm.scheduler import slurm_available
+    from benchmark.tools.status import print_status
+    from benchmark.run.store import find_run_dirs
 
     root = _runs_dir(args.runs_dir)
     dirs = find_run_dirs(root)
@@ -188,7 +188,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        from benchmark.status import status_records
+        from benchmark.tools.status import status_records
 
         print(json.dumps(status_records(root, extra_states), indent=2, sort_keys=True, default=str))
         return 0
@@ -200,9 +200,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from benchmark.jobs import run_states
-    from benchmark.scheduler import cancel_jobs
-    from benchmark.store import find_run_dirs
+    from slurm.jobs import run_states
+    from slurm.scheduler import cancel_jobs
+    from benchmark.run.store import find_run_dirs
 
     root = _runs_dir(args.runs_dir)
     live = list(dict.fromkeys(state.job.job_id for state in run_states(find_run_dirs(root)).values()
@@ -218,15 +218,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def _check_cache_space(runs: list[RunSpec], cache_root: Path) -> None:
     """The token-cache entries the runs still need must fit in ``cache_root`` (ProtobenchError)."""
     from benchmark.cache.space import check_cache_space
-    from benchmark.plan import grid_cache_needs
+    from benchmark.tools.plan import grid_cache_needs
 
     check_cache_space([need for need, _ in grid_cache_needs(runs)], cache_root)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from benchmark.cluster import ClusterProfile, load_profile
+    from slurm.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid
-    from benchmark.plan import check_present_data, load_perf, make_plan, paper_costs, print_plan
+    from benchmark.tools.plan import check_present_data, load_perf, make_plan, paper_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
@@ -244,7 +244,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _print_plan_file_checks(grid: GridSpec) -> None:
     """The doctor's data and weights checks, where the paths exist on this machine; placeholders
     flagged. A plan is an estimate, so its exit status stays 0 whatever they find."""
-    from benchmark.doctor import data_checks, weights_checks
+    from benchmark.tools.doctor import data_checks, weights_checks
 
     checks = data_checks(grid, absent_ok=True) + weights_checks(grid, absent_ok=True)
     for check in checks:
@@ -255,7 +255,7 @@ def _print_plan_file_checks(grid: GridSpec) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from benchmark.doctor import print_checks, run_doctor
+    from benchmark.tools.doctor import print_checks, run_doctor
     from benchmark.grid import load_grid
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args)) if args.grid else None
@@ -295,7 +295,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from benchmark.reevaluate import reevaluate
+    from benchmark.run.reevaluate import reevaluate
 
     result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir)
     shown = "  ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if v is not None)
@@ -307,8 +307,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
     import json
 
     from benchmark.grid import load_grid, select_runs
-    from benchmark.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
-    from benchmark.store import atomic_write_bytes
+    from benchmark.tools.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
+    from benchmark.run.store import atomic_write_bytes
 
     if args.paper_scale and args.grid:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
@@ -336,8 +336,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from benchmark.explain import explain_run
-    from benchmark.store import RunDir
+    from benchmark.tools.explain import explain_run
+    from benchmark.run.store import RunDir
     from reports.figures import run_labels, write_comparison, write_figures
 
     cache_dir = Path(args.cache_dir) if args.cache_dir else None

@@ -61,7 +61,7 @@ class RunSpec:
     map_pool: int = 1
     measure_inference: bool = False
     # After evaluation, also time an epoch of each stage with the frozen trunk's forward at every
-    # step (the paper's runtime protocol): timing.epoch_seconds_live_trunk (benchmark/perf.py).
+    # step (the paper's runtime protocol): timing.epoch_seconds_live_trunk (benchmark/tools/perf.py).
     measure_live_epoch: bool = False
     cache: bool = True
     cache_dtype: str = "float16"

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from benchmark.training import set_trainable
+from benchmark.run.training import set_trainable
 from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage
 from methods.registry import build_method, get_method_class, method_hyperparameters
 from methods.testing import SyntheticTokens, SyntheticTrainData
@@ -116,7 +116,7 @@ def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> N
     restored = _build(name, source, J, 123)
     buffer = io.BytesIO()
     torch.save(method.state_dict(), buffer)
-    try:  # the checkpoint loader's rules (benchmark.training.load_checkpoint)
+    try:  # the checkpoint loader's rules (benchmark.run.training.load_checkpoint)
         state = torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise ContractError(f"{name}: state_dict() must hold only tensors and plain Python data, so that "

@@ -11,7 +11,7 @@ KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
 # Percentages (acc, con, sta, dis, comp) and timings; NaN where not computed or undefined.
 # epoch_seconds: the training loop's mean epoch as the run trained (from the token cache by
 # default); epoch_seconds_live_trunk: the same schedule's mean epoch with the frozen trunk's
-# forward at every step, as the paper times it (tab:supp_runtime; benchmark/perf.py).
+# forward at every step, as the paper times it (tab:supp_runtime; benchmark/tools/perf.py).
 METRIC_COLUMNS: tuple[str, ...] = (
     "acc",
     "con",

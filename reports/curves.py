@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import METRICS_FILE, SPEC_FILE, read_json
+from benchmark.run.store import METRICS_FILE, SPEC_FILE, read_json
 from reports.plots import check_figure_path, panels, save_figure
 
 

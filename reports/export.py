@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import atomic_write_bytes
+from benchmark.run.store import atomic_write_bytes
 from reports.load import read_result_json, result_files
 
 #: columns first in every export, in this order; the rest follow in first-seen order

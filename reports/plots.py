@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import atomic_write_bytes
+from benchmark.run.store import atomic_write_bytes
 from reports.columns import KEY_COLUMNS
 from reports.layout import KeyValue
 from reports.pivot import METRICS, dimension_label, display_names, fixed_dimensions, ordered_values

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import benchmark.training
+import benchmark.run.training
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.store import open_or_build
 from benchmark.cache.tokens import CachedTokens
-from benchmark.training import StepLosses, epoch_order, make_optimizer, run_epoch, set_trainable
+from benchmark.run.training import StepLosses, epoch_order, make_optimizer, run_epoch, set_trainable
 from methods.base import MethodContext
 from methods.registry import build_method
 from methods.testing import TinyAppendedBlock
@@ -82,7 +82,7 @@ def main() -> None:
         device = torch.device("cpu")
 
         def epoch(prefetch: int, sync_every_step: bool) -> float:
-            benchmark.training.StepLosses.record = per_step_sync if sync_every_step else original_record
+            benchmark.run.training.StepLosses.record = per_step_sync if sync_every_step else original_record
             tic = time.perf_counter()
             run_epoch(method, source, stage, optimizer, epoch_order(len(source), 0, 0), batch_size=args.batch,
                       device=device, epoch=0, prefetch=prefetch)

@@ -16,9 +16,9 @@ from benchmark.backbones import create_backbone
 from benchmark.cache.tokens import STABILITY_NOISE_SEED, CachedTokens, cache_entries, token_source
 from benchmark.cli import main
 from benchmark.config import RunSpec
-from benchmark.doctor import trunk_geometry
+from benchmark.tools.doctor import trunk_geometry
 from benchmark.grid import load_grid
-from benchmark.plan import grid_cache_needs
+from benchmark.tools.plan import grid_cache_needs
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE = 112
@@ -192,7 +192,7 @@ seed = [0, 1]
 
 
 def test_runs_share_one_noise_entry_and_record_its_seed(tmp_path: Path) -> None:
-    from benchmark.runner import execute_run
+    from benchmark.run.runner import execute_run
 
     base = dict(dataset="synthbirds", data_root=str(tmp_path / "sb"), backbone="dinov2_vits14", weights="random",
                 image_size=SIZE, backbone_args={"depth": 1, "embed_dim": 16, "num_heads": 2},

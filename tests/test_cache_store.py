@@ -242,7 +242,7 @@ def test_cache_command_ls_verify_rm(tmp_path: Path, capsys) -> None:
 
 
 def test_runs_with_cache_stage_local_read_from_scratch(tmp_path: Path, monkeypatch) -> None:
-    import benchmark.runner as runner
+    import benchmark.run.runner as runner
 
     seen: list[dict] = []
     monkeypatch.setattr(runner, "token_source", lambda *args, **kwargs: seen.append(kwargs))

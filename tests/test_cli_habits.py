@@ -9,7 +9,7 @@ from benchmark.cli import build_parser, main
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid, parse_set_options, select_runs, toml_literal
-from benchmark.store import atomic_write_json
+from benchmark.run.store import atomic_write_json
 
 GRID = {
     "name": "habits",

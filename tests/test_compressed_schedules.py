@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import benchmark.training
+import benchmark.run.training
 from benchmark.grid import load_grid
-from benchmark.training import train
+from benchmark.run.training import train
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
 
@@ -63,14 +63,14 @@ def test_learning_rate_of_every_epoch_follows_the_sampled_official_curve(
     torch.manual_seed(0)
     method = build_method(method_name, source.context(2), **offline_runs()[method_name])
     seen: list[tuple[str, dict[str, float] | None]] = []
-    real_run_epoch = benchmark.training.run_epoch
+    real_run_epoch = benchmark.run.training.run_epoch
 
     def recording_run_epoch(method, source, stage, optimizer, *args, **kwargs):
         lrs = None if optimizer is None else {g["name"]: g["lr"] for g in optimizer.param_groups}
         seen.append((stage.name, lrs))
         return real_run_epoch(method, source, stage, optimizer, *args, **kwargs)
 
-    monkeypatch.setattr(benchmark.training, "run_epoch", recording_run_epoch)
+    monkeypatch.setattr(benchmark.run.training, "run_epoch", recording_run_epoch)
     train(method, source, seed=0, batch_size=9, device=torch.device("cpu"), checkpoint_path=None,
           log=lambda line: None)
     expected = EXPECTED[method_name]

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import TrainingInterrupted, make_optimizer, set_trainable, train
+from benchmark.run.training import TrainingInterrupted, make_optimizer, set_trainable, train
 from methods.base import MethodContext
 from methods.common.lineage import prototype_classes
 from methods.contract import check_method

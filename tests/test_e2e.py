@@ -7,9 +7,9 @@ import pytest
 
 from benchmark.cli import main
 from benchmark.grid import load_grid
-from benchmark.runner import execute_run
-from benchmark.store import RunDir, find_run_dirs
-from benchmark.training import TrainingInterrupted
+from benchmark.run.runner import execute_run
+from benchmark.run.store import RunDir, find_run_dirs
+from benchmark.run.training import TrainingInterrupted
 
 GRID = """
 name = "tiny"
@@ -124,7 +124,7 @@ def test_figures_are_written_and_non_empty(finished, workdir):
 
 def test_explanations_pick_own_class_training_patches(finished):
     from benchmark.data import load_dataset
-    from benchmark.explain import explain_run
+    from benchmark.tools.explain import explain_run
 
     train_labels = load_dataset("synthbirds", finished.spec()["data_root"], "train").labels
     for exp in explain_run(finished.path, images=3):

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchmark.epochlog import EpochLog, TensorBoardLog, read_epoch_log, summary_writer_class
+from benchmark.run.epochlog import EpochLog, TensorBoardLog, read_epoch_log, summary_writer_class
 from benchmark.errors import ProtobenchError
-from benchmark.training import EpochRecord, TrainingInterrupted, train
+from benchmark.run.training import EpochRecord, TrainingInterrupted, train
 from example_adapter import CosinePrototypes
 from methods.testing import SyntheticTokens
 

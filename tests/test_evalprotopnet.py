@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import train
+from benchmark.run.training import train
 from methods.evalprotopnet import aggregate_scores, sdfa_cost
 from methods.registry import build_method
 from methods.testing import SyntheticTokens

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from benchmark.cluster import ClusterProfile, JobShape, load_profile, parse_profile
+from slurm.cluster import ClusterProfile, JobShape, load_profile, parse_profile
 from benchmark.errors import ProtobenchError
-from benchmark.executors import group_by_shape, job_spec, make_executor, submit_runs, wait_for
+from slurm.executors import group_by_shape, job_spec, make_executor, submit_runs, wait_for
 from benchmark.grid import cache_group, parse_grid
-from benchmark.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
-from benchmark.scheduler import JobState, parse_sacct, parse_scontrol
-from benchmark.store import RunDir, atomic_write_json
+from slurm.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
+from slurm.scheduler import JobState, parse_sacct, parse_scontrol
+from benchmark.run.store import RunDir, atomic_write_json
 from support import git, tiny_grid
 
 REPO = Path(__file__).resolve().parent.parent
@@ -275,5 +275,5 @@ def test_a_refused_second_array_keeps_the_first_one_recorded(tmp_path: Path, fak
         else:  # the refused array: nothing recorded
             assert records == [] and not rd.spec_path.exists()
     (snap,) = (runs / ".snapshots").iterdir()  # kept: the queued jobs import it
-    assert (snap / "benchmark" / "executors.py").is_file()
+    assert (snap / "slurm" / "executors.py").is_file()
     assert leftovers(runs / ".submitit") == []

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import benchmark.cache.memory
-import benchmark.training
+import benchmark.run.training
 import methods.common.ot
 import methods.vmfproto.model
 import methods.vmfproto.overlap
@@ -22,8 +22,8 @@ from benchmark.cache.prefetch import Prefetcher
 from benchmark.cache.tokens import expected_cache_key, token_source
 from benchmark.config import RunSpec, build_run_spec
 from benchmark.errors import ProtobenchError
-from benchmark.evaluation import predict
-from benchmark.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, load_checkpoint,
+from benchmark.run.evaluation import predict
+from benchmark.run.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, load_checkpoint,
                                 prefetch_depth, train)
 from example_adapter import CosinePrototypes
 from methods.base import TOKEN_FIELDS
@@ -256,8 +256,8 @@ def test_the_loss_is_read_once_per_epoch_and_a_nan_names_its_first_step(tmp_path
     torch.manual_seed(0)
     method = CosinePrototypes(source.context(2), epochs=3)
     reads = []
-    host = benchmark.training.StepLosses._host
-    monkeypatch.setattr(benchmark.training.StepLosses, "_host", lambda self: reads.append(1) or host(self))
+    host = benchmark.run.training.StepLosses._host
+    monkeypatch.setattr(benchmark.run.training.StepLosses, "_host", lambda self: reads.append(1) or host(self))
     original, calls = method.loss_terms, []
 
     def poisoned(batch, stage, epoch):
@@ -281,8 +281,8 @@ def test_the_loss_is_read_once_per_epoch_and_a_nan_names_its_first_step(tmp_path
 def test_checkpoint_every_thins_checkpoints_and_resumes_exactly(tmp_path: Path, monkeypatch) -> None:
     source = SyntheticTokens()
     saved = []
-    write = benchmark.training._save_checkpoint
-    monkeypatch.setattr(benchmark.training, "_save_checkpoint",
+    write = benchmark.run.training._save_checkpoint
+    monkeypatch.setattr(benchmark.run.training, "_save_checkpoint",
                         lambda path, payload: saved.append(payload["global_epoch"]) or write(path, payload))
 
     def build():
@@ -389,7 +389,7 @@ def test_deterministic_algorithms_is_scoped_to_the_run(monkeypatch) -> None:
 
 
 def test_cache_builds_use_the_cpus_slurm_gave_the_job(monkeypatch) -> None:
-    from benchmark.runner import cache_build_workers
+    from benchmark.run.runner import cache_build_workers
 
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     assert cache_build_workers(build_run_spec(BASE, where="t")) == 0
@@ -399,7 +399,7 @@ def test_cache_builds_use_the_cpus_slurm_gave_the_job(monkeypatch) -> None:
 
 
 def test_deterministic_runs_of_a_method_without_deterministic_cuda_kernels_are_refused() -> None:
-    from benchmark.runner import check_deterministic
+    from benchmark.run.runner import check_deterministic
 
     source = SyntheticTokens()
     deformable = build_method("deformable_protopnet", source.context(2))

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 import torch
 
-import benchmark.store
-import benchmark.training
+import benchmark.run.store
+import benchmark.run.training
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
-from benchmark.store import FREE_SPACE_MARGIN, find_run_dirs
-from benchmark.training import (
+from benchmark.run.store import FREE_SPACE_MARGIN, find_run_dirs
+from benchmark.run.training import (
     CHECKPOINT_FORMAT, TrainingInterrupted, _rng_state, _set_rng_state, load_checkpoint, make_optimizer, train,
 )
 from example_adapter import CosinePrototypes
@@ -199,7 +199,7 @@ def test_too_little_free_space_stops_before_writing(tmp_path: Path, monkeypatch)
     before = path.read_bytes()
     free = 4096
     real = shutil.disk_usage
-    monkeypatch.setattr(benchmark.store.shutil, "disk_usage",
+    monkeypatch.setattr(benchmark.run.store.shutil, "disk_usage",
                         lambda p: SimpleNamespace(total=real(p).total, used=real(p).used, free=free))
     with pytest.raises(ProtobenchError) as err:
         train_until(path, 2)
@@ -222,7 +222,7 @@ def test_disk_full_during_the_write_leaves_nothing_partial(tmp_path: Path, monke
         partial.extend(tmp_files(tmp_path))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(benchmark.store.os, "fsync", full_disk)
+    monkeypatch.setattr(benchmark.run.store.os, "fsync", full_disk)
     with pytest.raises(ProtobenchError) as err:
         train_until(path, 2)
     assert len(partial) == 1  # the temporary file existed when the write failed ...
@@ -235,7 +235,7 @@ import resource, signal, sys
 from pathlib import Path
 import torch
 from benchmark.errors import ProtobenchError
-from benchmark.training import TrainingInterrupted, train
+from benchmark.run.training import TrainingInterrupted, train
 from example_adapter import CosinePrototypes
 from methods.testing import SyntheticTokens
 
@@ -274,10 +274,10 @@ def test_file_size_limit_during_the_write_leaves_nothing_partial(tmp_path: Path)
 # ---- a resume under another code version -----------------------------------------------------------
 def test_resume_under_other_code_is_refused_naming_both(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "checkpoint.pt"
-    monkeypatch.setattr(benchmark.training, "code_version", lambda: "v-old")
+    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")
     train_until(path, 1)
     before = path.read_bytes()
-    monkeypatch.setattr(benchmark.training, "code_version", lambda: "v-new")
+    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-new")
     source = SyntheticTokens()
     with pytest.raises(ProtobenchError) as err:
         train(build(source), source, seed=3, batch_size=8, device=CPU, checkpoint_path=path, log=quiet)
@@ -288,14 +288,14 @@ def test_resume_under_other_code_is_refused_naming_both(tmp_path: Path, monkeypa
 
 def test_allowed_code_change_resumes_exactly_and_lists_both_versions(tmp_path: Path, monkeypatch) -> None:
     source = SyntheticTokens()
-    monkeypatch.setattr(benchmark.training, "code_version", lambda: "v-old")
+    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")
     straight = build(source, epochs=4)
     report = train(straight, source, seed=3, batch_size=8, device=CPU, checkpoint_path=tmp_path / "a.pt", log=quiet)
     assert report.code_versions == [{"version": "v-old", "epochs": [1, 4]}]
 
     train_until(tmp_path / "b.pt", 1, epochs=4)
     train_until(tmp_path / "b.pt", 2, epochs=4)  # a second attempt of the same code extends its entry
-    monkeypatch.setattr(benchmark.training, "code_version", lambda: "v-new")
+    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-new")
     resumed = build(source, epochs=4)
     report = train(resumed, source, seed=3, batch_size=8, device=CPU, checkpoint_path=tmp_path / "b.pt",
                    log=quiet, allow_code_change=True)
@@ -325,18 +325,18 @@ prototypes_per_class = 2
 def test_cli_refuses_a_code_change_before_the_token_cache_and_allows_it_on_request(tmp_path: Path,
                                                                                      monkeypatch, capsys) -> None:
     from benchmark.grid import load_grid
-    from benchmark.runner import execute_run
+    from benchmark.run.runner import execute_run
 
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text(GRID.format(root=tmp_path / "synthbirds"))
     runs = tmp_path / "runs"
     spec = load_grid(grid_file).runs[0]
-    monkeypatch.setattr(benchmark.training, "code_version", lambda: "v-old")
+    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")
     with pytest.raises(TrainingInterrupted):
         execute_run(spec, runs / "codechange" / spec.run_id, cache_root=tmp_path / "cache-old", progress=False,
                     stop_after_epoch=1, log=quiet)
 
-    monkeypatch.setattr(benchmark.training, "code_version", lambda: "v-new")
+    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-new")
     new_cache = tmp_path / "cache-new"
     assert main(["run", str(grid_file), "--runs-dir", str(runs), "--cache-dir", str(new_cache)]) == 1
     (run,) = find_run_dirs(runs)

@@ -24,8 +24,8 @@ from benchmark.backbones import FrozenTrunk
 from benchmark.cli import main
 from benchmark.data import generate_synthbirds
 from benchmark.errors import ProtobenchError
-from benchmark.store import RunDir, atomic_write_json, find_run_dirs, run_lock
-from benchmark.training import NonFiniteLossError, train
+from benchmark.run.store import RunDir, atomic_write_json, find_run_dirs, run_lock
+from benchmark.run.training import NonFiniteLossError, train
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
 
@@ -60,7 +60,7 @@ DRIVER = r"""
 import os, signal, sys
 import torch
 torch.set_num_threads(1)
-import benchmark.runner, benchmark.training
+import benchmark.run.runner, benchmark.run.training
 from benchmark.cli import main
 
 phase, nth, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -77,12 +77,12 @@ def killing(original, applies=lambda *a, **k: True):
     return wrapper
 
 if phase == "epoch":  # the Nth training batch, between the loss and the optimiser step
-    benchmark.training.total_loss = killing(benchmark.training.total_loss)
+    benchmark.run.training.total_loss = killing(benchmark.run.training.total_loss)
 elif phase in ("checkpoint-rename", "result-rename"):  # temp file written, rename not done
     target = "checkpoint.pt" if phase == "checkpoint-rename" else "result.json"
     os.replace = killing(os.replace, lambda src, dst, **k: str(dst).endswith(target))
 elif phase == "evaluation":
-    benchmark.runner.evaluate = killing(benchmark.runner.evaluate)
+    benchmark.run.runner.evaluate = killing(benchmark.run.runner.evaluate)
 sys.exit(main(argv))
 """
 
@@ -200,11 +200,11 @@ def test_a_run_held_by_a_live_process_is_skipped_and_said_so(work: Path, capsys:
 def test_a_requeued_job_is_not_locked_out_by_its_killed_predecessor(tmp_path: Path) -> None:
     """A process holding the lock dies by SIGKILL: the lock goes with it."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from benchmark.store import run_lock\n"
+        "import sys, time; from pathlib import Path; from benchmark.run.store import run_lock\n"
         "with run_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert holder.stdout.readline().strip() == "held"
-    from benchmark.store import RunBusy
+    from benchmark.run.store import RunBusy
 
     with pytest.raises(RunBusy, match=f"running elsewhere: pid {holder.pid} on "):
         with run_lock(tmp_path):
@@ -220,7 +220,7 @@ def test_a_filesystem_without_locks_is_one_clear_error(tmp_path: Path, monkeypat
     def no_locks(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
-    monkeypatch.setattr("benchmark.store.fcntl.flock", no_locks)
+    monkeypatch.setattr("benchmark.run.store.fcntl.flock", no_locks)
     with pytest.raises(ProtobenchError, match=r"cannot lock .*\.lock \(No locks available\): the runs directory"):
         with run_lock(tmp_path):
             pass
@@ -236,7 +236,7 @@ def test_a_failed_run_exits_non_zero_on_every_invocation(work: Path, monkeypatch
         raise RuntimeError("evaluation broke")
 
     with monkeypatch.context() as patch:
-        patch.setattr("benchmark.runner.evaluate", broken)
+        patch.setattr("benchmark.run.runner.evaluate", broken)
         assert main(argv) == 1
     err = capsys.readouterr().err
     assert "RuntimeError: evaluation broke" in err and "--retry-failed" in err
@@ -403,7 +403,7 @@ def test_result_json_written_by_a_subprocess_is_never_half(tmp_path: Path) -> No
     old one intact (the kill tests above check the re-run; this checks what readers saw)."""
     path = tmp_path / "result.json"
     atomic_write_json(path, {"old": True})
-    code = ("import os, signal, sys\nfrom pathlib import Path\nfrom benchmark.store import atomic_write_json\n"
+    code = ("import os, signal, sys\nfrom pathlib import Path\nfrom benchmark.run.store import atomic_write_json\n"
             "os.replace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
             "atomic_write_json(Path(sys.argv[1]), {'new': True})")
     proc = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -9,7 +9,7 @@ import pytest
 
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
-from benchmark.store import find_run_dirs
+from benchmark.run.store import find_run_dirs
 from reports.figures import (COLORMAP, class_label, draw_comparison, draw_explanation, joint_normalise, run_labels,
                              write_comparison)
 
@@ -142,8 +142,8 @@ def test_figures_command_compares_runs_on_the_same_images(two_runs, capsys):
 
 
 def test_each_run_writes_metrics_jsonl(two_runs):
-    from benchmark.epochlog import read_epoch_log
-    from benchmark.store import RunDir
+    from benchmark.run.epochlog import read_epoch_log
+    from benchmark.run.store import RunDir
 
     for path in two_runs[1]:
         records = read_epoch_log(RunDir(path).metrics_path)

@@ -10,8 +10,8 @@ import torch
 from benchmark.cache.frozen import WithFrozenFeatures, with_frozen_features
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from benchmark.config import RunSpec
-from benchmark.runner import Prepared, prepare
-from benchmark.training import SourceTrainData, epoch_order, train
+from benchmark.run.runner import Prepared, prepare
+from benchmark.run.training import SourceTrainData, epoch_order, train
 from methods.base import TOKEN_FIELDS, TokenBatch
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
 

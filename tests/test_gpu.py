@@ -22,8 +22,8 @@ import torch
 from benchmark.cli import main
 from benchmark.config import RunSpec
 from benchmark.grid import parse_grid
-from benchmark.plan import run_epochs
-from benchmark.runner import execute_run
+from benchmark.tools.plan import run_epochs
+from benchmark.run.runner import execute_run
 from methods.registry import list_methods, stand_in_method
 from short_schedules import TWO_EPOCHS
 
@@ -106,7 +106,7 @@ def test_gpu_built_cache_matches_cpu_built_cache(tmp_path: Path) -> None:
     fp16 rounding (one unit in the last place, 2^-10 relative) on top of the trunk's fp32
     reorderings and cuDNN's TF32 patch-embedding convolution (about 2^-10 relative per op): each
     array within 1% of its RMS plus 1% of each value."""
-    from benchmark.runner import prepare
+    from benchmark.run.runner import prepare
 
     spec = _grid(tmp_path, "vmfproto", backbone_args={}, device="cpu",
                  dataset_args={"classes": 2, "images_per_class": 16, "seed": 0}).runs[0]

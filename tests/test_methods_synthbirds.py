@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.grid import load_grid
-from benchmark.runner import execute_run
+from benchmark.run.runner import execute_run
 from methods.registry import list_methods
 
 DEMO_ALL = Path(__file__).resolve().parent.parent / "benchmark" / "grids" / "demo_all.toml"

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import SourceTrainData, TrainingInterrupted, train
+from benchmark.run.training import SourceTrainData, TrainingInterrupted, train
 from methods.contract import check_method
 from methods.diagnostics import collect_diagnostics
 from methods.mgproto import MGProto

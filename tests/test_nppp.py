@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import train
+from benchmark.run.training import train
 from methods.common.ot import sinkhorn_log
 from methods.contract import check_method
 from methods.diagnostics import collect_diagnostics

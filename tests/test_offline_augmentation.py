@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import benchmark.training
+import benchmark.run.training
 import methods.protopnet
 from benchmark.config import build_run_spec
 from benchmark.data import AUGMENTATION_SEED, load_dataset
-from benchmark.runner import execute_run
-from benchmark.store import RunDir
+from benchmark.run.runner import execute_run
+from benchmark.run.store import RunDir
 
 IMAGES_PER_CLASS = 4
 CLASSES = 2
@@ -38,7 +38,7 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cache = work / "cache"
     reads: dict[str, list[int]] = {"epoch": [], "push": [], "last_layer": []}
     real_push, real_last_layer = methods.protopnet.ProtoPNet.push, methods.protopnet.last_layer_phase
-    real_run_epoch = benchmark.training.run_epoch
+    real_run_epoch = benchmark.run.training.run_epoch
 
     def run_epoch(method, source, stage, optimizer, order, **kwargs):
         reads["epoch"].append(len(order))
@@ -56,7 +56,7 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(methods.protopnet.ProtoPNet, "push", push)
         patch.setattr(methods.protopnet, "last_layer_phase", last_layer_phase)
-        patch.setattr(benchmark.training, "run_epoch", run_epoch)
+        patch.setattr(benchmark.run.training, "run_epoch", run_epoch)
         for seed in (0, 1):
             spec = build_run_spec(tiny_spec(work / "synthbirds", seed), where="test")
             results.append(execute_run(spec, work / "runs" / spec.run_id, cache_root=cache, progress=False,

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-import benchmark.runner
+import benchmark.run.runner
 from benchmark.cli import main
-from benchmark.cluster import ClusterProfile, load_profile, pack_runs, parse_profile
+from slurm.cluster import ClusterProfile, load_profile, pack_runs, parse_profile
 from benchmark.errors import ProtobenchError
-from benchmark.executors import group_by_shape, submit_runs, wait_for
+from slurm.executors import group_by_shape, submit_runs, wait_for
 from benchmark.grid import GridSpec, cache_group, parse_grid
-from benchmark.jobs import ATTEMPT_FILE, JobRecord, RunJob, TaskRun, job_records, merge_state
-from benchmark.plan import make_plan, paper_costs
-from benchmark.scheduler import JobState
-from benchmark.store import RunDir, atomic_write_json
-from benchmark.training import TrainingInterrupted
+from slurm.jobs import ATTEMPT_FILE, JobRecord, RunJob, TaskRun, job_records, merge_state
+from benchmark.tools.plan import make_plan, paper_costs
+from slurm.scheduler import JobState
+from benchmark.run.store import RunDir, atomic_write_json
+from benchmark.run.training import TrainingInterrupted
 from support import tiny_grid
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,19 +193,19 @@ def test_interrupted_packed_task_skips_its_finished_run_and_resumes_the_next(
     job = RunJob(tuple(TaskRun(spec, grid.run_dir(runs_root, spec)) for spec in specs), cache_root, None)
     monkeypatch.setenv("SUBMITIT_DEBUG_JOB_ID", "77")  # submitit's job environment of the calls below
 
-    real_train = benchmark.runner.train
+    real_train = benchmark.run.runner.train
 
     def preempted_in_the_second_run(*args: object, **kwargs: object) -> object:
         if kwargs["checkpoint_path"] == second.checkpoint_path:
             kwargs["stop_after_epoch"] = 1  # checkpoint epoch 1, then stop, as a requeue signal does
         return real_train(*args, **kwargs)
 
-    monkeypatch.setattr(benchmark.runner, "train", preempted_in_the_second_run)
+    monkeypatch.setattr(benchmark.run.runner, "train", preempted_in_the_second_run)
     with pytest.raises(TrainingInterrupted):
         job()
     assert first.is_complete and not second.is_complete and not second.failure_path.exists()
     first_log, first_result = first.log_path.read_text(), first.result_path.read_bytes()
-    monkeypatch.setattr(benchmark.runner, "train", real_train)
+    monkeypatch.setattr(benchmark.run.runner, "train", real_train)
 
     requeued = pickle.loads(pickle.dumps(job.checkpoint().function))  # what submitit resubmits
     answer = requeued()
@@ -215,7 +215,7 @@ def test_interrupted_packed_task_skips_its_finished_run_and_resumes_the_next(
     assert second.result()["timing"]["resumed_from_epoch"] == 1
 
     reference = tmp_path / "reference"
-    benchmark.runner.execute_run(specs[1], grid.run_dir(reference, specs[1]), cache_root=cache_root, progress=False)
+    benchmark.run.runner.execute_run(specs[1], grid.run_dir(reference, specs[1]), cache_root=cache_root, progress=False)
     assert second.result()["metrics"] == RunDir(grid.run_dir(reference, specs[1])).result()["metrics"]
 
 
@@ -225,7 +225,7 @@ def test_a_task_needs_a_run() -> None:
 
 
 def test_each_run_of_a_failed_task_reads_its_own_outcome(tmp_path: Path) -> None:
-    from benchmark.executors import _outcome
+    from slurm.executors import _outcome
 
     spec = tiny_grid("g", tmp_path).runs[0]
     done, failed, unreached = (RunDir(tmp_path / name) for name in ("done", "failed", "unreached"))

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import benchmark.perf as perf
+import benchmark.tools.perf as perf
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from benchmark.grid import parse_grid
-from benchmark.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
-from benchmark.plan import load_perf, make_plan, split_images
-from benchmark.cluster import ClusterProfile
+from benchmark.tools.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
+from benchmark.tools.plan import load_perf, make_plan, split_images
+from slurm.cluster import ClusterProfile
 from short_schedules import TWO_EPOCHS
 
 

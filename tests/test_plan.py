@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from benchmark.cluster import ClusterProfile, load_profile
+from slurm.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid
-from benchmark.plan import (
+from benchmark.tools.plan import (
     CUB_TRAIN_IMAGES,
     PAPER_EPOCH_SECONDS,
     PAPER_TRUNK_IMAGES_PER_SECOND,

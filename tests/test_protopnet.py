@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from benchmark.errors import ProtobenchError
-from benchmark.training import TrainingInterrupted, train
+from benchmark.run.training import TrainingInterrupted, train
 from methods.base import Stage
 from methods.protopnet import log_similarity, squared_distances
 from methods.registry import build_method

@@ -183,7 +183,7 @@ def test_reports_never_import_training_code() -> None:
     code = (
         "import sys; import reports.cli, reports.render, reports.load, reports.pivot, reports.export, "
         "reports.plots, reports.curves, reports.coverage; "
-        "heavy = ('torch', 'timm', 'methods', 'metrics', 'benchmark.training'); "
+        "heavy = ('torch', 'timm', 'methods', 'metrics', 'benchmark.run.training'); "
         "loaded = [m for m in heavy if m in sys.modules]; "
         "assert not loaded, loaded"
     )

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from benchmark.config import build_run_spec
-from benchmark.perf import live_trunk_epoch_seconds
-from benchmark.runner import execute_run, prepare
+from benchmark.tools.perf import live_trunk_epoch_seconds
+from benchmark.run.runner import execute_run, prepare
 
 BATCH = 4
 

@@ -19,14 +19,14 @@ import pytest
 import submitit
 
 from benchmark.cli import main
-from benchmark.cluster import ClusterProfile, load_profile
+from slurm.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
-from benchmark.executors import Submission, make_executor, pending_runs, submit_runs
+from slurm.executors import Submission, make_executor, pending_runs, submit_runs
 from benchmark.grid import GridSpec
-from benchmark.jobs import ATTEMPT_FILE, latest_job, run_states
-from benchmark.provenance import code_version
-from benchmark.snapshot import code_snapshot
-from benchmark.store import RunDir, find_run_dirs
+from slurm.jobs import ATTEMPT_FILE, latest_job, run_states
+from benchmark.run.provenance import code_version
+from slurm.snapshot import code_snapshot
+from benchmark.run.store import RunDir, find_run_dirs
 
 import support
 from support import git, scaled, tiny_grid
@@ -167,7 +167,7 @@ def test_status_shows_the_finished_grid(finished_grid: tuple[GridSpec, Path, Sub
 def test_jobs_import_the_code_snapshot_not_the_checkout(finished_grid: tuple[GridSpec, Path, Submission]) -> None:
     grid, runs_root, submission = finished_grid
     assert submission.snapshot is not None and submission.snapshot.parent == runs_root.resolve() / ".snapshots"
-    assert (submission.snapshot / "benchmark" / "jobs.py").is_file()
+    assert (submission.snapshot / "slurm" / "jobs.py").is_file()
     assert not (submission.snapshot / "tests").exists()  # fixture runs would pollute `protobench report`
     source = json.loads((submission.snapshot / ".protobench-snapshot" / "source.json").read_text())
     assert source["commit"] == git(REPO, "rev-parse", "HEAD").strip()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmark.errors import ProtobenchError
-from benchmark.provenance import DIFF_FILE, SNAPSHOT_RECORD_DIR, SOURCE_FILE, code_version
-from benchmark.snapshot import code_snapshot
+from benchmark.run.provenance import DIFF_FILE, SNAPSHOT_RECORD_DIR, SOURCE_FILE, code_version
+from slurm.snapshot import code_snapshot
 from support import git
 
 pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="code snapshots need git")

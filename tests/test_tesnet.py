@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.training import train
+from benchmark.run.training import train
 from methods.registry import build_method
 from methods.testing import SyntheticTokens, SyntheticTrainData
 from methods.tesnet import orthogonality_cost, projections, subspace_separation

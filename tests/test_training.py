@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from benchmark.training import NonFiniteLossError, TrainingInterrupted, load_checkpoint, train
+from benchmark.run.training import NonFiniteLossError, TrainingInterrupted, load_checkpoint, train
 from example_adapter import CosinePrototypes
 from methods.testing import SyntheticTokens
 

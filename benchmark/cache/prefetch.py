@@ -3,7 +3,7 @@
 One producer thread loads the batches of a fixed list of index chunks in that order (so the
 batch order is exactly the synchronous one) into a bounded queue; the consumer iterates. Reading
 a cache entry (NumPy gathers, pinning, host→device copies) releases the GIL, so on CUDA it
-overlaps the training step (on a CPU it competes with it: ``benchmark.training.prefetch_depth``).
+overlaps the training step (on a CPU it competes with it: ``benchmark.run.training.prefetch_depth``).
 An exception in the producer is re-raised in the consumer at the batch it
 belongs to; leaving the loop early (``break``, an exception in the step, ``close()``) stops the
 producer before the next batch.

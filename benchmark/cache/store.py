@@ -41,7 +41,7 @@ import numpy as np
 from benchmark.cache.arrays import ArraySpec, ArrayWriter, CorruptArray, bad_blocks, open_array, sample_blocks
 from benchmark.cache.lock import Heartbeat, Owner, build_lock, filesystem_now, is_dead
 from benchmark.errors import ProtobenchError
-from benchmark.store import DISK_FULL_ERRNOS
+from benchmark.run.store import DISK_FULL_ERRNOS
 
 MANIFEST = "manifest.json"
 LAST_USED = "last_used"

@@ -10,7 +10,7 @@ Islands (:func:`float32_island`) are the computations whose accuracy the method'
 on: the vMF normaliser, Sinkhorn, the LogDet diversity loss, MGProto's EM. Inside one, autocast
 is off and every bfloat16/float16 tensor argument is widened to float32 (float64 stays float64),
 so bf16 changes only the inputs they are handed, never how they are computed. Metrics are
-computed outside autocast on float32 copies of logits and maps (benchmark/evaluation.py).
+computed outside autocast on float32 copies of logits and maps (benchmark/run/evaluation.py).
 """
 from __future__ import annotations
 

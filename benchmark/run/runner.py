@@ -20,13 +20,13 @@ from benchmark.cache.tokens import STABILITY_NOISE_SEED, TokenSource, View, toke
 from benchmark.config import RunSpec
 from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
                             ensure_synthbirds, load_dataset)
-from benchmark.epochlog import EpochLog, TensorBoardLog
+from benchmark.run.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
-from benchmark.evaluation import evaluate
+from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
-from benchmark.provenance import provenance, resolve_device
-from benchmark.store import RunDir, atomic_write_json, run_lock
-from benchmark.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
+from benchmark.run.provenance import provenance, resolve_device
+from benchmark.run.store import RunDir, atomic_write_json, run_lock
+from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
                                 resume_checkpoint, train)
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
@@ -192,9 +192,9 @@ def execute_run(
     Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
     scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
 
-    The attempt holds the run's lock (:func:`benchmark.store.run_lock`) from start to end: a run
+    The attempt holds the run's lock (:func:`benchmark.run.store.run_lock`) from start to end: a run
     another live process holds (still, after ``lock_wait_s``) raises
-    :class:`benchmark.store.RunBusy` and is left alone.
+    :class:`benchmark.run.store.RunBusy` and is left alone.
     A failure writes ``failure.json`` (reason and traceback) and re-raises; the checkpoint is
     kept so a re-run resumes."""
     rd = RunDir(run_dir)
@@ -287,12 +287,12 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     timing: dict[str, Any] = {**report.to_json(), "wall_seconds": wall}
     if spec.measure_inference:
-        from benchmark.perf import inference_throughput
+        from benchmark.tools.perf import inference_throughput
 
         timing["inference_images_per_second"] = inference_throughput(
             prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
     if spec.measure_live_epoch:
-        from benchmark.perf import live_trunk_epoch_seconds
+        from benchmark.tools.perf import live_trunk_epoch_seconds
 
         timing.update(live_trunk_epoch_seconds(prep))
     result = {

@@ -37,8 +37,8 @@ from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.data import ImageDataset
 from benchmark.grid import GridSpec, parse_grid
-from benchmark.runner import Prepared, prepare
-from benchmark.training import SourceTrainData, epoch_order, make_optimizer, run_epoch, set_trainable
+from benchmark.run.runner import Prepared, prepare
+from benchmark.run.training import SourceTrainData, epoch_order, make_optimizer, run_epoch, set_trainable
 from methods.base import PrototypeMethod, Stage, TokenBatch
 
 WARMUP_BATCHES = 5
@@ -71,7 +71,7 @@ def _trunk_identity(spec: RunSpec) -> str:
 
 
 def prepare_sharing_trunks(specs: list[RunSpec]) -> list[Prepared]:
-    """:func:`benchmark.runner.prepare` for each run, loading each distinct trunk once (the
+    """:func:`benchmark.run.runner.prepare` for each run, loading each distinct trunk once (the
     seven methods of ``perf.toml`` share one)."""
     trunks: dict[str, FrozenTrunk] = {}
     preps = []
@@ -202,7 +202,7 @@ class _Contender:
 def _walk_schedule(row: int, prep: Prepared, cached: Any, warmup: int) -> tuple[list[_Contender], list[dict[str, Any]]]:
     """Run the method's schedule in order with ``warmup`` steps per stage instead of full epochs,
     timing its hooks: ``on_stage_start`` once per stage, ``on_epoch_end`` after every epoch of
-    the schedule (as :func:`benchmark.training.train` calls them). Returns a step contender per
+    the schedule (as :func:`benchmark.run.training.train` calls them). Returns a step contender per
     stage and the hook timings."""
     method, device, spec = prep.method, prep.device, prep.spec
     data = SourceTrainData(cached, device, spec.seed)
@@ -261,7 +261,7 @@ def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, Any]:
 
 
 def _evaluate_seconds(prep: Prepared, cache_root: Path) -> tuple[float, int]:
-    from benchmark.evaluation import evaluate
+    from benchmark.run.evaluation import evaluate
 
     clean, noisy = prep.test_sources(cache_root)
     spec = prep.spec

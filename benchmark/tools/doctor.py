@@ -80,7 +80,7 @@ def hf_cache_check() -> Check:
 
 
 def slurm_check(required: bool) -> Check:
-    from benchmark.scheduler import SLURM_COMMANDS
+    from slurm.scheduler import SLURM_COMMANDS
 
     missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if not missing:
@@ -180,7 +180,7 @@ def cache_entry_bytes(spec: Any, images: int, early_tokens: bool) -> int:
 
 def grid_cache_bytes(grid: GridSpec) -> int:
     """Bytes of every token-cache entry the grid reads (each counted once, as ``plan`` lists them)."""
-    from benchmark.plan import cache_needs
+    from benchmark.tools.plan import cache_needs
 
     entries: dict[tuple[Any, ...], int] = {}
     for spec in grid.runs:

@@ -16,7 +16,7 @@ from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
-from benchmark.reevaluate import load_trained, run_cache_root
+from benchmark.run.reevaluate import load_trained, run_cache_root
 from methods.base import PrototypeMethod
 
 DISPLAY_SIZE = 224  # the frame the maps are read in (metrics.md)

@@ -18,8 +18,8 @@ import submitit
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.scheduler import JobState, query_jobs
-from benchmark.store import RunBusy, RunDir, atomic_write_json, read_json
+from slurm.scheduler import JobState, query_jobs
+from benchmark.run.store import RunBusy, RunDir, atomic_write_json, read_json
 
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
@@ -127,7 +127,7 @@ class RunJob(submitit.helpers.Checkpointable):
         return outcomes
 
     def _execute(self, run: TaskRun, position: int, imported: Path) -> dict[str, str]:
-        from benchmark.runner import execute_run
+        from benchmark.run.runner import execute_run
 
         run.run_dir.mkdir(parents=True, exist_ok=True)
         env = submitit.JobEnvironment()

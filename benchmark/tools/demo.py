@@ -9,7 +9,7 @@ from rich.table import Table
 
 from benchmark.config import RunSpec
 from benchmark.progress import output_console
-from benchmark.store import RunDir
+from benchmark.run.store import RunDir
 
 METRICS = ("acc", "con", "sta", "dis", "comp")
 #: metrics.md (definitions) and evaluation.py; all in percent, higher is better

@@ -3,10 +3,10 @@
 - ``local`` (default): in this process, one run after another.
 - ``submitit-local``, ``debug``, ``slurm``: through submitit (``AutoExecutor`` with the
   cluster named explicitly). Runs are grouped by job shape (cluster profile); each group is
-  one job array (``executor.batch()``) of :class:`benchmark.jobs.RunJob` callables, ordered so
+  one job array (``executor.batch()``) of :class:`slurm.jobs.RunJob` callables, ordered so
   that runs reading the same token caches are neighbours; with the profile's ``runs_per_task``
   > 1, neighbours of one token-cache group share an array task, within its time budget by the
-  plan's per-run estimate (:func:`benchmark.cluster.pack_runs`). Runs that share a cache entry and
+  plan's per-run estimate (:func:`slurm.cluster.pack_runs`). Runs that share a cache entry and
   start together do not build it twice: the cache's per-entry lock file
   (``benchmark/cache/lock.py``, valid across nodes) makes all but one wait, then they read the
   published entry. ``submitit-local`` and ``debug`` wait for their jobs; ``slurm`` returns once
@@ -25,15 +25,15 @@ from pathlib import Path
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
-from benchmark.cluster import ClusterProfile, JobShape, pack_runs
+from slurm.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
-from benchmark.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, add_job_record, run_states
-from benchmark.plan import paper_costs, run_epochs
-from benchmark.runner import check_data, execute_run, load_trunk
-from benchmark.snapshot import code_snapshot, snapshot_path
-from benchmark.store import RunBusy, RunDir, atomic_write_json
+from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, add_job_record, run_states
+from benchmark.tools.plan import paper_costs, run_epochs
+from benchmark.run.runner import check_data, execute_run, load_trunk
+from slurm.snapshot import code_snapshot, snapshot_path
+from benchmark.run.store import RunBusy, RunDir, atomic_write_json
 from methods.registry import stand_in_method
 
 SUBMITIT_CLUSTERS = {"submitit-local": "local", "debug": "debug", "slurm": "slurm"}

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import atomic_write_bytes
-from benchmark.training import EpochRecord
+from benchmark.run.store import atomic_write_bytes
+from benchmark.run.training import EpochRecord
 
 TENSORBOARD_INSTALL = "pip install 'protobench[tensorboard]'"
 

@@ -40,8 +40,8 @@ from benchmark.errors import ProtobenchError
 from benchmark.cache.prefetch import DEFAULT_DEPTH, Prefetcher
 from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
-from benchmark.provenance import code_version
-from benchmark.store import atomic_write_checked
+from benchmark.run.provenance import code_version
+from benchmark.run.store import atomic_write_checked
 from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.precision import autocast
 

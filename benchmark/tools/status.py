@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmark.progress import output_console
-from benchmark.store import find_run_dirs
+from benchmark.run.store import find_run_dirs
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 

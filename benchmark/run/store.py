@@ -28,7 +28,7 @@ RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
-METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.epochlog)
+METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.run.epochlog)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (see run_lock)
 # Files only the lock holder writes: their temporary files left by a killed process are stale
 # once the lock is held. (spec.json and job.json are also written by a submitting process
@@ -191,7 +191,7 @@ def run_lock(run_dir: Path, *, wait_s: float = 0.0) -> Iterator[None]:
     also when the process dies (``kill -9``), so a crash never leaves a run locked and a
     requeued SLURM job is never locked out by its dead predecessor. (After a node failure, an
     NFS server frees the dead node's locks only when its lease expires, 90 s by default: the
-    reason jobs wait, :data:`benchmark.jobs.LOCK_WAIT_S`.) The file is never deleted (unlinking
+    reason jobs wait, :data:`slurm.jobs.LOCK_WAIT_S`.) The file is never deleted (unlinking
     it would let two processes lock two different files); it names the holder for the message
     of those it turns away."""
     rd = RunDir(run_dir)

@@ -3,7 +3,7 @@
 The code version names the code exactly. In a git checkout it is ``git describe --always
 --tags`` of HEAD and, when tracked files differ from HEAD, ``-dirty+<8 hex>``: a fingerprint
 of those files' contents, so the same edits give the same version and other edits another
-one. In a code snapshot (:mod:`benchmark.snapshot`, no git there) it is the version recorded
+one. In a code snapshot (:mod:`slurm.snapshot`, no git there) it is the version recorded
 from the checkout the snapshot was copied from, in ``.protobench-snapshot/source.json``.
 Elsewhere (an installed package) it is the package version.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from benchmark.errors import ProtobenchError
-from benchmark.store import read_json
+from benchmark.run.store import read_json
 
 _PACKAGES = ("torch", "timm", "numpy", "scipy", "protobench")
 SNAPSHOT_RECORD_DIR = ".protobench-snapshot"  # in a code snapshot: the state of the checkout it copies
@@ -105,7 +105,7 @@ def recorded_state(snapshot: Path) -> SourceState | None:
 
 def code_version(root: Path | None = None) -> str:
     """The version of the code at ``root`` (default: the running suite's): see the module doc."""
-    root = root or Path(__file__).resolve().parent.parent
+    root = root or Path(__file__).resolve().parents[2]
     recorded = recorded_state(root)
     if recorded is not None:
         return recorded.version

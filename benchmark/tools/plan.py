@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.cluster import ClusterProfile, JobShape, pack_runs
+from slurm.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.config import RunSpec
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
@@ -94,8 +94,8 @@ def run_epochs(spec: RunSpec) -> int:
 
 def check_present_data(runs: tuple[RunSpec, ...]) -> None:
     """Decode the images of every dataset whose ``data_root`` exists, as ``run`` does before
-    compute (:func:`benchmark.runner.check_data`); absent datasets are left to ``run``."""
-    from benchmark.runner import check_data
+    compute (:func:`benchmark.run.runner.check_data`); absent datasets are left to ``run``."""
+    from benchmark.run.runner import check_data
 
     present = {(s.dataset, s.data_root, s.image_size): s for s in runs
                if s.data_root and Path(s.data_root).expanduser().is_dir()}
@@ -307,7 +307,7 @@ class Plan:
     @property
     def tasks(self) -> list[tuple[JobShape, list[tuple[RunCost, ...]]]]:
         """The array tasks of each job array, packed as ``run`` packs them
-        (:func:`benchmark.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
+        (:func:`slurm.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
         from benchmark.grid import cache_group
 
         packed = []
@@ -337,7 +337,7 @@ def entry_bytes(spec: RunSpec, images: int, *, early: bool) -> int:
     """Bytes of one cache entry of ``images`` images of the run's trunk (headers included):
     N × (P + HW) × D block inputs and N × HW × D early tokens (if any) in the storage dtype,
     N × HW float32 attentions and N int64 labels (``benchmark.cache.tokens.entry_layout``)."""
-    from benchmark.doctor import cache_entry_bytes
+    from benchmark.tools.doctor import cache_entry_bytes
 
     return cache_entry_bytes(spec, images, early)
 

@@ -13,7 +13,7 @@ checkout stays there. ``dest/.protobench-snapshot/`` records where the code came
 ``source.json`` (the commit, ``git describe``, whether tracked files differed from it and the
 fingerprint of those edits, the code version, the checkout's path, the time) and
 ``uncommitted.diff`` (``git diff --binary HEAD``: ``git apply`` on a checkout of the commit
-gives the code of the snapshot). :func:`benchmark.provenance.code_version` reads the record,
+gives the code of the snapshot). :func:`benchmark.run.provenance.code_version` reads the record,
 so results of queued jobs name the checkout's commit, not the snapshot.
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ from datetime import datetime
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.jobs import code_dir
-from benchmark.provenance import DIFF_FILE, SNAPSHOT_RECORD_DIR, SOURCE_FILE, checkout_state, git, uncommitted_diff
-from benchmark.store import atomic_write_bytes, atomic_write_json
+from slurm.jobs import code_dir
+from benchmark.run.provenance import DIFF_FILE, SNAPSHOT_RECORD_DIR, SOURCE_FILE, checkout_state, git, uncommitted_diff
+from benchmark.run.store import atomic_write_bytes, atomic_write_json
 
 SNAPSHOTS_DIR = ".snapshots"
 EXCLUDED_DIRS = ("tests/",)

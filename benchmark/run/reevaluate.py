@@ -8,10 +8,10 @@ from typing import Any
 from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.evaluation import evaluate
-from benchmark.runner import Prepared, prepare
-from benchmark.store import RunDir, atomic_write_json, default_cache_root
-from benchmark.training import load_checkpoint
+from benchmark.run.evaluation import evaluate
+from benchmark.run.runner import Prepared, prepare
+from benchmark.run.store import RunDir, atomic_write_json, default_cache_root
+from benchmark.run.training import load_checkpoint
 
 
 def load_trained(run_dir: Path, **overrides: object) -> Prepared:

@@ -1,0 +1,1 @@
+"""Commands around runs: plan, perf, doctor, status, figures (explain) and the demo."""
