@@ -8,7 +8,7 @@ from .accuracy import accuracy
 from .comprehensiveness import comprehensiveness, foreground_union, mask_iou, segmentation_to_frame
 from .consistency import consistency, consistency_flags, consistency_score, part_hit_ratios
 from .distinctiveness import distinctiveness, distinctiveness_score, iou_72, mean_pairwise_iou
-from .explanation import METRIC_KEYS, explanation_metrics
+from .explanation import METRIC_KEYS, ExplanationRecords, explanation_metrics, explanation_records
 from .maps import (
     TIE_RTOL,
     argmax_positions,
@@ -44,7 +44,9 @@ __all__ = [
     "consistency_score",
     "distinctiveness",
     "distinctiveness_score",
+    "ExplanationRecords",
     "explanation_metrics",
+    "explanation_records",
     "foreground_union",
     "iou_72",
     "map_parts_to_frame",

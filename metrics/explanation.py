@@ -6,13 +6,15 @@ bicubically (stability). Only per-map argmax positions and per-image IoUs outliv
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import Tensor
 
 from ._checks import check_labels, check_maps, check_noisy_maps
 from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mask_iou
-from .consistency import consistency_score
-from .distinctiveness import distinctiveness_score
+from .consistency import consistency_flags, consistency_score
+from .distinctiveness import distinctiveness_score, mean_pairwise_iou
 from .maps import (
     argmax_positions,
     iter_chunks,
@@ -23,9 +25,29 @@ from .maps import (
     upsampled_peaks,
 )
 from .parts import PartGroundTruth, check_parts, part_vectors
-from .stability import stability_score
+from .stability import stability_score, unchanged_fractions
 
 METRIC_KEYS = ("con", "sta", "dis", "comp")
+
+
+@dataclass
+class ExplanationRecords:
+    """The scores of :func:`explanation_metrics` and what each image and prototype contributed.
+
+    per_image (N,) float64, percent, absent where the score is undefined:
+      ``sta``  the share of the image's J own-class prototypes whose part vector is unchanged
+               under noise (the score is the class-balanced mean of these: per class, then over
+               classes; equal to their plain mean when classes have equal test images);
+      ``dis``  ``100 * (1 - mean pairwise IoU)`` of the image's J boxes (the score is their mean);
+      ``comp`` ``100 * IoU`` of the image's map union with its mask (the score is their mean).
+    per_prototype (C, J), percent: ``con`` 100 for a consistent prototype, else 0 (the score is
+    their mean); ``sta`` the unchanged share over its class's images (NaN for a class without
+    images; the score is the mean of the defined ones).
+    """
+
+    scores: dict[str, float | None]
+    per_image: dict[str, Tensor] = field(default_factory=dict)
+    per_prototype: dict[str, Tensor] = field(default_factory=dict)
 
 
 def explanation_metrics(
@@ -40,6 +62,23 @@ def explanation_metrics(
     chunk_size: int | None = None,
     topk: int | None = None,
 ) -> dict[str, float | None]:
+    """The scores of :func:`explanation_records`."""
+    return explanation_records(clean_maps, noisy_maps, labels, parts, num_classes, map_pool=map_pool, masks=masks,
+                               chunk_size=chunk_size, topk=topk).scores
+
+
+def explanation_records(
+    clean_maps: Tensor,
+    noisy_maps: Tensor | None,
+    labels: Tensor,
+    parts: PartGroundTruth,
+    num_classes: int,
+    *,
+    map_pool: int = 1,
+    masks: Tensor | None = None,
+    chunk_size: int | None = None,
+    topk: int | None = None,
+) -> ExplanationRecords:
     """Consistency, stability, distinctiveness and comprehensiveness, in percent.
 
     clean_maps, noisy_maps: (N, J, h, w) maps of each image's ground-truth class prototypes
@@ -51,7 +90,8 @@ def explanation_metrics(
     chunk_size: images upsampled at once (memory bound; None: 64 on CUDA, 4 on CPU).
     topk: NPPP's top-k map selection for dis/comp only (default None = all J, as metrics.md).
 
-    Returns ``{"con", "sta", "dis", "comp"}``; a value is ``None`` when undefined or not
+    Scores ``{"con", "sta", "dis", "comp"}`` with their per-image and per-prototype parts
+    (:class:`ExplanationRecords`); a score is ``None`` when undefined or not
     computable: ``sta`` without noisy maps or without any class with images, ``dis`` for
     J = 1 (no pairs) or N = 0, ``comp`` without masks or for N = 0.
     All tensors are moved to ``clean_maps.device``; the work runs there.
@@ -96,11 +136,18 @@ def explanation_metrics(
 
     o_clean = part_vectors(peaks_clean, parts)
     result: dict[str, float | None] = {key: None for key in METRIC_KEYS}
+    records = ExplanationRecords(result)
     result["con"] = consistency_score(o_clean, parts.visible, labels, num_classes)
+    records.per_prototype["con"] = 100.0 * consistency_flags(o_clean, parts.visible, labels, num_classes).double()
     if peaks_noisy is not None:
-        result["sta"] = stability_score(o_clean, part_vectors(peaks_noisy, parts), labels, num_classes)
+        o_noisy = part_vectors(peaks_noisy, parts)
+        result["sta"] = stability_score(o_clean, o_noisy, labels, num_classes)
+        records.per_prototype["sta"] = 100.0 * unchanged_fractions(o_clean, o_noisy, labels, num_classes)
+        records.per_image["sta"] = 100.0 * (o_clean == o_noisy).all(dim=-1).double().mean(dim=1)
     if centres_dis is not None:
         result["dis"] = distinctiveness_score(centres_dis)
+        records.per_image["dis"] = 100.0 * (1.0 - mean_pairwise_iou(centres_dis))
     if ious is not None and n > 0:
         result["comp"] = 100.0 * float(ious.mean())
-    return result
+        records.per_image["comp"] = 100.0 * ious
+    return records

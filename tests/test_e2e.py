@@ -3,10 +3,12 @@ re-runs skipped, interrupted runs resumed, re-evaluation exact, errors before co
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmark.cli import main
 from benchmark.grid import load_grid
+from benchmark.run.records import read_records
 from benchmark.run.runner import execute_run
 from benchmark.run.store import RunDir, find_run_dirs
 from benchmark.run.training import TrainingInterrupted
@@ -79,6 +81,20 @@ def test_evaluate_reproduces_result_exactly(finished):
     assert main(["evaluate", str(finished.path)]) == 0
     again = json.loads((finished.path / "evaluations" / "map_pool1.json").read_text())
     assert again["metrics"] == finished.result()["metrics"]
+
+
+def test_per_image_records_match_the_result_and_evaluate_writes_them_again(finished):
+    result = finished.result()
+    per_image = read_records(finished.path)
+    assert len(per_image) == result["evaluation"]["num_images"] and per_image["index"].is_unique
+    assert 100 * per_image["correct"].mean() == pytest.approx(result["metrics"]["acc"])
+    assert per_image["dis"].mean() == pytest.approx(result["metrics"]["dis"])
+    assert read_records(finished.path, "per_prototype")["con"].mean() == pytest.approx(
+        result["metrics"]["con"])
+    for path in finished.path.glob("per_*"):  # a run finished before records existed
+        path.unlink()
+    assert main(["evaluate", str(finished.path)]) == 0
+    pd.testing.assert_frame_equal(read_records(finished.path), per_image)
 
 
 def test_interrupted_run_resumes_at_last_finished_epoch(workdir, grid_file, finished):

@@ -24,6 +24,7 @@ from benchmark.backbones import FrozenTrunk
 from benchmark.cli import main
 from benchmark.data import generate_synthbirds
 from benchmark.errors import ProtobenchError
+from benchmark.run.records import read_records
 from benchmark.run.store import RunDir, atomic_write_json, find_run_dirs, run_lock
 from benchmark.run.training import NonFiniteLossError, train
 from methods.registry import build_method
@@ -78,8 +79,9 @@ def killing(original, applies=lambda *a, **k: True):
 
 if phase == "epoch":  # the Nth training batch, between the loss and the optimiser step
     benchmark.run.training.total_loss = killing(benchmark.run.training.total_loss)
-elif phase in ("checkpoint-rename", "result-rename"):  # temp file written, rename not done
-    target = "checkpoint.pt" if phase == "checkpoint-rename" else "result.json"
+elif phase in ("checkpoint-rename", "result-rename", "records-rename"):  # temp file written, rename not done
+    target = {"checkpoint-rename": "checkpoint.pt", "result-rename": "result.json",
+              "records-rename": "per_image.csv.gz"}[phase]
     os.replace = killing(os.replace, lambda src, dst, **k: str(dst).endswith(target))
 elif phase == "evaluation":
     benchmark.run.runner.evaluate = killing(benchmark.run.runner.evaluate)
@@ -130,6 +132,7 @@ def solo(work: Path) -> dict[int, dict]:
     ("checkpoint-rename", 1, ".checkpoint.pt."),  # the first checkpoint, written but not renamed
     ("checkpoint-rename", 2, ".checkpoint.pt."),  # the second, with the first in place
     ("evaluation", 1, None),  # training done, evaluating
+    ("records-rename", 1, ".per_image.csv.gz."),  # per-image records written but not renamed
     ("result-rename", 1, ".result.json."),  # result written but not renamed
 ])
 @pytest.mark.slow
@@ -146,9 +149,13 @@ def test_kill_at_each_phase_then_rerun_gives_the_uninterrupted_result(
         assert [p.name for p in temp_files(runs)] and all(p.name.startswith(leaves) for p in temp_files(runs))
     assert main(argv) == 0  # … the lock died with the process, and the re-run finishes the run
     assert science(rd.result()) == science(solo[2])
+    per_image = read_records(rd.path)
+    assert len(per_image) == rd.result()["evaluation"]["num_images"]
+    assert 100 * per_image["correct"].mean() == pytest.approx(rd.result()["metrics"]["acc"])
     assert temp_files(runs) == []
     log = rd.log_path.read_text()
-    if phase in ("epoch", "checkpoint-rename") and nth > 1 or phase in ("evaluation", "result-rename"):
+    if phase in ("epoch", "checkpoint-rename") and nth > 1 or phase in ("evaluation", "records-rename",
+                                                                        "result-rename"):
         assert "resuming at stage" in log
 
 

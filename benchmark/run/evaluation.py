@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
+from benchmark.run.records import record_tables
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
-from metrics import accuracy, explanation_metrics, map_parts_to_frame
+from metrics import accuracy, explanation_records, map_parts_to_frame
 from metrics.comprehensiveness import segmentation_to_frame
 
 
@@ -31,6 +33,16 @@ class Predictions:
     logits: torch.Tensor  # N×C
     labels: torch.Tensor  # N
     maps: torch.Tensor  # N×J×H×W of each image's ground-truth class
+
+
+@dataclass
+class Evaluated:
+    """What :func:`evaluate` gives: ``summary`` (metrics, notes and settings: part of
+    ``result.json``) and the ``per_image`` / ``per_prototype`` tables of
+    :mod:`benchmark.run.records`."""
+
+    summary: dict[str, Any]
+    tables: dict[str, pd.DataFrame]
 
 
 @contextmanager
@@ -103,32 +115,33 @@ def evaluate(
     map_pool: int,
     noise_seed: int,
     precision: str = "fp32",
-) -> dict[str, Any]:
-    """Metrics (percent) and the evaluation settings that produced them."""
+) -> Evaluated:
+    """Metrics (percent), the evaluation settings that produced them, and the per-image records."""
     pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision)
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
     notes: dict[str, str] = {}
     ann = test_dataset.annotations
+    explained = None
     if ann is not None:
         parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
         noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False,
                              precision=precision).maps \
             if noisy is not None else None
-        explained = explanation_metrics(
+        explained = explanation_records(
             pred.maps, noisy_maps, pred.labels, parts, method.num_classes,
             map_pool=map_pool, masks=load_segmentation_masks(test_dataset),
         )
-        metrics.update(explained)
+        metrics.update(explained.scores)
         if noisy is not None:
             notes["sta"] = (f"stability noise drawn from the fixed seed {noise_seed}: every method and seed is "
                             f"scored on the same perturbed images")
         if method.prototypes_per_class == 1:
             notes["dis"] = "undefined for J = 1 (distinctiveness needs at least one pair of prototypes)"
-        if explained.get("comp") is None:
+        if explained.scores.get("comp") is None:
             notes["comp"] = "not computed: segmentation masks missing"
     else:
         notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
-    return {
+    return Evaluated(summary={
         "metrics": metrics,
         "metric_notes": notes,
         "evaluation": {
@@ -137,4 +150,4 @@ def evaluate(
             "noise_seed": noise_seed if ann is not None else None,
             "num_images": len(pred.labels),
         },
-    }
+    }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained))

@@ -9,6 +9,7 @@ from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
+from benchmark.run.records import write_records
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.store import RunDir, atomic_write_json, default_cache_root
 from benchmark.run.training import load_checkpoint
@@ -38,12 +39,17 @@ def run_cache_root(run_dir: Path) -> Path:
 
 
 def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | None = None) -> dict[str, Any]:
-    """Metrics of the run's final checkpoint; written to ``RUN_DIR/evaluations/map_pool<k>.json``."""
+    """Metrics of the run's final checkpoint; written to ``RUN_DIR/evaluations/map_pool<k>.json``.
+    With the run's own ``map_pool`` (the default), also the run's per-image and per-prototype
+    records (:mod:`benchmark.run.records`): how a run finished before they existed gets them."""
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
+    own_map_pool = RunSpec.from_json(RunDir(run_dir).spec() or {}).map_pool  # load_trained read it
     cache_root = Path(cache_dir) if cache_dir else run_cache_root(run_dir)
     test_src, noisy_src = prep.test_sources(cache_root)
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED)
-    atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", evaluated)
-    return evaluated
+    atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", evaluated.summary)
+    if spec.map_pool == own_map_pool:
+        write_records(run_dir, evaluated.tables)
+    return evaluated.summary

@@ -25,6 +25,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.run.provenance import provenance, resolve_device
+from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_json, run_lock
 from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
                                 resume_checkpoint, train)
@@ -300,7 +301,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
         "method_display_name": method_display_name(type(prep.method)),  # what reports label it
-        **evaluated,
+        **evaluated.summary,
         "diagnostics": diagnostics,
         "timing": timing,
         "provenance": {
@@ -315,7 +316,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }
+    write_records(rd.path, evaluated.tables)  # before result.json, which marks the run complete
     atomic_write_json(rd.result_path, result)
-    shown = " ".join(f"{k}={v:.1f}" for k, v in evaluated["metrics"].items() if v is not None)
+    shown = " ".join(f"{k}={v:.1f}" for k, v in evaluated.summary["metrics"].items() if v is not None)
     say(f"done {spec.run_id}: {shown}")
     return result

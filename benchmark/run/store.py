@@ -29,11 +29,14 @@ FAILURE_FILE = "failure.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.run.epochlog)
+RECORD_TABLES = ("per_image", "per_prototype")  # benchmark.run.records, beside result.json
+RECORD_SUFFIXES = (".parquet", ".csv.gz")  # Parquet with pyarrow, else gzip CSV
+RECORD_FILES = tuple(f"{table}{suffix}" for table in RECORD_TABLES for suffix in RECORD_SUFFIXES)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (see run_lock)
 # Files only the lock holder writes: their temporary files left by a killed process are stale
 # once the lock is held. (spec.json and job.json are also written by a submitting process
 # that holds no lock, so their temporary files may be in flight.)
-LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE)
+LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE, *RECORD_FILES)
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
