@@ -485,9 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     from reports.cli import (
+        add_compare_arguments,
         add_export_arguments,
         add_plot_arguments,
         add_report_arguments,
+        run_compare,
         run_export,
         run_plot,
         run_report,
@@ -500,6 +502,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, …) to CSV/JSONL/Parquet")
     add_export_arguments(p)
     p.set_defaults(func=run_export)
+
+    p = sub.add_parser("compare", help="paired comparisons of one key's values (method, J, …): differences, CIs, "
+                                       "Holm-corrected p-values")
+    add_compare_arguments(p)
+    p.set_defaults(func=run_compare)
 
     p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
     add_plot_arguments(p)

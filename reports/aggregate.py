@@ -4,11 +4,15 @@ A cell's rows are all rows sharing its key (dataset, backbone, method, J, varian
 - one row: its value as is (a published aggregate keeps its ``n_seeds`` and ``<metric>_std``);
 - several rows: they must be single runs with distinct seeds; the cell is their mean and
   sample standard deviation (ddof = 1) over the seeds where the metric is not missing.
+
+With a confidence ``level`` (``report --ci``), a cell of n ≥ 2 seeds also gets its Student t
+interval over the seeds, and an accuracy cell whose runs all have per-image records the
+stratified bootstrap interval over test images (``reports.stats``).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -21,11 +25,14 @@ CellKey = tuple[KeyValue, ...]
 
 @dataclass(frozen=True)
 class Stat:
-    """One cell's number: the mean over ``n`` seeds and its standard deviation, if known."""
+    """One cell's number: the mean over ``n`` seeds and its standard deviation, if known; with a
+    confidence level, its interval over seeds (n ≥ 2) and, for accuracy, over test images."""
 
     mean: float
     std: float | None
     n: int
+    ci: tuple[float, float] | None = None
+    image_ci: tuple[float, float] | None = None
 
 
 def describe_key(key: CellKey) -> str:
@@ -34,8 +41,9 @@ def describe_key(key: CellKey) -> str:
     return "/".join(f"J={v}" if k == "J" else str(v) for k, v in named.items())
 
 
-def cell_stats(frame: pd.DataFrame, layout: Layout) -> dict[tuple[CellKey, str], Stat]:
-    """The statistic of every (cell key, metric) of ``layout`` that ``frame`` has a value for."""
+def cell_stats(frame: pd.DataFrame, layout: Layout, *, level: float | None = None) -> dict[tuple[CellKey, str], Stat]:
+    """The statistic of every (cell key, metric) of ``layout`` that ``frame`` has a value for
+    (with intervals at confidence ``level`` when given)."""
     absent = [c for c in TIDY_COLUMNS if c not in frame.columns]
     if absent:
         raise ValueError(f"frame lacks tidy column(s) {absent}; build it with reports.load")
@@ -52,6 +60,8 @@ def cell_stats(frame: pd.DataFrame, layout: Layout) -> dict[tuple[CellKey, str],
             _check_seeds(key, rows)
             for metric in group.metrics:
                 stat = _summarize(rows, metric.key)
+                if stat is not None and level is not None:
+                    stat = _with_intervals(stat, rows, metric.key, level)
                 if stat is not None:
                     stats[(key, metric.key)] = stat
     return stats
@@ -87,3 +97,29 @@ def _summarize(rows: pd.DataFrame, metric: str) -> Stat | None:
         return None
     n = len(values)
     return Stat(mean=float(values.mean()), std=float(values.std(ddof=1)) if n > 1 else None, n=n)
+
+
+def _with_intervals(stat: Stat, rows: pd.DataFrame, metric: str, level: float) -> Stat:
+    from reports.stats import image_interval, seed_interval
+
+    values = rows[metric].dropna()
+    ci = seed_interval(values.tolist(), level) if (rows["n_seeds"] == 1).all() else None
+    image_ci = None
+    if metric == "acc":
+        correct = seed_correctness(rows)
+        image_ci = image_interval(list(correct.values()), level) if correct is not None else None
+    return replace(stat, ci=ci, image_ci=image_ci)
+
+
+def seed_correctness(rows: pd.DataFrame) -> dict[int, object] | None:
+    """Per seed, the 0/1 correctness of each test image (by index) of the cell's runs; None when
+    a row is not a run with per-image records (a published number, a run evaluated before them)."""
+    from benchmark.run.records import read_records
+
+    correct: dict[int, object] = {}
+    for seed, run_dir in zip(rows["seed"], rows["run_dir"]):
+        records = read_records(run_dir) if isinstance(run_dir, str) else None
+        if records is None:
+            return None
+        correct[int(seed)] = records.sort_values("index")["correct"].to_numpy(dtype=bool)
+    return correct

@@ -2,9 +2,10 @@
 
     protobench report RUNS_DIR|CSV... [--layout NAME] [--format latex|markdown|csv] [--against CSV]
                       [--rows DIMS] [--cols DIMS] [--metrics NAMES] [--where KEY=VALUE]...
-                      [--decimals N] [--method-macro] [--out FILE]
+                      [--decimals N] [--method-macro] [--ci [LEVEL]] [--out FILE]
     protobench report --list
-    protobench export RUNS_DIR... --out FILE.csv|.jsonl|.parquet
+    protobench export RUNS_DIR... --out FILE.csv|.jsonl|.parquet [--per-image]
+    protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
     protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
     protobench plot --curves RUN_DIR... [--y TERM,...] --out FILE
 
@@ -58,6 +59,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", type=Path, metavar="CSV",
                         help="published numbers to show next to ours, e.g. reports/paper/cub_main.csv")
     parser.add_argument("--decimals", type=int, default=1, help="digits after the point (default: 1)")
+    parser.add_argument("--ci", type=float, nargs="?", const=95.0, metavar="LEVEL",
+                        help="every cell with its confidence interval over seeds (accuracy also over test images), "
+                             "at LEVEL percent (default 95); README 'Statistics'")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
 
@@ -87,13 +91,16 @@ def run_report(args: argparse.Namespace) -> int:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
     report = render_report(
-        frame, layout, args.fmt, against=against, decimals=args.decimals, method_macro=args.method_macro
+        frame, layout, args.fmt, against=against, decimals=args.decimals, method_macro=args.method_macro,
+        level=None if args.ci is None else args.ci / 100,
     )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report.text, encoding="utf-8")
     else:
         sys.stdout.write(report.text)
+    if report.interval_note and args.fmt == "csv":
+        print(report.interval_note, file=sys.stderr)
     if report.missing and args.layout is None:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
     elif report.missing:
@@ -134,16 +141,54 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folders searched recursively for result.json")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE",
                         help="FILE.csv, FILE.jsonl or FILE.parquet (needs pyarrow: the 'parquet' extra)")
+    parser.add_argument("--per-image", action="store_true",
+                        help="one row per run × test image: label, prediction, correctness, logit margin and each "
+                             "metric's per-image part")
 
 
 def run_export(args: argparse.Namespace) -> int:
     """One flat row per run (spec, metrics, diagnostics, timings, provenance) to a CSV/JSONL/Parquet file."""
-    from reports.export import check_export_path, export_records, write_export
+    from reports.export import check_export_path, export_records, per_image_records, write_export
 
     check_export_path(args.out)
-    records = export_records(args.runs_dirs)
+    records = per_image_records(args.runs_dirs) if args.per_image else export_records(args.runs_dirs)
     write_export(records, args.out)
-    print(f"wrote {len(records)} run(s) to {args.out}")
+    runs = len({r["run_dir"] for r in records})
+    print(f"wrote {len(records)} row(s) of {runs} run(s) to {args.out}" if args.per_image
+          else f"wrote {len(records)} run(s) to {args.out}")
+    return 0
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``compare`` subcommand's arguments to ``parser``."""
+    parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
+                        help="folders searched recursively for result.json")
+    parser.add_argument("--by", required=True, metavar="KEY", help=f"the key whose values are compared: one of {DIMENSIONS}")
+    parser.add_argument("--baseline", metavar="VALUE", help="compare every other value with this one (default: every pair)")
+    parser.add_argument("--metrics", type=_names, metavar="NAMES", help="of acc, con, sta, dis, comp (default: those present)")
+    add_where_argument(parser)
+    parser.add_argument("--level", type=float, default=95.0, metavar="P", help="confidence level in percent (default 95)")
+    parser.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown",
+                        help="a readable table with its note, or CSV (default: markdown)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write here instead of stdout")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Paired comparisons of the values of one key, cell by cell (README 'Statistics')."""
+    from reports.paired import compare_levels, render_comparisons
+    from reports.pivot import parse_where
+
+    if not 0 < args.level < 100:
+        raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
+    frame = load_inputs(args.runs_dirs, parse_where(args.where))
+    comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
+    text = render_comparisons(comparisons, args.fmt, args.level / 100)
+    if args.out is not None:
+        from benchmark.run.store import atomic_write_bytes
+
+        atomic_write_bytes(args.out, text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
     return 0
 
 

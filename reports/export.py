@@ -6,6 +6,10 @@ field, ``spec.method_args.*`` included), ``metrics.*``, ``diagnostics.*`` (when 
 ``method_display_name`` and ``run_dir``. An empty mapping stays one column holding ``{}``
 (so a spec field never vanishes); lists stay lists in JSON Lines and are JSON text in CSV
 and Parquet cells.
+
+``--per-image``: one row per run × test image instead: the run's identity (``run_id``, ``grid``,
+``run_dir``, ``method_display_name``, ``dataset``, ``backbone``, ``method``, ``J``, ``variant``,
+``seed``) and its per-image record (``benchmark.run.records``; missing values empty/null).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
+from benchmark.run.records import read_records
 from benchmark.run.store import atomic_write_bytes
 from reports.load import read_result_json, result_files
 
@@ -45,6 +50,36 @@ def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
         flat = flatten(read_result_json(path))
         flat["run_dir"] = str(path.parent)
         records.append(flat)
+    return records
+
+
+#: the spec fields that name a run's cell and seed in a per-image export, and their column names
+PER_IMAGE_SPEC: dict[str, str] = {"dataset": "dataset", "backbone": "backbone", "method": "method",
+                                  "prototypes_per_class": "J", "variant": "variant", "seed": "seed"}
+
+
+def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
+    """One record per run × test image. Raises before writing when a run has no per-image
+    records, naming the runs and the command that writes them."""
+    records: list[Record] = []
+    without: list[str] = []
+    for path in result_files(runs_dirs):
+        table = read_records(path.parent)
+        if table is None:
+            without.append(str(path.parent))
+            continue
+        data = read_result_json(path)
+        spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+        identity: Record = {"run_id": data.get("run_id"), "grid": data.get("grid"), "run_dir": str(path.parent),
+                            "method_display_name": data.get("method_display_name")}
+        identity.update({column: spec.get(field) for field, column in PER_IMAGE_SPEC.items()})
+        cells = table.astype(object).where(table.notna(), None)
+        records.extend({**identity, **row} for row in cells.to_dict(orient="records"))
+    if without:
+        raise ProtobenchError(
+            f"{len(without)} run(s) have no per-image records (evaluated before they existed): "
+            f"{', '.join(without[:5])}{' …' if len(without) > 5 else ''}; run `protobench evaluate RUN_DIR` on each "
+            "to write them, or leave those runs out.")
     return records
 
 

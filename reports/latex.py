@@ -7,7 +7,7 @@ from __future__ import annotations
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
 from reports.layouts import VMFPROTO
-from reports.table import CellView, HeaderCell, RowView, TableView
+from reports.table import CellView, HeaderCell, RowView, TableView, interval_text
 
 MISSING = "--"
 # --method-macro: the paper defines \newcommand{\method}{\textsc{vMFProto}\xspace} (vmfproto.tex,
@@ -50,7 +50,7 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
         elif isinstance(item, Heading):
             lines.append(f"    \\multicolumn{{{layout.n_columns}}}{{{item.align}}}{{{_styled(item)}}} \\\\")
         else:
-            lines.append(f"    {_row(layout, item)}")
+            lines.append(f"    {_row(layout, item, table.interval_note is not None)}")
     lines.append("    \\bottomrule")
     lines.append("  \\end{tabular}")
     if layout.resize:
@@ -74,6 +74,8 @@ def _caption(table: TableView) -> str:
         parts.append(DAGGER_NOTE)
     if table.comparing:
         parts.append(COMPARE_NOTE)
+    if table.interval_note:
+        parts.append(table.interval_note.replace("%", r"\%"))
     return " ".join(parts)
 
 
@@ -93,13 +95,13 @@ def _styled(heading: Heading) -> str:
     return _HEADING[heading.style].format(heading.text.tex)
 
 
-def _row(layout: Layout, row: RowView) -> str:
+def _row(layout: Layout, row: RowView, intervals: bool) -> str:
     first = row.labels[0].tex + (DAGGER if row.dagger else "") + (row.qualifier.tex if row.qualifier else "")
     labels = [first, *(label.tex for label in row.labels[1:])]
-    return " & ".join(labels + [_cell(layout, c) for c in row.cells]) + " \\\\"
+    return " & ".join(labels + [_cell(layout, c, intervals) for c in row.cells]) + " \\\\"
 
 
-def _cell(layout: Layout, cell: CellView) -> str:
+def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:
     if cell.value is None:
         shown = MISSING
     elif cell.std is None or not layout.show_std:
@@ -110,6 +112,8 @@ def _cell(layout: Layout, cell: CellView) -> str:
         shown += DAGGER
     if layout.show_n and cell.n > 1:
         shown += f" (n={cell.n})"
+    if intervals and cell.value is not None:
+        shown += interval_text(cell)
     return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
 
 

@@ -10,7 +10,7 @@ from tabulate import tabulate
 
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
-from reports.table import CellView, HeaderCell, RowView, TableView
+from reports.table import CellView, HeaderCell, RowView, TableView, interval_text
 
 MISSING = "–"
 DAGGER = "†"
@@ -32,11 +32,12 @@ def render_markdown(table: TableView) -> str:
         if isinstance(item, Heading):
             lines.append([_HEADING[item.style].format(item.text.md)] + [""] * (layout.n_columns - 1))
         elif not isinstance(item, Rule):
-            lines.append(_row(layout, item))
+            lines.append(_row(layout, item, table.interval_note is not None))
     n_values = layout.n_columns - len(layout.label_align)
     align = [_ALIGN[a] for a in layout.label_align] + ["center"] * n_values
     grid = tabulate(lines, headers=header_rows[0], tablefmt="github", colalign=align, disable_numparse=True)
-    return f"{_caption(table)}\n\n{grid}\n"
+    note = f"\n{table.interval_note}\n" if table.interval_note else ""
+    return f"{_caption(table)}\n\n{grid}\n{note}"
 
 
 def _caption(table: TableView) -> str:
@@ -56,12 +57,12 @@ def _header_row(cells: tuple[HeaderCell, ...]) -> list[str]:
     return out
 
 
-def _row(layout: Layout, row: RowView) -> list[str]:
+def _row(layout: Layout, row: RowView, intervals: bool) -> list[str]:
     first = row.labels[0].md + (DAGGER if row.dagger else "") + (row.qualifier.md if row.qualifier else "")
-    return [first, *(label.md for label in row.labels[1:])] + [_cell(layout, c) for c in row.cells]
+    return [first, *(label.md for label in row.labels[1:])] + [_cell(layout, c, intervals) for c in row.cells]
 
 
-def _cell(layout: Layout, cell: CellView) -> str:
+def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:
     if cell.value is None:
         shown = MISSING
     else:
@@ -69,6 +70,8 @@ def _cell(layout: Layout, cell: CellView) -> str:
         shown = _MARKUP[cell.mark].format(shown) + (DAGGER if cell.dagger else "")
         if layout.show_n and cell.n > 1:
             shown += f" (n={cell.n})"
+        if intervals:
+            shown += interval_text(cell)
     return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
 
 

@@ -29,6 +29,7 @@ class RenderedReport:
 
     text: str
     missing: list[str]
+    interval_note: str | None = None  # report --ci (markdown and LaTeX print it; CSV cannot)
 
 
 def render_report(
@@ -39,12 +40,14 @@ def render_report(
     against: pd.DataFrame | None = None,
     decimals: int = 1,
     method_macro: bool = False,
+    level: float | None = None,
 ) -> RenderedReport:
     """Render the results in ``frames`` (``reports.load``) as the table ``layout``.
 
     against: published numbers (``reports.load.load_csv``) shown next to ours with the difference.
     decimals: digits after the point; marks and differences use the rounded, shown values.
     method_macro: LaTeX only; vMFProto as the paper's ``\\method{}`` macro.
+    level: confidence level in (0, 1): every cell with its interval (``reports.stats``).
     """
     spec = get_layout(layout) if isinstance(layout, str) else layout
     if fmt not in WRITERS:
@@ -53,6 +56,8 @@ def render_report(
         raise ProtobenchError(f"decimals must be 0 or more, got {decimals}.")
     if method_macro and fmt != "latex":
         raise ProtobenchError("--method-macro only applies to LaTeX; add --format latex.")
-    table = build_table(frames, spec, decimals=decimals, against=against)
+    if level is not None and not 0 < level < 1:
+        raise ProtobenchError(f"The confidence level must lie strictly between 0 and 100 %, got {100 * level:g} %.")
+    table = build_table(frames, spec, decimals=decimals, against=against, level=level)
     text = render_latex(table, method_macro=True) if method_macro else WRITERS[fmt](table)
-    return RenderedReport(text=text, missing=list(table.missing))
+    return RenderedReport(text=text, missing=list(table.missing), interval_note=table.interval_note)

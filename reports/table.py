@@ -35,6 +35,8 @@ class CellView:
     dagger: bool
     reference: Reference | None
     n: int = 0
+    ci: tuple[str, str] | None = None  # report --ci: (lo, hi) over seeds, as shown
+    image_ci: tuple[str, str] | None = None  # report --ci, accuracy: (lo, hi) over test images
 
 
 @dataclass(frozen=True)
@@ -69,14 +71,17 @@ class TableView:
     missing: tuple[str, ...]
     has_dagger: bool
     comparing: bool
+    interval_note: str | None = None  # report --ci: the methods, level and seeds of the intervals
 
 
 def build_table(
-    frame: pd.DataFrame, layout: Layout, *, decimals: int, against: pd.DataFrame | None = None
+    frame: pd.DataFrame, layout: Layout, *, decimals: int, against: pd.DataFrame | None = None,
+    level: float | None = None,
 ) -> TableView:
-    """Aggregate ``frame`` into ``layout`` and decide every shown string and mark."""
+    """Aggregate ``frame`` into ``layout`` and decide every shown string and mark (``level``:
+    with confidence intervals at that level)."""
     columns = [(group, metric) for group in layout.columns for metric in group.metrics]
-    ours = cell_stats(frame, layout)
+    ours = cell_stats(frame, layout, level=level)
     published = cell_stats(against, layout) if against is not None else None
     keys = [[(layout.cell_key(row, g), m.key) for g, m in columns] for row in layout.rows]
     stats = [[ours.get(key) for key in line] for line in keys]
@@ -105,6 +110,8 @@ def build_table(
                 if published is None
                 else reference(shown[r][c], published.get(keys[r][c]), decimals),
                 n=0 if stats[r][c] is None else stats[r][c].n,
+                ci=_interval(stats[r][c], "ci", decimals),
+                image_ci=_interval(stats[r][c], "image_ci", decimals),
             )
             for c in range(len(columns))
         )
@@ -122,7 +129,32 @@ def build_table(
         missing=tuple(missing),
         has_dagger=any(isinstance(v, RowView) and (v.dagger or any(c.dagger for c in v.cells)) for v in body),
         comparing=published is not None,
+        interval_note=None if level is None else interval_note(frame, level),
     )
+
+
+def _interval(stat: Stat | None, which: str, decimals: int) -> tuple[str, str] | None:
+    interval = None if stat is None else getattr(stat, which)
+    if interval is None:
+        return None
+    return format_number(interval[0], decimals), format_number(interval[1], decimals)
+
+
+def interval_text(cell: CellView) -> str:
+    """What ``report --ci`` appends to a present cell: `` [lo, hi]`` (``[n=1]`` without one) and,
+    for accuracy with per-image records, ``; img [lo, hi]``."""
+    shown = f" [{cell.ci[0]}, {cell.ci[1]}]" if cell.ci else " [n=1]"
+    return shown + (f"; img [{cell.image_ci[0]}, {cell.image_ci[1]}]" if cell.image_ci else "")
+
+
+def interval_note(frame: pd.DataFrame, level: float) -> str:
+    """What the intervals of ``report --ci`` are: method, level, seeds, and where none is given."""
+    from reports.stats import IMAGE_METHOD, SEED_METHOD
+
+    seeds = sorted({int(s) for s in frame["seed"].dropna()})
+    return (f"[lo, hi]: {100 * level:g}% {SEED_METHOD} of each cell (seeds {', '.join(map(str, seeds)) or 'none'}; "
+            f"n = 1 or a published mean: no interval, shown as [n=1]); acc img [lo, hi]: {100 * level:g}% "
+            f"{IMAGE_METHOD}, where every run of the cell has per-image records.")
 
 
 def _marks(
