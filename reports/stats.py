@@ -73,20 +73,18 @@ class Difference:
 
 def paired_image_difference(a_correct: np.ndarray, b_correct: np.ndarray, level: float) -> Difference:
     """Accuracy of ``a`` minus that of ``b`` (percent) on the same images: (seeds, images)
-    0/1 arrays paired by row (seed) and column (image)."""
+    0/1 arrays paired by row (seed) and column (image). The bootstrap resamples images, each
+    with its differences on every seed (an image is one unit however many seeds see it)."""
     a = np.asarray(a_correct, dtype=np.float64)
     b = np.asarray(b_correct, dtype=np.float64)
 
-    def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return 100.0 * (x.mean(axis=axis) - y.mean(axis=axis)).mean(axis=-1)  # over images, then seeds
-
-    difference = float(mean_difference(a, b))
-    if np.array_equal(a, b):
-        ci = (0.0, 0.0)  # every resample gives 0: scipy warns on a degenerate distribution
+    per_image = 100.0 * (a - b).mean(axis=0)  # each image's difference, averaged over the seeds
+    difference = float(per_image.mean())
+    if np.all(per_image == per_image[0]):
+        ci = (difference, difference)  # every resample gives the same: scipy warns on a degenerate distribution
     else:
-        res = stats.bootstrap((a, b), mean_difference, paired=True, confidence_level=level,
-                              n_resamples=N_RESAMPLES, method="percentile", vectorized=True,
-                              random_state=BOOTSTRAP_SEED, axis=-1)
+        res = stats.bootstrap((per_image,), np.mean, confidence_level=level, n_resamples=N_RESAMPLES,
+                              method="percentile", vectorized=True, random_state=BOOTSTRAP_SEED)
         ci = (float(res.confidence_interval.low), float(res.confidence_interval.high))
     return Difference(difference, ci, mcnemar_p(a.ravel() > 0, b.ravel() > 0), "McNemar")
 

@@ -57,6 +57,13 @@ def test_paired_image_difference() -> None:
     assert d.difference == pytest.approx(100 * (a.mean() - b.mean()))
     assert d.ci[0] <= d.difference <= d.ci[1] and d.test == "McNemar"
     assert d.p_value == pytest.approx(mcnemar_p(a.ravel(), b.ravel()))
+    # a brute-force loop: resample image columns (the same for both and every seed), percentiles
+    rng = np.random.default_rng(1)
+    draws = []
+    for _ in range(4000):
+        cols = rng.integers(0, 400, 400)
+        draws.append(100 * (a[:, cols].mean() - b[:, cols].mean()))
+    assert d.ci == pytest.approx(tuple(np.percentile(draws, [2.5, 97.5])), abs=0.5)
     same = paired_image_difference(a, a, 0.95)
     assert (same.difference, same.ci, same.p_value) == (0.0, (0.0, 0.0), 1.0)
 
