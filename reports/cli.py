@@ -2,7 +2,7 @@
 
     protobench report RUNS_DIR|CSV... [--layout NAME] [--format latex|markdown|csv] [--against CSV]
                       [--rows DIMS] [--cols DIMS] [--metrics NAMES] [--where KEY=VALUE]...
-                      [--decimals N] [--method-macro] [--ci [LEVEL]] [--out FILE]
+                      [--decimals N] [--method-macro] [--ci [LEVEL]] [--significance [ALPHA]] [--out FILE]
     protobench report --list
     protobench export RUNS_DIR... --out FILE.csv|.jsonl|.parquet [--per-image]
     protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
@@ -62,6 +62,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ci", type=float, nargs="?", const=95.0, metavar="LEVEL",
                         help="every cell with its confidence interval over seeds (accuracy also over test images), "
                              "at LEVEL percent (default 95); README 'Statistics'")
+    parser.add_argument("--significance", type=float, nargs="?", const=0.05, metavar="ALPHA",
+                        help="bold the best cell only where a paired test finds it better than the runner-up, and "
+                             "mark cells tied with the best (≈), at ALPHA (default 0.05); README 'Statistics'")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
 
@@ -92,7 +95,7 @@ def run_report(args: argparse.Namespace) -> int:
     against = load_csv(args.against) if args.against is not None else None
     report = render_report(
         frame, layout, args.fmt, against=against, decimals=args.decimals, method_macro=args.method_macro,
-        level=None if args.ci is None else args.ci / 100,
+        level=None if args.ci is None else args.ci / 100, significance=args.significance,
     )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

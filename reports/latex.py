@@ -19,10 +19,10 @@ DAGGER_NOTE = (
     r"other entries are single runs."
 )
 COMPARE_NOTE = r"Each cell shows our value (published value, ours $-$ published)."
-_MARKUP = {"best": r"\textbf{{{}}}", "second": r"\underline{{{}}}", None: "{}"}
+_MARKUP = {"best": r"\textbf{{{}}}", "second": r"\underline{{{}}}", "tied": r"{}$^{{\approx}}$", None: "{}"}
 # mean±std is typeset in math, as in the paper: \textbf would not embolden it.
 _HEADING = {"bold": r"\textbf{{{}}}", "emph": r"\emph{{{}}}", "plain": "{}"}
-_MATH_MARKUP = {"best": r"{{\boldmath{}}}", "second": r"\underline{{{}}}", None: "{}"}
+_MATH_MARKUP = {"best": r"{{\boldmath{}}}", "second": r"\underline{{{}}}", "tied": r"{}$^{{\approx}}$", None: "{}"}
 
 
 def render_latex(table: TableView, *, method_macro: bool = False) -> str:
@@ -74,6 +74,8 @@ def _caption(table: TableView) -> str:
         parts.append(DAGGER_NOTE)
     if table.comparing:
         parts.append(COMPARE_NOTE)
+    if table.significance_note:
+        parts.append(table.significance_note.replace("≈", r"$\approx$").replace("α", r"$\alpha$"))
     if table.interval_note:
         parts.append(table.interval_note.replace("%", r"\%"))
     return " ".join(parts)

@@ -19,7 +19,7 @@ DAGGER_NOTE = (
     "† marks means over several seeds (after a row label: every value of the row); other entries are single runs."
 )
 COMPARE_NOTE = f"Each cell shows our value (published value, ours {MINUS} published)."
-_MARKUP = {"best": "**{}**", "second": "<u>{}</u>", None: "{}"}
+_MARKUP = {"best": "**{}**", "second": "<u>{}</u>", "tied": "{}≈", None: "{}"}
 _ALIGN = {"l": "left", "c": "center"}
 _HEADING = {"bold": "**{}**", "emph": "*{}*", "plain": "{}"}
 
@@ -46,6 +46,8 @@ def _caption(table: TableView) -> str:
         parts.append(DAGGER_NOTE)
     if table.comparing:
         parts.append(COMPARE_NOTE)
+    if table.significance_note:
+        parts.append(table.significance_note)
     return " ".join(parts)
 
 

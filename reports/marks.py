@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Literal
 
-Mark = Literal["best", "second"] | None
+Mark = Literal["best", "second", "tied"] | None  # "tied": report --significance (reports.significance)
 
 
 def rank_marks(shown: Sequence[Decimal | None], *, higher_is_better: bool) -> list[Mark]:

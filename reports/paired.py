@@ -80,14 +80,13 @@ def compare_levels(frame: pd.DataFrame, by: str, *, baseline: str | None = None,
             if a not in by_level or b not in by_level:
                 continue
             runs_a, runs_b = by_level[a], by_level[b]
-            seeds = sorted(set(runs_a.index) & set(runs_b.index))
             for metric in metrics:
-                both = [s for s in seeds if not (math.isnan(runs_a.at[s, metric]) or math.isnan(runs_b.at[s, metric]))]
-                if not both:
+                paired = cell_difference(runs_a, runs_b, metric, level)
+                if paired is None:
                     continue
-                diff, n_images = _difference(runs_a.loc[both], runs_b.loc[both], metric, level)
+                diff, n_seeds, n_images = paired
                 poi = probability_of_improvement(runs_a[metric].dropna().tolist(), runs_b[metric].dropna().tolist())
-                rows.append((label, metric, a, b, diff, poi, len(both), n_images))
+                rows.append((label, metric, a, b, diff, poi, n_seeds, n_images))
     if not rows:
         raise ProtobenchError(f"No cell has two values of {by} on a common seed; nothing to compare.")
     adjusted = holm([row[4].p_value for row in rows])
@@ -106,8 +105,17 @@ def _pairs(levels: list[str], baseline: str | None, by: str) -> list[tuple[str, 
     return [(level, baseline) for level in levels if level != baseline]
 
 
-def _difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str, level: float) -> tuple[Difference, int | None]:
-    """Paired on images for accuracy where both sides have per-image records, else on seeds."""
+def cell_difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str,
+                    level: float) -> tuple[Difference, int, int | None] | None:
+    """``a − b`` on ``metric`` over the seeds both have it for (runs indexed by seed), with the
+    number of seeds and, where accuracy is paired on per-image records, of test images; None
+    without a common seed. Paired on images for accuracy where both sides have per-image
+    records, else on seeds."""
+    seeds = sorted(set(runs_a.index) & set(runs_b.index))
+    both = [s for s in seeds if not (math.isnan(runs_a.at[s, metric]) or math.isnan(runs_b.at[s, metric]))]
+    if not both:
+        return None
+    runs_a, runs_b = runs_a.loc[both], runs_b.loc[both]
     if metric == "acc":
         a, b = seed_correctness(runs_a.reset_index()), seed_correctness(runs_b.reset_index())
         if a is not None and b is not None:
@@ -115,10 +123,9 @@ def _difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str, level: 
             if len(shapes) != 1:
                 raise ProtobenchError("compare: the runs' per-image records hold different numbers of test images "
                                       f"({', '.join(map(str, sorted(shapes)))}); compare runs on one test split.")
-            seeds = sorted(a)
-            return paired_image_difference(np.stack([a[s] for s in seeds]), np.stack([b[s] for s in seeds]),
-                                           level), shapes.pop()
-    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level), None
+            return paired_image_difference(np.stack([a[s] for s in both]), np.stack([b[s] for s in both]),
+                                           level), len(both), shapes.pop()
+    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level), len(both), None
 
 
 def comparisons_frame(comparisons: list[Comparison]) -> pd.DataFrame:

@@ -41,6 +41,7 @@ def render_report(
     decimals: int = 1,
     method_macro: bool = False,
     level: float | None = None,
+    significance: float | None = None,
 ) -> RenderedReport:
     """Render the results in ``frames`` (``reports.load``) as the table ``layout``.
 
@@ -48,6 +49,7 @@ def render_report(
     decimals: digits after the point; marks and differences use the rounded, shown values.
     method_macro: LaTeX only; vMFProto as the paper's ``\\method{}`` macro.
     level: confidence level in (0, 1): every cell with its interval (``reports.stats``).
+    significance: alpha in (0, 1): best / tied marks by paired tests (``reports.significance``).
     """
     spec = get_layout(layout) if isinstance(layout, str) else layout
     if fmt not in WRITERS:
@@ -58,6 +60,8 @@ def render_report(
         raise ProtobenchError("--method-macro only applies to LaTeX; add --format latex.")
     if level is not None and not 0 < level < 1:
         raise ProtobenchError(f"The confidence level must lie strictly between 0 and 100 %, got {100 * level:g} %.")
-    table = build_table(frames, spec, decimals=decimals, against=against, level=level)
+    if significance is not None and not 0 < significance < 1:
+        raise ProtobenchError(f"The significance level must lie strictly between 0 and 1, got {significance:g}.")
+    table = build_table(frames, spec, decimals=decimals, against=against, level=level, significance=significance)
     text = render_latex(table, method_macro=True) if method_macro else WRITERS[fmt](table)
     return RenderedReport(text=text, missing=list(table.missing), interval_note=table.interval_note)

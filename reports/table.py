@@ -72,21 +72,31 @@ class TableView:
     has_dagger: bool
     comparing: bool
     interval_note: str | None = None  # report --ci: the methods, level and seeds of the intervals
+    significance_note: str | None = None  # report --significance: what bold and ≈ mean
 
 
 def build_table(
     frame: pd.DataFrame, layout: Layout, *, decimals: int, against: pd.DataFrame | None = None,
-    level: float | None = None,
+    level: float | None = None, significance: float | None = None,
 ) -> TableView:
     """Aggregate ``frame`` into ``layout`` and decide every shown string and mark (``level``:
-    with confidence intervals at that level)."""
+    with confidence intervals at that level; ``significance``: marks by paired tests at that
+    alpha instead of by rank, ``reports.significance``)."""
     columns = [(group, metric) for group in layout.columns for metric in group.metrics]
     ours = cell_stats(frame, layout, level=level)
     published = cell_stats(against, layout) if against is not None else None
     keys = [[(layout.cell_key(row, g), m.key) for g, m in columns] for row in layout.rows]
     stats = [[ours.get(key) for key in line] for line in keys]
     shown = [[None if s is None else format_number(s.mean, decimals) for s in line] for line in stats]
-    marks = _marks(layout, columns, shown)
+    if significance is not None and layout.mark_best:
+        from reports.significance import significance_marks
+
+        marks = [significance_marks(frame, [line[c][0] for line in keys],
+                                    [None if line[c] is None else line[c].mean for line in stats], metric.key,
+                                    higher_is_better=metric.higher_is_better, alpha=significance)
+                 for c, (_, metric) in enumerate(columns)]
+    else:
+        marks = _marks(layout, columns, shown)
 
     body: list[BodyView] = []
     missing: list[str] = []
@@ -130,7 +140,16 @@ def build_table(
         has_dagger=any(isinstance(v, RowView) and (v.dagger or any(c.dagger for c in v.cells)) for v in body),
         comparing=published is not None,
         interval_note=None if level is None else interval_note(frame, level),
+        significance_note=None if significance is None or not layout.mark_best else significance_note(significance),
     )
+
+
+def significance_note(alpha: float) -> str:
+    """The legend of ``report --significance``: which test, which level."""
+    return (f"With significance marks: bold = best and significantly better than the runner-up; ≈ = not significantly different "
+            f"from the best (or not testable: fewer than two common seeds, a published mean). Tests: paired on seed, "
+            f"McNemar on the same test images for accuracy with per-image records, else exact Wilcoxon signed-rank "
+            f"over seeds; Holm-corrected within each column, α = {alpha:g}.")
 
 
 def _interval(stat: Stat | None, which: str, decimals: int) -> tuple[str, str] | None:

@@ -121,3 +121,18 @@ def test_compare_markdown_and_mistakes(runs, capsys) -> None:
     assert "needs at least two values of method" in capsys.readouterr().err
     assert main(["compare", str(runs), "--by", "gating"]) == 2
     assert "--by 'gating' is not a key" in capsys.readouterr().err
+
+
+def test_significance_bolds_only_a_tested_best_and_marks_ties(runs, capsys) -> None:
+    assert main(["report", str(runs), "--significance", "--metrics", "acc,con"]) == 0
+    out = capsys.readouterr().out
+    (j2_acc, j2_con), (j4_acc, j4_con) = (row[-2:] for row in markdown_rows(out))
+    # acc: 50 % vs 80 % on the same 180 (seed, image) pairs: McNemar p ≪ 0.05 → J=4 bold, J=2 unmarked
+    assert j4_acc.startswith("**") and "≈" not in j2_acc and "**" not in j2_acc
+    # con: +20 on each of 3 seeds, but the exact Wilcoxon p cannot fall below 2/2^3 = 0.25 → tied
+    assert "≈" in j4_con and "≈" in j2_con and "**" not in j4_con
+    assert "exact Wilcoxon signed-rank" in out and "α = 0.05" in out
+    assert main(["report", str(runs), "--significance", "--format", "latex", "--metrics", "acc,con"]) == 0
+    latex = capsys.readouterr().out
+    check_latex(latex)
+    assert r"$^{\approx}$" in latex and r"\textbf{" in latex
