@@ -4,7 +4,7 @@ Definitions: ``spec/metrics.md``. Entry point: :func:`explanation_metrics`; accu
 :func:`accuracy`. All scores are in percent; ``None`` marks an undefined / not computable
 value (distinctiveness with J = 1, stability without noisy maps, comprehensiveness without masks).
 """
-from .accuracy import accuracy
+from .accuracy import accuracy, logit_margins
 from .comprehensiveness import comprehensiveness, foreground_union, mask_iou, segmentation_to_frame
 from .consistency import consistency, consistency_flags, consistency_score, part_hit_ratios
 from .distinctiveness import distinctiveness, distinctiveness_score, iou_72, mean_pairwise_iou
@@ -49,6 +49,7 @@ __all__ = [
     "explanation_records",
     "foreground_union",
     "iou_72",
+    "logit_margins",
     "map_parts_to_frame",
     "map_scale",
     "mask_iou",

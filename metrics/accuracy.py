@@ -25,3 +25,12 @@ def accuracy(logits: Tensor, labels: Tensor) -> float:
         raise ValueError(f"labels: values must lie in [0, {c}) (columns of logits)")
     correct = logits.argmax(dim=1) == labels.to(device=logits.device, dtype=torch.int64)
     return 100.0 * float(correct.to(torch.float64).mean())
+
+
+def logit_margins(logits: Tensor, labels: Tensor) -> Tensor:
+    """(N,) float64 ``logits[i, y_i] - max_{c != y_i} logits[i, c]``: > 0 iff image i is
+    classified correctly (ties aside); +inf with a single class."""
+    logits = logits.double()
+    own = logits.gather(1, labels[:, None]).squeeze(1)
+    others = logits.scatter(1, labels[:, None], float("-inf")).amax(dim=1)
+    return own - others

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmark.run.records import logit_margins, read_records, write_records
-from metrics import PartGroundTruth, explanation_metrics, explanation_records
+from benchmark.run.records import read_records, write_records
+from metrics import PartGroundTruth, explanation_metrics, explanation_records, logit_margins
 
 P = 15
 

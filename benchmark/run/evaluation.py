@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,10 +22,9 @@ from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
-from benchmark.run.records import record_tables
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
-from metrics import accuracy, explanation_records, map_parts_to_frame
+from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins, map_parts_to_frame
 from metrics.comprehensiveness import segmentation_to_frame
 
 
@@ -38,8 +38,8 @@ class Predictions:
 @dataclass
 class Evaluated:
     """What :func:`evaluate` gives: ``summary`` (metrics, notes and settings: part of
-    ``result.json``) and the ``per_image`` / ``per_prototype`` tables of
-    :mod:`benchmark.run.records`."""
+    ``result.json``) and the ``per_image`` / ``per_prototype`` tables (:func:`record_tables`,
+    stored by :mod:`benchmark.run.records`)."""
 
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame]
@@ -102,6 +102,33 @@ def load_segmentation_masks(dataset: ImageDataset) -> torch.Tensor | None:
         with Image.open(path) as im:
             masks.append(segmentation_to_frame(np.asarray(im), tuple(int(v) for v in ann.boxes[i])))
     return torch.stack(masks)
+
+
+def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Tensor,
+                  explained: ExplanationRecords | None) -> dict[str, pd.DataFrame]:
+    """The ``per_image`` (and, with explanation metrics, ``per_prototype``) tables of one evaluation."""
+    predicted = logits.argmax(dim=1)  # metrics.accuracy: the first maximal logit
+    per_image = pd.DataFrame({
+        "index": range(len(labels)),
+        "image": [str(Path(p).relative_to(dataset.root)) if Path(p).is_relative_to(dataset.root) else str(p)
+                  for p in dataset.image_paths],
+        "label": labels.numpy(),
+        "predicted": predicted.numpy(),
+        "correct": (predicted == labels).numpy(),
+        "margin": logit_margins(logits, labels).numpy(),
+    })
+    tables = {"per_image": per_image}
+    if explained is not None:
+        for name, values in explained.per_image.items():
+            per_image[name] = values.cpu().numpy()
+        if explained.per_prototype:
+            c, j = next(iter(explained.per_prototype.values())).shape
+            per_prototype = pd.DataFrame({"class": torch.arange(c).repeat_interleave(j).numpy(),
+                                          "prototype": torch.arange(j).repeat(c).numpy()})
+            for name, values in explained.per_prototype.items():
+                per_prototype[name] = values.cpu().reshape(-1).numpy()
+            tables["per_prototype"] = per_prototype
+    return tables
 
 
 def evaluate(

@@ -5,7 +5,8 @@ below the dataset root), ``label``, ``predicted``, ``correct``, ``margin`` (true
 minus the largest other logit: > 0 iff correct, ties aside) and, where defined, the image's
 part of each explanation metric that is a mean over images (``sta``, ``dis``, ``comp``: see
 :class:`metrics.ExplanationRecords`). ``per_prototype``: one row per (``class``, ``prototype``)
-with ``con`` and ``sta``.
+with ``con`` and ``sta``. The tables are built by ``benchmark.run.evaluation.record_tables``;
+this module only stores and reads them (pandas only: the reports read them without torch).
 
 Stored as Parquet when pyarrow is installed, else as gzip CSV (plain text: reading either
 executes no code). Written before ``result.json``, each atomically: a run killed in between
@@ -19,48 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from benchmark.data import ImageDataset
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import RECORD_SUFFIXES, atomic_write_checked
-from metrics import ExplanationRecords
-
-
-
-def logit_margins(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """(N,) ``logits[i, y_i] - max_{c != y_i} logits[i, c]`` (float64; +inf with one class)."""
-    logits = logits.double()
-    own = logits.gather(1, labels[:, None]).squeeze(1)
-    others = logits.scatter(1, labels[:, None], float("-inf")).amax(dim=1)
-    return own - others
-
-
-def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Tensor,
-                  explained: ExplanationRecords | None) -> dict[str, pd.DataFrame]:
-    """The ``per_image`` (and, with explanation metrics, ``per_prototype``) tables of one evaluation."""
-    predicted = logits.argmax(dim=1)  # metrics.accuracy: the first maximal logit
-    per_image = pd.DataFrame({
-        "index": range(len(labels)),
-        "image": [str(Path(p).relative_to(dataset.root)) if Path(p).is_relative_to(dataset.root) else str(p)
-                  for p in dataset.image_paths],
-        "label": labels.numpy(),
-        "predicted": predicted.numpy(),
-        "correct": (predicted == labels).numpy(),
-        "margin": logit_margins(logits, labels).numpy(),
-    })
-    tables = {"per_image": per_image}
-    if explained is not None:
-        for name, values in explained.per_image.items():
-            per_image[name] = values.cpu().numpy()
-        if explained.per_prototype:
-            c, j = next(iter(explained.per_prototype.values())).shape
-            per_prototype = pd.DataFrame({"class": torch.arange(c).repeat_interleave(j).numpy(),
-                                          "prototype": torch.arange(j).repeat(c).numpy()})
-            for name, values in explained.per_prototype.items():
-                per_prototype[name] = values.cpu().reshape(-1).numpy()
-            tables["per_prototype"] = per_prototype
-    return tables
 
 
 def _encode(frame: pd.DataFrame, suffix: str) -> bytes:
