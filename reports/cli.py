@@ -8,6 +8,7 @@
     protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
     protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
     protobench plot --curves RUN_DIR... [--y TERM,...] --out FILE
+    protobench plot --cd RUNS_DIR|CSV... [--y METRIC] [--hue KEY] --out FILE
 
 Building these parsers imports neither pandas nor matplotlib (every ``protobench`` command
 builds them); the command bodies import what they use.
@@ -162,6 +163,28 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_cd(args: argparse.Namespace) -> int:
+    from reports.cd import plot_cd
+    from reports.pivot import parse_where
+    from reports.plots import check_figure_path
+
+    extra = [option for option, value in (("--x", args.x), ("--facet", args.facet)) if value]
+    if extra:
+        raise ProtobenchError(f"{', '.join(extra)} do not apply to --cd (blocks are every other key); drop them.")
+    if args.y is not None and len(args.y) > 1:
+        raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; draw one diagram per metric.")
+    check_figure_path(args.out)
+    frame = load_inputs(args.inputs, parse_where(args.where))
+    cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method")
+    ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(cd.treatments, cd.mean_ranks))
+    friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
+    print(f"wrote the critical-difference diagram of {len(cd.treatments)} {args.hue or 'method'} value(s) over "
+          f"{cd.n_blocks} block(s) to {args.out}: mean ranks {ranks}{friedman}")
+    if cd.incomplete_blocks:
+        print(f"{cd.incomplete_blocks} block(s) left out: not every value has a result there", file=sys.stderr)
+    return 0
+
+
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``compare`` subcommand's arguments to ``parser``."""
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
@@ -202,6 +225,9 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
                              "run directories (or folders holding them) with a metrics.jsonl")
     parser.add_argument("--curves", action="store_true",
                         help="training curves from each run's metrics.jsonl: one panel per loss term, one line per run")
+    parser.add_argument("--cd", action="store_true",
+                        help="a critical-difference diagram: mean ranks of the --hue values (default: method) over the "
+                             "blocks of the other keys, Friedman + Wilcoxon–Holm (README 'Statistics')")
     parser.add_argument("--x", metavar="DIM", help=f"x axis: one of {DIMENSIONS}, seed (default: J)")
     parser.add_argument("--y", type=_names, metavar="NAME",
                         help="the metric to plot (default: acc); with --curves, the quantities, comma-separated: "
@@ -227,6 +253,8 @@ def run_plot(args: argparse.Namespace) -> int:
     from reports.pivot import parse_where
     from reports.plots import check_figure_path, plot_results
 
+    if args.cd:
+        return _run_cd(args)
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
