@@ -7,6 +7,7 @@ bicubically (stability). Only per-map argmax positions and per-image IoUs outliv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -50,21 +51,9 @@ class ExplanationRecords:
     per_prototype: dict[str, Tensor] = field(default_factory=dict)
 
 
-def explanation_metrics(
-    clean_maps: Tensor,
-    noisy_maps: Tensor | None,
-    labels: Tensor,
-    parts: PartGroundTruth,
-    num_classes: int,
-    *,
-    map_pool: int = 1,
-    masks: Tensor | None = None,
-    chunk_size: int | None = None,
-    topk: int | None = None,
-) -> dict[str, float | None]:
-    """The scores of :func:`explanation_records`."""
-    return explanation_records(clean_maps, noisy_maps, labels, parts, num_classes, map_pool=map_pool, masks=masks,
-                               chunk_size=chunk_size, topk=topk).scores
+def explanation_metrics(*args: Any, **kwargs: Any) -> dict[str, float | None]:
+    """The scores of :func:`explanation_records` (same arguments)."""
+    return explanation_records(*args, **kwargs).scores
 
 
 def explanation_records(
