@@ -20,6 +20,7 @@ from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
+from benchmark.run.extra_metrics import extra_metrics
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
 from metrics import accuracy, explanation_metrics, map_parts_to_frame
@@ -103,12 +104,19 @@ def evaluate(
     map_pool: int,
     noise_seed: int,
     precision: str = "fp32",
+    train: TokenSource | None = None,
+    train_dataset: ImageDataset | None = None,
 ) -> dict[str, Any]:
-    """Metrics (percent) and the evaluation settings that produced them."""
+    """Metrics (percent) and the evaluation settings that produced them. ``train`` and
+    ``train_dataset``: the clean training split, for the metrics that read it (purity)."""
     pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision)
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
     notes: dict[str, str] = {}
     ann = test_dataset.annotations
+    masks = load_segmentation_masks(test_dataset)
+    extra, extra_notes, extra_details = extra_metrics(
+        method, clean, pred.maps, masks, train, train_dataset, batch_size=batch_size, device=device,
+        precision=precision, map_pool=map_pool)
     if ann is not None:
         parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
         noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False,
@@ -116,7 +124,7 @@ def evaluate(
             if noisy is not None else None
         explained = explanation_metrics(
             pred.maps, noisy_maps, pred.labels, parts, method.num_classes,
-            map_pool=map_pool, masks=load_segmentation_masks(test_dataset),
+            map_pool=map_pool, masks=masks,
         )
         metrics.update(explained)
         if noisy is not None:
@@ -128,6 +136,8 @@ def evaluate(
             notes["comp"] = "not computed: segmentation masks missing"
     else:
         notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
+    metrics.update(extra)
+    notes.update(extra_notes)
     return {
         "metrics": metrics,
         "metric_notes": notes,
@@ -136,5 +146,6 @@ def evaluate(
             "map_pool": map_pool,
             "noise_seed": noise_seed if ann is not None else None,
             "num_images": len(pred.labels),
+            **extra_details,
         },
     }

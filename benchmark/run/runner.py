@@ -276,7 +276,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     tic = time.perf_counter()
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
-                         precision=spec.precision)
+                         precision=spec.precision, train=clean_src or train_src, train_dataset=prep.train_set)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),
