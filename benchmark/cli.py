@@ -277,9 +277,16 @@ def cmd_make_data(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from benchmark.backbones import BACKBONES
+    from benchmark.backbones import BACKBONES, list_backbones
     from benchmark.config import DATASET_NAMES
     from methods.registry import get_method_class, list_methods, method_hyperparameters
+
+    if args.what == "backbones":
+        for key, what in list_backbones(args.pattern):
+            print(f"{key}  ({what})")
+        return 0
+    if args.pattern is not None:
+        raise ProtobenchError("a PATTERN filters only `protobench list backbones PATTERN`")
 
     print("methods:")
     for name in list_methods():
@@ -531,7 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{option}", type=int, help="default: synthbirds.SYNTHBIRDS_DEFAULTS, printed when written")
     p.set_defaults(func=cmd_make_data)
 
-    p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids")
+    p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids; "
+                                    "`list backbones [PATTERN]`: every backbone name (aliases and timm:NAME)")
+    p.add_argument("what", nargs="?", choices=("backbones",),
+                   help="backbones: the aliases and every timm VisionTransformer/Eva model as timm:NAME")
+    p.add_argument("pattern", nargs="?", help="a shell pattern on the names, as timm.list_models ('*siglip*')")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")

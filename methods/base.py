@@ -38,6 +38,10 @@ class MethodContext:
     # tokens; its ``trainable_parameters()`` is what an optimiser group takes (the norm stays frozen).
     make_block: Callable[[], nn.Module]
     seed: int = 0
+    # whether the trunk gives a CLS→patch ``attention`` (False: no CLS token, e.g. SigLIP; a
+    # method that needs it refuses in its constructor, naming the alternative)
+    has_cls_attention: bool = True
+    backbone: str = ""  # the trunk's key, for those messages
 
     @property
     def num_prototypes(self) -> int:
