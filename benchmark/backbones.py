@@ -11,6 +11,7 @@ SigLIP, ``timm/models/eva.py`` for DINOv3 and EVA-02).
 from __future__ import annotations
 
 import copy
+import difflib
 import fnmatch
 import hashlib
 import os
@@ -127,7 +128,9 @@ def backbone_spec(name: str) -> BackboneSpec:
     if name in BACKBONES:
         return BACKBONES[name]
     if not name.startswith(TIMM_PREFIX):
-        raise ProtobenchError(f"Unknown backbone {name!r}; {_UNKNOWN_HINT}.")
+        close = difflib.get_close_matches(name, list(BACKBONES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ProtobenchError(f"unknown backbone {name!r}{hint}; {_UNKNOWN_HINT}.")
     requested = name[len(TIMM_PREFIX):]
     architecture, tag = split_model_name_tag(requested)
     if not is_model(architecture):

@@ -153,7 +153,7 @@ def _shape(values: dict[str, Any], base: JobShape, where: str) -> JobShape:
 
 def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterProfile:
     """Validate a parsed profile document; every error names the file and the key."""
-    from benchmark.config import canonical_backbone
+    from benchmark.backbones import backbone_spec
 
     where = f"profile {source}"
     for key, value in data.items():
@@ -163,7 +163,10 @@ def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterPro
     shape = _shape({k: v for k, v in data.items() if k in SHAPE_KEYS}, JobShape(), where)
     overrides = []
     for given, values in data.get("backbone", {}).items():
-        backbone = canonical_backbone(given, where=f"{where}: [backbone.{given}]")
+        try:
+            backbone = backbone_spec(given).key
+        except ProtobenchError as err:
+            raise ProtobenchError(f"{where}: [backbone.{given}] names no backbone: {err}") from None
         if not isinstance(values, dict):
             raise ProtobenchError(f"{where}: [backbone.{backbone}] must be a table of job-shape keys")
         overrides.append((backbone, _shape(values, shape, f"{where} [backbone.{backbone}]")))

@@ -65,7 +65,7 @@ def test_names_that_are_no_vit_trunk_are_refused_with_the_fix() -> None:
         backbone_spec("timm:resnet50")
     with pytest.raises(ProtobenchError, match="no pretrained tag 'bogus'"):
         backbone_spec("timm:vit_small_patch14_dinov2.bogus")
-    with pytest.raises(ProtobenchError, match="grid.toml: Unknown backbone 'dinov2_vitl14'"):
+    with pytest.raises(ProtobenchError, match="grid.toml: unknown backbone 'dinov2_vitl14'"):
         build_run_spec({"dataset": "synthbirds", "method": "nppp", "prototypes_per_class": 2,
                         "backbone": "dinov2_vitl14"}, where="grid.toml")
 
