@@ -120,13 +120,13 @@ def test_siglip_runs_vmfproto_with_the_pca_gate_and_refuses_the_default_before_t
     for gating in ("pca", "attention_pca"):
         grid = tmp_path / f"{gating}.toml"
         grid.write_text(SIGLIP_GRID.format(root=tmp_path / "synthbirds", gating=gating))
-        main(["run", str(grid), "--runs-dir", str(tmp_path / gating)])
-        (run,) = find_run_dirs(tmp_path / gating)
+        rc = main(["run", str(grid), "--runs-dir", str(tmp_path / gating)])
         if gating == "pca":
+            (run,) = find_run_dirs(tmp_path / gating)
             result = run.result()
-            assert result["spec"]["backbone"] == "timm:vit_base_patch16_siglip_224.v2_webli"
+            assert rc == 0 and result["spec"]["backbone"] == "timm:vit_base_patch16_siglip_224.v2_webli"
             assert result["evaluation"]["map_grid"] == [14, 14]  # 224 / 16, no prefix token
             assert result["metrics"]["acc"] is not None
-        else:
-            assert run.result() is None and not run.checkpoint_path.exists()  # nothing trained
-            assert "gating = \"pca\"" in capsys.readouterr().out
+        else:  # refused by the preflight, before any run starts
+            assert rc == 2 and not (tmp_path / gating).exists()
+            assert "gating='attention_pca' reads the CLS attention" in capsys.readouterr().err
