@@ -130,3 +130,15 @@ def test_siglip_runs_vmfproto_with_the_pca_gate_and_refuses_the_default_before_t
         else:  # refused by the preflight, before any run starts
             assert rc == 2 and not (tmp_path / gating).exists()
             assert "gating='attention_pca' reads the CLS attention" in capsys.readouterr().err
+
+
+def test_a_method_reading_cls_attention_is_refused_on_a_trunk_without_one(tmp_path) -> None:
+    from benchmark.run.runner import prepare
+
+    spec = build_run_spec({"dataset": "synthbirds", "data_root": str(tmp_path / "birds"),
+                           "dataset_args": {"classes": 2, "images_per_class": 4, "seed": 0},
+                           "backbone": "timm:vit_base_patch16_siglip_224", "weights": "random",
+                           "backbone_args": dict(TINY), "method": "example_adapter:CosinePrototypes",
+                           "prototypes_per_class": 2}, where="test")
+    with pytest.raises(ProtobenchError, match="reads the CLS attention.*leave \"attention\" out of the method's `reads`"):
+        prepare(spec)

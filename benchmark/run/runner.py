@@ -179,7 +179,8 @@ def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
     if "attention" in method.reads and not trunk.has_cls_token:
         raise ProtobenchError(f"run {spec.label}: {spec.method} reads the CLS attention, which {spec.backbone} "
-                              "does not have (no CLS token); pick a trunk with one or settings that do without it")
+                              "does not have (no CLS token); pick a trunk with one, or leave \"attention\" out of the "
+                              "method's `reads` if it does not use it")
     check_deterministic(spec, method, device)
     return Prepared(spec, device, trunk, train_set, test_set, method)
 
