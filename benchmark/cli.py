@@ -292,7 +292,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in list_methods():
         params = ", ".join(f"{k}={v!r}" for k, v in method_hyperparameters(get_method_class(name)).items())
         print(f"  {name}: {params}")
-    print("backbones:")
+    print("backbones (and any timm ViT as timm:NAME: `protobench list backbones PATTERN`):")
     for key, spec in sorted(BACKBONES.items()):
         print(f"  {key}: {spec.timm_name}")
     print("datasets:", ", ".join(DATASET_NAMES))

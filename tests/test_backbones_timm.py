@@ -70,6 +70,15 @@ def test_names_that_are_no_vit_trunk_are_refused_with_the_fix() -> None:
                         "backbone": "dinov2_vitl14"}, where="grid.toml")
 
 
+def test_list_backbones_command(capsys) -> None:
+    from benchmark.cli import main
+
+    assert main(["list", "backbones", "*siglip_224*"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert "timm:vit_base_patch16_siglip_224.v2_webli  (timm)" in shown
+    assert all("siglip_224" in line for line in shown)
+
+
 def test_list_backbones_filters_like_timm_list_models() -> None:
     rows = dict(list_backbones("*siglip_224*"))
     assert "timm:vit_base_patch16_siglip_224.v2_webli" in rows
