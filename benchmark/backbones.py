@@ -1,18 +1,24 @@
-"""Frozen timm DINOv2/DINOv3 trunks: the backbone registry, the one-pass trunk and the appended block.
+"""Frozen timm ViT trunks: the backbone registry, the one-pass trunk and the appended block.
 
 protocol.md ("Backbones", "block expansion") fixes the six registry keys, ``img_size=224`` and
 the identity-initialised appended block; architecture.md (seam 2) fixes what one trunk pass
-yields per image. Every convention below names the timm source it mirrors
-(``timm/models/vision_transformer.py`` for DINOv2, ``timm/models/eva.py`` for DINOv3).
+yields per image. Beyond the six keys (aliases), ``"timm:NAME"`` names any timm
+``VisionTransformer`` or ``Eva`` model (CLIP, SigLIP, EVA-02, DINOv2-g, …); patch size, prefix
+tokens, width and mean/std come from the timm model and its data config. Every convention below
+names the timm source it mirrors (``timm/models/vision_transformer.py`` for DINOv2, CLIP and
+SigLIP, ``timm/models/eva.py`` for DINOv3 and EVA-02).
 """
 from __future__ import annotations
 
 import copy
+import difflib
+import fnmatch
 import hashlib
 import os
 import pickle
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import huggingface_hub
@@ -22,7 +28,9 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from timm.layers import Attention
 from timm.layers.pos_embed_sincos import apply_rot_embed_cat
-from timm.models import Eva, VisionTransformer
+from timm.data import resolve_model_data_config
+from timm.models import Eva, VisionTransformer, get_pretrained_cfg, is_model, is_model_in_modules, list_models
+from timm.models._registry import split_model_name_tag
 from timm.models.eva import EvaAttention
 from torch import Tensor, nn
 
@@ -30,8 +38,11 @@ from benchmark.errors import ProtobenchError
 
 __all__ = [
     "BACKBONES",
+    "TIMM_PREFIX",
     "AppendedBlock",
     "BackboneSpec",
+    "backbone_spec",
+    "list_backbones",
     "FrozenTrunk",
     "TrunkOutputs",
     "cls_attention",
@@ -46,31 +57,107 @@ WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 _HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
+#: ``backbone = "timm:NAME"``: any timm model of these modules (VisionTransformer, Eva)
+TIMM_PREFIX = "timm:"
+TRUNK_MODULES = ("vision_transformer", "eva")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a timm model's default configuration fixes: read from an instance on the meta device."""
+
+    patch_size: int
+    embed_dim: int
+    num_prefix_tokens: int
+    has_cls_token: bool
+    mean: tuple[float, float, float]  # timm's data config (resolve_model_data_config): the
+    std: tuple[float, float, float]  # normalisation the pretrained weights expect
+
+
+@lru_cache(maxsize=None)
+def _architecture(timm_name: str) -> Architecture:
+    with torch.device("meta"):  # no memory, no weights
+        model = timm.create_model(timm_name, pretrained=False, num_classes=0)
+    data = resolve_model_data_config(model)
+    return Architecture(patch_size=int(model.patch_embed.patch_size[0]), embed_dim=int(model.embed_dim),
+                        num_prefix_tokens=int(model.num_prefix_tokens), has_cls_token=model.cls_token is not None,
+                        mean=tuple(float(v) for v in data["mean"]), std=tuple(float(v) for v in data["std"]))
+
+
 @dataclass(frozen=True)
 class BackboneSpec:
-    """A registry entry: a suite key, the timm model it creates, and its patch geometry."""
+    """A registry entry: a suite key (an alias, or ``timm:<architecture>.<pretrained tag>``) and
+    the timm model it creates; its geometry comes from timm's default configuration."""
 
     key: str
     timm_name: str
-    patch_size: int
-    family: str  # "dinov2" | "dinov3"
+
+    @property
+    def architecture(self) -> Architecture:
+        return _architecture(self.timm_name)
+
+    @property
+    def patch_size(self) -> int:
+        return self.architecture.patch_size
 
     def grid(self, image_size: int) -> tuple[int, int]:
         return image_size // self.patch_size, image_size // self.patch_size
 
 
-#: protocol.md, table "Backbones (timm, frozen)": exactly the six keys it lists
+#: protocol.md, table "Backbones (timm, frozen)": the six keys it lists, aliases of their timm names
 BACKBONES: dict[str, BackboneSpec] = {
     spec.key: spec
     for spec in (
-        BackboneSpec("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m", 14, "dinov2"),
-        BackboneSpec("dinov2_vitb14", "vit_base_patch14_dinov2.lvd142m", 14, "dinov2"),
-        BackboneSpec("dinov2_vits14_reg4", "vit_small_patch14_reg4_dinov2.lvd142m", 14, "dinov2"),
-        BackboneSpec("dinov2_vitb14_reg4", "vit_base_patch14_reg4_dinov2.lvd142m", 14, "dinov2"),
-        BackboneSpec("dinov3_vits16", "vit_small_patch16_dinov3.lvd1689m", 16, "dinov3"),
-        BackboneSpec("dinov3_vitb16", "vit_base_patch16_dinov3.lvd1689m", 16, "dinov3"),
+        BackboneSpec("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m"),
+        BackboneSpec("dinov2_vitb14", "vit_base_patch14_dinov2.lvd142m"),
+        BackboneSpec("dinov2_vits14_reg4", "vit_small_patch14_reg4_dinov2.lvd142m"),
+        BackboneSpec("dinov2_vitb14_reg4", "vit_base_patch14_reg4_dinov2.lvd142m"),
+        BackboneSpec("dinov3_vits16", "vit_small_patch16_dinov3.lvd1689m"),
+        BackboneSpec("dinov3_vitb16", "vit_base_patch16_dinov3.lvd1689m"),
     )
 }
+_ALIAS_OF_TIMM_NAME = {spec.timm_name: spec for spec in BACKBONES.values()}
+_UNKNOWN_HINT = (f"use one of {', '.join(BACKBONES)} or 'timm:NAME' with a timm VisionTransformer or Eva model "
+                 "(`protobench list backbones PATTERN` lists them)")
+
+
+def backbone_spec(name: str) -> BackboneSpec:
+    """The registry entry of an alias or of ``"timm:NAME"``. ``NAME`` without a pretrained tag
+    takes timm's default tag, and a name whose model an alias creates gives that alias, so one
+    trunk always has one key (and runs on it one run id)."""
+    if name in BACKBONES:
+        return BACKBONES[name]
+    if not name.startswith(TIMM_PREFIX):
+        close = difflib.get_close_matches(name, list(BACKBONES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ProtobenchError(f"unknown backbone {name!r}{hint}; {_UNKNOWN_HINT}.")
+    requested = name[len(TIMM_PREFIX):]
+    architecture, tag = split_model_name_tag(requested)
+    if not is_model(architecture):
+        raise ProtobenchError(f"timm {timm.__version__} has no model {architecture!r} (backbone {name!r}); "
+                              f"{_UNKNOWN_HINT}.")
+    if not is_model_in_modules(architecture, TRUNK_MODULES):
+        raise ProtobenchError(f"backbone {name!r}: {architecture} is not a timm VisionTransformer or Eva model, "
+                              f"the trunks the suite can freeze; {_UNKNOWN_HINT}.")
+    try:
+        cfg = get_pretrained_cfg(requested)
+    except RuntimeError:
+        raise ProtobenchError(f"backbone {name!r}: timm has no pretrained tag {tag!r} for {architecture}; "
+                              f"leave the tag out (timm's default) or pick one of `protobench list backbones "
+                              f"'{architecture}*'`.") from None
+    canonical = f"{architecture}.{cfg.tag}" if cfg is not None and cfg.tag else architecture
+    return _ALIAS_OF_TIMM_NAME.get(canonical) or BackboneSpec(TIMM_PREFIX + canonical, canonical)
+
+
+def list_backbones(pattern: str | None = None) -> list[tuple[str, str]]:
+    """(backbone key, what it is) of the aliases and of every ``timm:NAME`` with pretrained tags
+    whose name matches the shell ``pattern`` (``timm.list_models``; None: all)."""
+    rows = [(spec.key, spec.timm_name) for spec in BACKBONES.values()
+            if pattern is None or fnmatch.fnmatch(spec.key, pattern) or fnmatch.fnmatch(spec.timm_name, pattern)]
+    for name in list_models(pattern or "", module=list(TRUNK_MODULES), pretrained=True):
+        alias = _ALIAS_OF_TIMM_NAME.get(name)
+        rows.append((TIMM_PREFIX + name, f"alias {alias.key}" if alias else "timm"))
+    return rows
 
 
 @dataclass
@@ -79,13 +166,14 @@ class TrunkOutputs:
 
     tokens        B×N×D      final-norm patch tokens, prefix (CLS + registers) removed
     block_input   B×(P+N)×D  output of the last block before the final norm, prefix first
-    attention     B×N        last block's CLS→patch attention, softmax over all keys, mean over heads
+    attention     B×N        last block's CLS→patch attention, softmax over all keys, mean over heads;
+                             None for a trunk without a CLS token (SigLIP)
     early_tokens  B×N×D      output of block ``early_block`` (0-based, pre-norm), patch tokens only
     """
 
     tokens: Tensor
     block_input: Tensor
-    attention: Tensor
+    attention: Tensor | None
     early_tokens: Tensor | None = None
 
 
@@ -174,24 +262,31 @@ class AppendedBlock(nn.Module):
 
 
 class FrozenTrunk(nn.Module):
-    """A timm DINO trunk with every parameter frozen and always in eval mode.
+    """A timm ViT trunk with every parameter frozen and always in eval mode.
 
     One ``forward`` runs the blocks once and returns final tokens, the last block's pre-norm
-    output, the last layer's CLS attention and optionally an early block's tokens.
+    output, the last layer's CLS attention (trunks with a CLS token) and optionally an early
+    block's tokens. Geometry (patch size, prefix tokens, width) is read from the model.
     """
 
     def __init__(self, spec: BackboneSpec, model: VisionTransformer | Eva, image_size: int, weights_source: str) -> None:
         super().__init__()
-        if getattr(model, "rope_mixed", False) or model.cls_token is None:
-            raise TypeError(f"{spec.timm_name}: a CLS token and one RoPE table for all blocks are required")
+        if not isinstance(model, (VisionTransformer, Eva)):
+            raise ProtobenchError(f"backbone {spec.key}: {type(model).__name__} is not a timm VisionTransformer or Eva")
+        if getattr(model, "rope_mixed", False):
+            raise ProtobenchError(f"backbone {spec.key}: {spec.timm_name} learns a RoPE table per block (rope_mixed); "
+                                  "the appended block needs one table for all blocks: pick a model without it.")
         self.model = model.requires_grad_(False).eval()
         self.spec = spec
         self.image_size = image_size
         self.weights_source = weights_source
         self.embed_dim: int = model.embed_dim
         self.num_prefix_tokens: int = model.num_prefix_tokens
+        #: whether the last layer's CLS→patch attention exists (not on SigLIP: no CLS token)
+        self.has_cls_token: bool = model.cls_token is not None
         self.depth: int = len(model.blocks)
-        self.grid: tuple[int, int] = spec.grid(image_size)
+        patch = int(model.patch_embed.patch_size[0])
+        self.grid: tuple[int, int] = (image_size // patch, image_size // patch)
         self.weights_checksum: str = state_dict_checksum(model)
         self.eval()
 
@@ -241,9 +336,10 @@ class FrozenTrunk(nn.Module):
             x, rope = self._embed(images)
             extra = {} if rope is None else {"rope": rope}
             early: Tensor | None = None
+            attention: Tensor | None = None
             last = len(self.model.blocks) - 1
             for index, block in enumerate(self.model.blocks):
-                if index == last:
+                if index == last and self.has_cls_token:
                     attention = cls_attention(block.attn, block.norm1(x), rope, prefix)
                 x = block(x, **extra)
                 if index == early_block:
@@ -302,16 +398,14 @@ def resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) 
 def create_backbone(
     key: str, *, weights: str | os.PathLike[str] | None = None, image_size: int = 224, **overrides: object
 ) -> FrozenTrunk:
-    """The frozen trunk of registry ``key`` at ``image_size`` (protocol.md: 224).
+    """The frozen trunk of registry ``key`` (an alias or ``"timm:NAME"``) at ``image_size`` (protocol.md: 224).
 
     ``weights``: None or ``"hf-cache"`` → timm's hub weights, read from the local HF cache only;
     a ``.safetensors``/``.pth``/``.pt``/``.bin`` path → that file, through timm's checkpoint
     filter (so original DINOv2/DINOv3 checkpoints convert and position embeddings resample);
     ``"random"`` → no weights (tests, demo). ``overrides`` go to ``timm.create_model``.
     """
-    spec = BACKBONES.get(key)
-    if spec is None:
-        raise ProtobenchError(f"Unknown backbone {key!r}; use one of: {', '.join(BACKBONES)}.")
+    spec = backbone_spec(key)
     if image_size % spec.patch_size:
         raise ProtobenchError(
             f"image_size {image_size} is not a multiple of the patch size {spec.patch_size} of {key}; "

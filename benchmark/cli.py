@@ -277,15 +277,22 @@ def cmd_make_data(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from benchmark.backbones import BACKBONES
+    from benchmark.backbones import BACKBONES, list_backbones
     from benchmark.config import DATASET_NAMES
     from methods.registry import get_method_class, list_methods, method_hyperparameters
+
+    if args.what == "backbones":
+        for key, what in list_backbones(args.pattern):
+            print(f"{key}  ({what})")
+        return 0
+    if args.pattern is not None:
+        raise ProtobenchError("a PATTERN filters only `protobench list backbones PATTERN`")
 
     print("methods:")
     for name in list_methods():
         params = ", ".join(f"{k}={v!r}" for k, v in method_hyperparameters(get_method_class(name)).items())
         print(f"  {name}: {params}")
-    print("backbones:")
+    print("backbones (and any timm ViT as timm:NAME: `protobench list backbones PATTERN`):")
     for key, spec in sorted(BACKBONES.items()):
         print(f"  {key}: {spec.timm_name}")
     print("datasets:", ", ".join(DATASET_NAMES))
@@ -538,7 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{option}", type=int, help="default: synthbirds.SYNTHBIRDS_DEFAULTS, printed when written")
     p.set_defaults(func=cmd_make_data)
 
-    p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids")
+    p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids; "
+                                    "`list backbones [PATTERN]`: every backbone name (aliases and timm:NAME)")
+    p.add_argument("what", nargs="?", choices=("backbones",),
+                   help="backbones: the aliases and every timm VisionTransformer/Eva model as timm:NAME")
+    p.add_argument("pattern", nargs="?", help="a shell pattern on the names, as timm.list_models ('*siglip*')")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")

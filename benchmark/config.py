@@ -170,9 +170,21 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")
-    spec = RunSpec(**values)
+    spec = RunSpec(**{**values, "backbone": canonical_backbone(values["backbone"], where=where)})
     validate_run_spec(spec, where=where)
     return spec
+
+
+def canonical_backbone(name: str, *, where: str) -> str:
+    """One key per trunk (``benchmark.backbones.backbone_spec``): ``"timm:NAME"`` of an alias's
+    model becomes the alias, a timm name without a tag gets timm's default tag, so a trunk named
+    either way gives one run id."""
+    from benchmark.backbones import backbone_spec
+
+    try:
+        return backbone_spec(name).key
+    except ProtobenchError as err:
+        raise ProtobenchError(f"{where}: {err}") from None
 
 
 def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
@@ -186,7 +198,6 @@ def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
 
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
-    from benchmark.backbones import BACKBONES
     from benchmark.cache.tokens import STORAGE_DTYPES
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from methods.registry import validate_method_args
@@ -196,8 +207,9 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
 
     if spec.dataset not in DATASET_NAMES:
         raise bad(f"unknown dataset {spec.dataset!r}; choose one of {', '.join(DATASET_NAMES)}")
-    if spec.backbone not in BACKBONES:
-        raise bad(f"unknown backbone {spec.backbone!r}; choose one of {', '.join(sorted(BACKBONES))}")
+    canonical = canonical_backbone(spec.backbone, where=where)
+    if canonical != spec.backbone:
+        raise bad(f"backbone {spec.backbone!r} is not in its canonical form {canonical!r}")
     if spec.prototypes_per_class < 1:
         raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
     if spec.prototypes_per_class > MAX_PROTOTYPES:

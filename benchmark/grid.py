@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, read_toml, unknown_key_error
+from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, read_toml, unknown_key_error
 from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
@@ -123,15 +123,12 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
 def weights_for_backbone(values: dict[str, Any], where: str) -> dict[str, Any]:
     """A ``weights`` table by backbone (``weights = { dinov2_vitb14 = "/w/b14.safetensors" }``)
     resolved to the run's string, so RunSpec.weights is always one value."""
-    from benchmark.backbones import BACKBONES
-
     table = values.get("weights")
     if not isinstance(table, dict):
         return values
-    for key in table:
-        if key not in BACKBONES:
-            raise unknown_key_error(key, list(BACKBONES), f"{where}: weights table")
+    table = {canonical_backbone(key, where=f"{where}: weights table"): value for key, value in table.items()}
     backbone = values.get("backbone")
+    backbone = canonical_backbone(backbone, where=where) if isinstance(backbone, str) else backbone
     if backbone not in table:
         raise ProtobenchError(
             f"{where}: the weights table names {', '.join(sorted(table))} but not backbone {backbone!r}; "

@@ -38,6 +38,10 @@ class MethodContext:
     # tokens; its ``trainable_parameters()`` is what an optimiser group takes (the norm stays frozen).
     make_block: Callable[[], nn.Module]
     seed: int = 0
+    # whether the trunk gives a CLS→patch ``attention`` (False: no CLS token, e.g. SigLIP; a
+    # method that needs it refuses in its constructor, naming the alternative)
+    has_cls_attention: bool = True
+    backbone: str = ""  # the trunk's key, for those messages
 
     @property
     def num_prototypes(self) -> int:
@@ -192,6 +196,16 @@ class PrototypeMethod(nn.Module, ABC):
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """B×J: what each of the J prototypes of ``classes[b]`` adds to that class's logit (the
         "why" panels of the figures). Exact where the logit is a sum over prototypes."""
+
+    def logits_without(self, batch: TokenBatch, classes: Tensor, off: Tensor) -> Tensor:
+        """B×C logits with the prototypes ``off[b]`` (B×J bool) of class ``classes[b]`` switched
+        off (the deletion metric ``del``, metrics/deletion.py); the other classes' logits are
+        unchanged. Default: subtract their ``prototype_contributions``, exact where the class's
+        logit is a sum of them (every adapter of the suite); override it where switching a
+        prototype off means something else for the method."""
+        contributions = self.prototype_contributions(batch, classes)
+        removed = torch.where(off, contributions, torch.zeros_like(contributions)).sum(dim=1)
+        return self.logits(batch).scatter_add(1, classes[:, None], -removed[:, None].to(contributions.dtype))
 
     def frozen_features(self, batch: TokenBatch) -> dict[str, Tensor]:
         """Small per-image arrays (first dimension B) that depend only on the frozen trunk outputs

@@ -62,6 +62,31 @@ def check_outputs(name: str, source: SyntheticTokens, J: int) -> None:
     _require(not torch.equal(maps, other_maps), f"{name}: activation_maps must depend on the requested class (class-major prototypes)")
 
 
+def check_prototype_switch_off(name: str, source: SyntheticTokens, J: int) -> None:
+    """``logits_without`` (the deletion metric): with nothing off it equals ``logits``; switching
+    off the top contributing prototype of each image's class changes that class's logit alone,
+    and changes it unless that prototype contributes nothing."""
+    method = _build(name, source, J, 0).eval()
+    batch = source.batch(torch.arange(6))
+    classes = batch.labels
+    with torch.no_grad():
+        logits = method.logits(batch)
+        nothing = method.logits_without(batch, classes, torch.zeros(6, J, dtype=torch.bool))
+        contributions = method.prototype_contributions(batch, classes)
+        top = torch.zeros(6, J, dtype=torch.bool).scatter_(1, contributions.argmax(dim=1, keepdim=True), True)
+        without = method.logits_without(batch, classes, top)
+    _require(without.shape == logits.shape and torch.allclose(nothing, logits, rtol=1e-5, atol=1e-5),
+             f"{name}: logits_without(batch, classes, no prototype off) must equal logits(batch)")
+    others = torch.ones_like(logits, dtype=torch.bool).scatter_(1, classes[:, None], False)
+    _require(torch.allclose(without[others], logits[others], rtol=1e-5, atol=1e-5),
+             f"{name}: logits_without must leave the logits of the other classes unchanged")
+    rows = torch.arange(6)
+    moved = (without[rows, classes] - logits[rows, classes]).abs() > 0
+    contributes = contributions[top] != 0
+    _require(bool((moved | ~contributes).all()),
+             f"{name}: switching off a prototype that contributes to its class's logit must change that logit")
+
+
 def _training_stages(method: PrototypeMethod) -> list[Stage]:
     return [s for s in method.stages() if s.epochs > 0]
 
@@ -178,6 +203,7 @@ def check_reads(name: str, source: SyntheticTokens, J: int) -> None:
 CHECKS: tuple[Callable[[str, SyntheticTokens, int], None], ...] = (
     check_constructor,
     check_outputs,
+    check_prototype_switch_off,
     check_stages_and_losses,
     check_state_dict_round_trip,
     check_determinism,

@@ -142,14 +142,16 @@ def check_hyperparameter(method: str, key: str, value: Any, default: Any) -> Non
 
 
 @lru_cache(maxsize=None)
-def _stand_in(name: str, method_args: str, prototypes_per_class: int) -> PrototypeMethod:
+def _stand_in(name: str, method_args: str, prototypes_per_class: int, has_cls_attention: bool,
+              backbone: str) -> PrototypeMethod:
     import torch
 
     from methods.testing import TinyAppendedBlock
 
     dim = 32
     ctx = MethodContext(num_classes=2, prototypes_per_class=prototypes_per_class, embed_dim=dim, grid=(4, 4),
-                        num_prefix_tokens=1, depth=4, make_block=lambda: TinyAppendedBlock(dim), seed=0)
+                        num_prefix_tokens=1, depth=4, make_block=lambda: TinyAppendedBlock(dim), seed=0,
+                        has_cls_attention=has_cls_attention, backbone=backbone)
     with torch.random.fork_rng(devices=[]):
         try:
             return build_method(name, ctx, **json.loads(method_args))
@@ -160,12 +162,14 @@ def _stand_in(name: str, method_args: str, prototypes_per_class: int) -> Prototy
                                   f"{type(err).__name__}: {err}") from err
 
 
-def stand_in_method(name: str, method_args: dict[str, Any], prototypes_per_class: int) -> PrototypeMethod:
+def stand_in_method(name: str, method_args: dict[str, Any], prototypes_per_class: int, *,
+                    has_cls_attention: bool = True, backbone: str = "") -> PrototypeMethod:
     """The method built with these hyperparameters on a tiny stand-in context (2 classes, 32-dim
-    tokens on a 4×4 grid, 4 blocks; no data, no trunk): everything its constructor rejects is one
-    ProtobenchError before compute, and its ``stages()`` give the epochs. Cached per arguments;
-    read it, do not train it."""
-    return _stand_in(name, json.dumps(method_args, sort_keys=True, default=str), prototypes_per_class)
+    tokens on a 4×4 grid, 4 blocks; no data, no trunk; ``has_cls_attention`` and ``backbone`` as
+    the run's trunk): everything its constructor rejects is one ProtobenchError before compute,
+    and its ``stages()`` give the epochs. Cached per arguments; read it, do not train it."""
+    return _stand_in(name, json.dumps(method_args, sort_keys=True, default=str), prototypes_per_class,
+                     has_cls_attention, backbone)
 
 
 def build_method(name: str, ctx: MethodContext, **overrides: Any) -> PrototypeMethod:

@@ -8,7 +8,8 @@ from __future__ import annotations
 # A table cell is addressed by these five values; they never vary inside one cell.
 KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
 
-# Percentages (acc, con, sta, dis, comp) and timings; NaN where not computed or undefined.
+# Percentages (acc, con, sta, dis, comp, purity, loc; del in percent points), explanation sizes
+# (size_local, size_global: numbers of prototypes) and timings; NaN where not computed or undefined.
 # epoch_seconds: the training loop's mean epoch as the run trained (from the token cache by
 # default); epoch_seconds_live_trunk: the same schedule's mean epoch with the frozen trunk's
 # forward at every step, as the paper times it (tab:supp_runtime; benchmark/tools/perf.py).
@@ -18,6 +19,11 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "sta",
     "dis",
     "comp",
+    "purity",
+    "loc",
+    "size_local",
+    "size_global",
+    "del",
     "epoch_seconds",
     "epoch_seconds_live_trunk",
     "inference_images_per_second",

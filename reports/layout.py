@@ -45,11 +45,13 @@ def text(plain: str) -> Text:
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric column: tidy column name, header, and which direction is better."""
+    """A metric column: tidy column name, header, which direction is better, and the digits it
+    is shown with (None: the table's ``--decimals``)."""
 
     key: str
     header: Text
     higher_is_better: bool = True
+    decimals: int | None = None
 
     def __post_init__(self) -> None:
         if self.key not in METRIC_COLUMNS:

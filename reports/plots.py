@@ -24,7 +24,7 @@ from reports.pivot import METRICS, dimension_label, display_names, fixed_dimensi
 
 FIGURE_FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")
 X_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, "seed")
-PERCENT_METRICS = frozenset({"acc", "con", "sta", "dis", "comp"})
+PERCENT_METRICS = frozenset({"acc", "con", "sta", "dis", "comp", "purity", "loc", "del"})
 _PANEL_INCHES = (4.2, 3.2)
 _MAX_PANELS_PER_ROW = 4
 

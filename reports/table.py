@@ -87,7 +87,8 @@ def build_table(
     published = cell_stats(against, layout) if against is not None else None
     keys = [[(layout.cell_key(row, g), m.key) for g, m in columns] for row in layout.rows]
     stats = [[ours.get(key) for key in line] for line in keys]
-    shown = [[None if s is None else format_number(s.mean, decimals) for s in line] for line in stats]
+    digits = [decimals if m.decimals is None else m.decimals for _, m in columns]
+    shown = [[None if s is None else format_number(s.mean, digits[c]) for c, s in enumerate(line)] for line in stats]
     if significance is not None and layout.mark_best:
         from reports.significance import significance_marks
 
@@ -113,15 +114,15 @@ def build_table(
         cells = tuple(
             CellView(
                 value=shown[r][c],
-                std=_std(stats[r][c], decimals),
+                std=_std(stats[r][c], digits[c]),
                 mark=marks[c][r],
                 dagger=cell_daggers[c],
                 reference=None
                 if published is None
-                else reference(shown[r][c], published.get(keys[r][c]), decimals),
+                else reference(shown[r][c], published.get(keys[r][c]), digits[c]),
                 n=0 if stats[r][c] is None else stats[r][c].n,
-                ci=_interval(stats[r][c], "ci", decimals),
-                image_ci=_interval(stats[r][c], "image_ci", decimals),
+                ci=_interval(stats[r][c], "ci", digits[c]),
+                image_ci=_interval(stats[r][c], "image_ci", digits[c]),
             )
             for c in range(len(columns))
         )

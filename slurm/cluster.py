@@ -153,7 +153,7 @@ def _shape(values: dict[str, Any], base: JobShape, where: str) -> JobShape:
 
 def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterProfile:
     """Validate a parsed profile document; every error names the file and the key."""
-    from benchmark.backbones import BACKBONES
+    from benchmark.backbones import backbone_spec
 
     where = f"profile {source}"
     for key, value in data.items():
@@ -162,10 +162,11 @@ def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterPro
         _check(key, value, where)
     shape = _shape({k: v for k, v in data.items() if k in SHAPE_KEYS}, JobShape(), where)
     overrides = []
-    for backbone, values in data.get("backbone", {}).items():
-        if backbone not in BACKBONES:
-            raise ProtobenchError(f"{where}: [backbone.{backbone}] names no backbone; "
-                                  f"choose one of {', '.join(sorted(BACKBONES))}")
+    for given, values in data.get("backbone", {}).items():
+        try:
+            backbone = backbone_spec(given).key
+        except ProtobenchError as err:
+            raise ProtobenchError(f"{where}: [backbone.{given}] names no backbone: {err}") from None
         if not isinstance(values, dict):
             raise ProtobenchError(f"{where}: [backbone.{backbone}] must be a table of job-shape keys")
         overrides.append((backbone, _shape(values, shape, f"{where} [backbone.{backbone}]")))

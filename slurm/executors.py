@@ -26,6 +26,7 @@ import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from slurm.cluster import ClusterProfile, JobShape, pack_runs
+from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
@@ -83,7 +84,8 @@ def preflight(runs: list[RunSpec]) -> None:
     seen_data: dict[tuple[str, str, int], int] = {}  # → number of classes
     seen_trunks: set[tuple[str, str, str]] = set()
     for spec in runs:
-        stand_in_method(spec.method, spec.method_args, spec.prototypes_per_class)
+        stand_in_method(spec.method, spec.method_args, spec.prototypes_per_class, backbone=spec.backbone,
+                        has_cls_attention=backbone_spec(spec.backbone).architecture.has_cls_token)
         data_key = (spec.dataset, spec.data_root, spec.image_size)
         if data_key not in seen_data:
             seen_data[data_key] = check_data(spec)

@@ -46,7 +46,20 @@ class NumpyExtraState(CosinePrototypes):
         np.random.set_state(state["rng"])
 
 
+class SwitchOffIgnored(CosinePrototypes):
+    def logits_without(self, batch, classes, off):
+        return self.logits(batch)
+
+
+class SwitchOffEveryClass(CosinePrototypes):
+    def logits_without(self, batch, classes, off):
+        removed = (self.prototype_contributions(batch, classes) * off).sum(dim=1, keepdim=True)
+        return self.logits(batch) - removed
+
+
 @pytest.mark.parametrize("cls, rule", [
+    (SwitchOffIgnored, "must change that logit"),
+    (SwitchOffEveryClass, "must leave the logits of the other classes unchanged"),
     (WrongMapShape, "activation_maps must be B×J×H×W"),
     (LosesStateOnRoundTrip, "load_state_dict(state_dict()) must restore identical logits"),
     (UndeclaredLossTerm, "missing from loss_weights"),

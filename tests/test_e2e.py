@@ -55,7 +55,8 @@ def finished(workdir, grid_file):
 
 def test_run_writes_result_with_all_metrics_and_provenance(finished):
     result = finished.result()
-    assert set(result["metrics"]) >= {"acc", "con", "sta", "dis", "comp"}
+    assert set(result["metrics"]) >= {"acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global",
+                                      "del"}
     assert all(v is not None for v in result["metrics"].values())
     assert result["evaluation"]["map_grid"] == [16, 16]
     assert result["evaluation"]["num_images"] > 0

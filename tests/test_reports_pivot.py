@@ -148,3 +148,18 @@ def test_left_out_reasons_count_each_kind(capsys: pytest.CaptureFixture[str]) ->
     assert last.startswith(f"gating: {len(specs) - len(inside)} results not in this layout (")
     datasets = ", ".join(sorted({s["dataset"] for s in not_cub}))
     assert f"{len(not_cub)}× dataset {datasets} ≠ cub" in last and last.endswith("without --layout")
+
+
+def test_metrics_beyond_the_paper_have_their_directions_and_digits(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    write_run(root, "a", J=3, metrics={"acc": 80.0, "purity": 40.0, "size_local": 2.25, "size_global": 6.0,
+                                       "del": 12.5})
+    write_run(root, "b", J=5, metrics={"acc": 81.0, "purity": 50.0, "size_local": 3.5, "size_global": 10.0,
+                                       "del": 2.5})
+    frame = load_results([root])
+    layout = pivot_layout(frame, metrics=["purity", "size_local", "size_global", "del"])
+    # higher purity/del is better; smaller sizes are better; size_global is a count (0 digits)
+    assert markdown_rows(render_report(frame, layout, "markdown").text) == [
+        ["vMFProto", "3", "<u>40.0</u>", "**2.2**", "**6**", "**12.5**"],
+        ["vMFProto", "5", "**50.0**", "<u>3.5</u>", "<u>10</u>", "<u>2.5</u>"],
+    ]

@@ -5,8 +5,8 @@ block, storage dtype, device type and precision of the trunk pass, format versio
 ``benchmark/cache/store.py`` for publication, checksums and locking, ``stage.py`` for copies to
 node-local scratch). An entry stores each image once, only what no method can recompute
 (arrays in dataset order): ``block_input`` N×(P+HW)×D (the last block's pre-norm output,
-prefix tokens first) in the storage dtype (float16 by default), ``attention`` N×HW (CLS→patch)
-float32, ``labels`` N int64, and ``early_tokens`` N×HW×D in the storage dtype only when the key
+prefix tokens first) in the storage dtype (float16 by default), ``attention`` N×HW (CLS→patch;
+absent for a trunk without a CLS token, SigLIP) float32, ``labels`` N int64, and ``early_tokens`` N×HW×D in the storage dtype only when the key
 names an early block (the runner asks for it on the training split alone). The attention stays
 float32 (0.3 % of an entry): gating min-max normalises it, which magnifies float16 rounding when
 it is nearly flat (a random trunk's spans 1e-4 around 1/N: float16 changed 79 of 12,288 gate
@@ -293,7 +293,7 @@ class LiveTokens(TokenSource):
         return TokenBatch(
             tokens=out.tokens.to(device).float(),
             block_input=out.block_input.to(device).float(),
-            attention=out.attention.to(device).float(),
+            attention=None if out.attention is None else out.attention.to(device).float(),
             labels=self.labels[indices.cpu()].to(device),
             indices=indices.to(device),
             grid=self.grid,
@@ -312,16 +312,18 @@ def _to_storage(values: Tensor, dtype: np.dtype, name: str, key: CacheKey) -> np
 
 
 def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: str,
-                 early_tokens: bool) -> dict[str, ArraySpec]:
+                 early_tokens: bool, attention: bool = True) -> dict[str, ArraySpec]:
     """The arrays of an entry of ``count`` images from a trunk with ``patches`` patch tokens,
     ``prefix`` prefix tokens and ``width`` channels (also what ``protobench plan`` and ``doctor``
-    size). No ``tokens`` array: ``CachedTokens`` rebuilds them from ``block_input``."""
+    size); ``attention``: whether the trunk has a CLS token. No ``tokens`` array:
+    ``CachedTokens`` rebuilds them from ``block_input``."""
     storage = np.dtype(dtype)
     layout = {
         "block_input": ArraySpec((count, prefix + patches, width), storage),
-        "attention": ArraySpec((count, patches), np.dtype("float32")),
         "labels": ArraySpec((count,), np.dtype("int64")),
     }
+    if attention:
+        layout["attention"] = ArraySpec((count, patches), np.dtype("float32"))
     if early_tokens:
         layout["early_tokens"] = ArraySpec((count, patches, width), storage)
     return layout
@@ -330,7 +332,8 @@ def entry_layout(count: int, *, patches: int, prefix: int, width: int, dtype: st
 def _layout(trunk: FrozenTrunk, count: int, key: CacheKey) -> dict[str, ArraySpec]:
     """The arrays of an entry, known before the trunk pass (so free space is checked first)."""
     return entry_layout(count, patches=trunk.grid[0] * trunk.grid[1], prefix=trunk.num_prefix_tokens,
-                        width=trunk.embed_dim, dtype=key.dtype, early_tokens=key.early_block is not None)
+                        width=trunk.embed_dim, dtype=key.dtype, early_tokens=key.early_block is not None,
+                        attention=trunk.has_cls_token)
 
 
 def _trunk_pass(
@@ -361,7 +364,8 @@ def _trunk_pass(
             with torch.inference_mode(), autocast(key.precision, device):
                 out = trunk(images.to(device, non_blocking=True), early_block=key.early_block)
             writers["block_input"].write(_to_storage(out.block_input, storage, "block inputs", key))
-            writers["attention"].write(out.attention.float().cpu().numpy())
+            if out.attention is not None:
+                writers["attention"].write(out.attention.float().cpu().numpy())
             writers["labels"].write(labels.numpy().astype(np.int64, copy=False))
             if out.early_tokens is not None:
                 writers["early_tokens"].write(_to_storage(out.early_tokens, storage, "early tokens", key))

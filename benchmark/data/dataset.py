@@ -135,6 +135,11 @@ class ImageDataset(torch.utils.data.Dataset):
     def num_classes(self) -> int:
         return len(self.class_names)
 
+    def normalised_with(self, mean: tuple[float, float, float], std: tuple[float, float, float]) -> ImageDataset:
+        """This split with images normalised by ``mean``/``std`` (the trunk's) instead of ImageNet's."""
+        self.transform = model_transform(self.image_size, mean, std)
+        return self
+
     def __len__(self) -> int:
         return len(self.image_paths)
 

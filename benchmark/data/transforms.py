@@ -23,15 +23,17 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 Transform = Callable[[Image.Image], torch.Tensor]
 
 
-def model_transform(image_size: int) -> Transform:
-    """``Resize((S, S))`` (bilinear) → ``ToTensor`` → ImageNet normalisation, as in protocol.md."""
+def model_transform(image_size: int, mean: tuple[float, float, float] = IMAGENET_MEAN,
+                    std: tuple[float, float, float] = IMAGENET_STD) -> Transform:
+    """``Resize((S, S))`` (bilinear) → ``ToTensor`` → normalisation, as in protocol.md: ImageNet's
+    mean/std, or the trunk's (timm data config: CLIP, SigLIP) for ``timm:NAME`` backbones."""
     if image_size < 1:
         raise ProtobenchError(f"image_size must be a positive number of pixels, got {image_size}; pass e.g. 224.")
     return T.Compose(
         [
             T.Resize((image_size, image_size), interpolation=T.InterpolationMode.BILINEAR),
             T.ToTensor(),
-            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            T.Normalize(mean, std),
         ]
     )
 

@@ -22,6 +22,7 @@ from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
+from benchmark.run.extra_metrics import extra_metrics
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
 from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins, map_parts_to_frame
@@ -142,13 +143,20 @@ def evaluate(
     map_pool: int,
     noise_seed: int,
     precision: str = "fp32",
+    train: TokenSource | None = None,
+    train_dataset: ImageDataset | None = None,
 ) -> Evaluated:
-    """Metrics (percent), the evaluation settings that produced them, and the per-image records."""
+    """Metrics (percent), the evaluation settings that produced them, and the per-image records.
+    ``train`` and ``train_dataset``: the clean training split, for the metrics that read it (purity)."""
     pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision)
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
     notes: dict[str, str] = {}
     ann = test_dataset.annotations
     explained = None
+    masks = load_segmentation_masks(test_dataset)
+    extra, extra_notes, extra_details = extra_metrics(
+        method, clean, pred.maps, masks, train, train_dataset, batch_size=batch_size, device=device,
+        precision=precision, map_pool=map_pool)
     if ann is not None:
         parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
         noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False,
@@ -156,7 +164,7 @@ def evaluate(
             if noisy is not None else None
         explained = explanation_records(
             pred.maps, noisy_maps, pred.labels, parts, method.num_classes,
-            map_pool=map_pool, masks=load_segmentation_masks(test_dataset),
+            map_pool=map_pool, masks=masks,
         )
         metrics.update(explained.scores)
         if noisy is not None:
@@ -168,6 +176,8 @@ def evaluate(
             notes["comp"] = "not computed: segmentation masks missing"
     else:
         notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
+    metrics.update(extra)
+    notes.update(extra_notes)
     return Evaluated(summary={
         "metrics": metrics,
         "metric_notes": notes,
@@ -176,5 +186,6 @@ def evaluate(
             "map_pool": map_pool,
             "noise_seed": noise_seed if ann is not None else None,
             "num_images": len(pred.labels),
+            **extra_details,
         },
     }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained))

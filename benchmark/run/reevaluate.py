@@ -48,7 +48,8 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
     cache_root = Path(cache_dir) if cache_dir else run_cache_root(run_dir)
     test_src, noisy_src = prep.test_sources(cache_root)
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
-                         device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED)
+                         device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
+                         train=prep.train_source(cache_root, augmented=False), train_dataset=prep.train_set)
     atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", evaluated.summary)
     if spec.map_pool == own_map_pool:
         write_records(run_dir, evaluated.tables)

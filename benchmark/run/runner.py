@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from benchmark.backbones import FrozenTrunk, create_backbone
+from benchmark.backbones import FrozenTrunk, backbone_spec, create_backbone
 from benchmark.cache.stage import stage_root
 from benchmark.cache.frozen import with_frozen_features
 from benchmark.cache.tokens import STABILITY_NOISE_SEED, TokenSource, View, token_source
@@ -45,11 +45,14 @@ def dataset_root(spec: RunSpec) -> Path:
 
 
 def load_split(spec: RunSpec, split: str) -> ImageDataset:
-    """The split's dataset; a missing synthbirds root is generated from ``dataset_args``."""
+    """The split's dataset, normalised with the trunk's mean/std (timm's data config); a missing
+    synthbirds root is generated from ``dataset_args``."""
     root = dataset_root(spec)
     if spec.dataset == "synthbirds":
         ensure_synthbirds(root, spec.dataset_args)
-    return load_dataset(spec.dataset, root, split, image_size=spec.image_size)
+    architecture = backbone_spec(spec.backbone).architecture
+    return load_dataset(spec.dataset, root, split, image_size=spec.image_size).normalised_with(
+        architecture.mean, architecture.std)
 
 
 def check_data(spec: RunSpec) -> int:
@@ -88,6 +91,8 @@ def method_context(spec: RunSpec, trunk: FrozenTrunk, num_classes: int) -> Metho
         depth=trunk.depth,
         make_block=trunk.make_appended_block,
         seed=spec.seed,
+        has_cls_attention=trunk.has_cls_token,
+        backbone=trunk.spec.key,
     )
 
 
@@ -173,6 +178,10 @@ def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
     trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
     torch.manual_seed(spec.seed)
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
+    if "attention" in method.reads and not trunk.has_cls_token:
+        raise ProtobenchError(f"run {spec.label}: {spec.method} reads the CLS attention, which {spec.backbone} "
+                              "does not have (no CLS token); pick a trunk with one, or leave \"attention\" out of the "
+                              "method's `reads` if it does not use it")
     check_deterministic(spec, method, device)
     return Prepared(spec, device, trunk, train_set, test_set, method)
 
@@ -277,7 +286,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     tic = time.perf_counter()
     evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
-                         precision=spec.precision)
+                         precision=spec.precision, train=clean_src or train_src, train_dataset=prep.train_set)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),

@@ -124,7 +124,7 @@ def data_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
 def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
     """Each (backbone, weights) of the grid resolves to a file (``benchmark.backbones.resolve_weights``:
     the HF cache for 'hf-cache', the file itself for a path). ``absent_ok`` as in :func:`data_checks`."""
-    from benchmark.backbones import BACKBONES, resolve_weights
+    from benchmark.backbones import backbone_spec, resolve_weights
 
     checks = []
     for backbone, weights in sorted({(spec.backbone, spec.weights) for spec in grid.runs}):
@@ -138,7 +138,7 @@ def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
             checks.append(Check(name, "skip", "not on this machine", "run `protobench doctor GRID` where the jobs run"))
             continue
         try:
-            found = resolve_weights(BACKBONES[backbone], weights)
+            found = resolve_weights(backbone_spec(backbone), weights)
         except ProtobenchError as err:  # its message says what to do
             fix = "or export HF_HOME=<the shared cache that holds them> (README 'Real data')" \
                 if weights == "hf-cache" else ""
@@ -156,9 +156,9 @@ def trunk_geometry(backbone: str, backbone_args: str, image_size: int) -> tuple[
     import timm
     import torch
 
-    from benchmark.backbones import BACKBONES
+    from benchmark.backbones import backbone_spec
 
-    spec = BACKBONES[backbone]
+    spec = backbone_spec(backbone)
     with torch.device("meta"):
         model = timm.create_model(spec.timm_name, pretrained=False, img_size=image_size, num_classes=0,
                                   **json.loads(backbone_args))

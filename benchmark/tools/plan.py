@@ -106,8 +106,6 @@ def check_present_data(runs: tuple[RunSpec, ...]) -> None:
 # ---- per-epoch costs -------------------------------------------------------------------------
 # Widths of the registry's trunks (timm: vit_small embed_dim 384, vit_base 768) and class counts
 # of the official datasets, for scaling a measurement to another run's shape.
-BACKBONE_WIDTHS = {"dinov2_vits14": 384, "dinov2_vitb14": 768, "dinov2_vits14_reg4": 384,
-                   "dinov2_vitb14_reg4": 768, "dinov3_vits16": 384, "dinov3_vitb16": 768}
 DATASET_CLASSES = {"cub": 200, "dogs": 120, "cars": 196}
 
 
@@ -132,10 +130,11 @@ class Shape:
 
 
 def run_shape(spec: RunSpec) -> Shape:
-    from benchmark.backbones import BACKBONES
+    from benchmark.backbones import backbone_spec
 
-    grid = BACKBONES[spec.backbone].grid(spec.image_size)
-    width = int(spec.backbone_args.get("embed_dim", BACKBONE_WIDTHS[spec.backbone]))
+    backbone = backbone_spec(spec.backbone)
+    grid = backbone.grid(spec.image_size)
+    width = int(spec.backbone_args.get("embed_dim", backbone.architecture.embed_dim))
     if spec.dataset == "synthbirds":
         classes = int({**SYNTHBIRDS_DEFAULTS, **spec.dataset_args}["classes"])
     else:

@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 
 GATING_VARIANTS: tuple[str, ...] = ("attention_pca", "pca", "attention", "none")
+#: the variants that read the CLS attention (a trunk without a CLS token, SigLIP, cannot run them)
+ATTENTION_GATES: frozenset[str] = frozenset({"attention_pca", "attention"})
 REGION_THRESHOLD = 0.5  # R: normalised attention ≥ 0.5 (methods.md)
 REGION_TOP_FRACTION = 0.25  # fallback R: the top 25% of patches by attention
 
@@ -50,11 +52,15 @@ def attention_region(attention: Tensor) -> Tensor:
     return torch.where((region.sum(-1) < 2).unsqueeze(-1), top, region)
 
 
-def foreground_scores(tokens: Tensor, attention: Tensor, variant: str) -> Tensor:
+def foreground_scores(tokens: Tensor, attention: Tensor | None, variant: str) -> Tensor:
     """Foregroundness ``m ∈ [0, 1]`` per patch (Eq. fg_mask), B×N, for a gating ``variant``
-    other than ``none``. ``tokens``: B×N×D frozen tokens; ``attention``: B×N CLS→patch."""
+    other than ``none``. ``tokens``: B×N×D frozen tokens; ``attention``: B×N CLS→patch (None
+    only for the variants outside ``ATTENTION_GATES``)."""
     tokens = tokens.to(torch.promote_types(tokens.dtype, torch.float32))
-    attention = attention.to(tokens.dtype)
+    if variant in ATTENTION_GATES:
+        if attention is None:
+            raise ValueError(f"gating {variant!r} reads the CLS attention, but the batch has none")
+        attention = attention.to(tokens.dtype)
     if variant == "attention":
         return minmax_normalise(attention)  # Eq. (attn_gating)
     if variant == "attention_pca":
@@ -76,11 +82,11 @@ def foreground_scores(tokens: Tensor, attention: Tensor, variant: str) -> Tensor
     raise ValueError(f"unknown gating variant {variant!r}; choose one of {', '.join(GATING_VARIANTS)}")
 
 
-def foreground_mask(tokens: Tensor, attention: Tensor, variant: str, tau: float) -> tuple[Tensor, Tensor]:
+def foreground_mask(tokens: Tensor, attention: Tensor | None, variant: str, tau: float) -> tuple[Tensor, Tensor]:
     """Binary gate ``w = [m ≥ τ]`` (Eq. fg_binary), B×N bool, and a B bool marking the images
     that had no foreground patch and fell back to all patches."""
     if variant == "none":
-        mask = torch.ones(attention.shape, dtype=torch.bool, device=attention.device)
+        mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
     else:
         mask = foreground_scores(tokens, attention, variant) >= tau
     fallback = ~mask.any(dim=-1)

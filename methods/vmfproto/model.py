@@ -14,7 +14,7 @@ from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMe
 from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
 from methods.registry import register_method
-from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
+from methods.vmfproto.gating import ATTENTION_GATES, GATING_VARIANTS, foreground_mask
 from methods.vmfproto.overlap import logdet_loss
 from methods.vmfproto.vmf import log_vmf_normaliser
 
@@ -88,6 +88,11 @@ class VMFProto(PrototypeMethod):
         super().__init__(ctx)
         if gating not in GATING_VARIANTS:
             raise _fail("gating", gating, f"choose one of {', '.join(GATING_VARIANTS)}")
+        if gating in ATTENTION_GATES and not ctx.has_cls_attention:
+            raise ProtobenchError(
+                f"vmfproto: gating={gating!r} reads the CLS attention, and backbone {ctx.backbone or '(this trunk)'} "
+                f"has no CLS token; set method_args.gating = \"pca\" (the attention-free gate) or pick a trunk with "
+                f"a CLS token")
         if mu_init not in MU_INITS:
             raise _fail("mu_init", mu_init, f"choose one of {', '.join(MU_INITS)}")
         if not (isinstance(tau, (int, float)) and 0.0 <= tau <= 1.0):
@@ -119,6 +124,8 @@ class VMFProto(PrototypeMethod):
             raise ProtobenchError(f"vmfproto needs token dimension >= 2, the trunk gives {ctx.embed_dim}")
 
         self.gating = gating
+        if gating not in ATTENTION_GATES:
+            self.reads = frozenset({"tokens", "block_input"})
         self.tau = float(tau)
         self.gamma = float(gamma)
         self.ot_epsilon = float(ot_epsilon)
