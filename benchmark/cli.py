@@ -561,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     except ProtobenchError as err:
         print(f"protobench: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a run stopped mid-way resumes from its last checkpoint
+        print("protobench: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports it
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import atomic_write_bytes
-from reports.load import read_result_json, result_files
+from reports.load import read_result_json, readable, result_files
 
 #: columns first in every export, in this order; the rest follow in first-seen order
 LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name")
@@ -40,12 +40,8 @@ def flatten(value: Mapping[str, object], prefix: str = "") -> Record:
 
 def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
     """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths)."""
-    records = []
-    for path in result_files(runs_dirs):
-        flat = flatten(read_result_json(path))
-        flat["run_dir"] = str(path.parent)
-        records.append(flat)
-    return records
+    return readable(result_files(runs_dirs), lambda path: {**flatten(read_result_json(path)),
+                                                           "run_dir": str(path.parent)})
 
 
 def columns_of(records: Iterable[Record]) -> list[str]:

@@ -31,7 +31,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
 from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, add_job_record, run_states
 from benchmark.tools.plan import paper_costs, run_epochs
-from benchmark.run.runner import check_data, execute_run, load_trunk
+from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
 from slurm.snapshot import code_snapshot, snapshot_path
 from benchmark.run.store import RunBusy, RunDir, atomic_write_json
 from methods.registry import stand_in_method
@@ -100,6 +100,8 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
     """Execute the pending runs in this process; a failed run is recorded and the next one starts.
     ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
+    for spec in {spec.device: spec for spec in todo}.values():  # a device this machine lacks is a user error
+        check_device(spec)
     preflight(todo)
     for spec in todo:
         try:

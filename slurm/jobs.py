@@ -58,9 +58,29 @@ class JobRecord:
         return folder / f"{self.job_id}_0_log.out", folder / f"{self.job_id}_0_log.err"
 
 
+_JOB_FIELD_TYPES = {name: (str,) for name in ("executor", "job_id", "submitted", "submitit_folder")} | {
+    "array_job_id": (str,), "array_task_id": (int, type(None)), "snapshot": (str,), "profile": (str,),
+    "task_position": (int,), "task_runs": (int,)}
+
+
+def _job_record(entry: object) -> JobRecord | None:
+    """A ``job.json`` entry as a JobRecord; None when it is not one the suite wrote (a required
+    field missing or of another type). Unknown keys are left out, never passed on."""
+    if not isinstance(entry, dict) or not all(name in entry for name in ("executor", "job_id", "submitted",
+                                                                       "submitit_folder")):
+        return None
+    known = {name: value for name, value in entry.items() if name in _JOB_FIELD_TYPES}
+    if any(isinstance(value, bool) or not isinstance(value, _JOB_FIELD_TYPES[name]) for name, value in known.items()):
+        return None
+    return JobRecord(**known)
+
+
 def job_records(run_dir: Path) -> list[JobRecord]:
-    data = read_json(run_dir / JOB_FILE) or {}
-    return [JobRecord(**entry) for entry in data.get("submissions", [])]
+    """The run's submissions, oldest first; an entry that is not a job record is skipped (a
+    hostile or damaged ``job.json`` costs that run its job history, never the grid)."""
+    submissions = (read_json(run_dir / JOB_FILE) or {}).get("submissions", [])
+    records = [_job_record(entry) for entry in submissions] if isinstance(submissions, list) else []
+    return [record for record in records if record is not None]
 
 
 def latest_job(run_dir: Path) -> JobRecord | None:
@@ -160,17 +180,25 @@ class RunState:
     job: JobRecord | None = None
 
 
-def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
+def _attempt_restarts(run_dir: Path, job: JobRecord) -> int | None:
+    """SLURM_RESTART_COUNT recorded by the run's ``attempt.json`` when it comes from ``job``
+    (None: from another job, absent or unreadable)."""
     attempt = read_json(run_dir / ATTEMPT_FILE) or {}
-    recorded = attempt.get("restart_count", 0) if attempt.get("job_id") == job.job_id else 0
-    return max(recorded, scheduler.restarts if scheduler else 0)
+    count = attempt.get("restart_count", 0)
+    if attempt.get("job_id") != job.job_id or isinstance(count, bool) or not isinstance(count, int):
+        return None
+    return count
+
+
+def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
+    return max(_attempt_restarts(run_dir, job) or 0, scheduler.restarts if scheduler else 0)
 
 
 def _started_in_this_attempt(run_dir: Path, job: JobRecord, scheduler: JobState) -> bool:
     """The run's ``attempt.json`` comes from the running attempt of its (packed) task: it is the
     task's current run, not one waiting behind it."""
-    attempt = read_json(run_dir / ATTEMPT_FILE) or {}
-    return attempt.get("job_id") == job.job_id and attempt.get("restart_count", 0) >= scheduler.restarts
+    recorded = _attempt_restarts(run_dir, job)
+    return recorded is not None and recorded >= scheduler.restarts
 
 
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:

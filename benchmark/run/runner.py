@@ -162,12 +162,19 @@ def check_deterministic(spec: RunSpec, method: PrototypeMethod, device: torch.de
             "set deterministic = false (README, 'GPU: precision, speed, determinism')")
 
 
+def check_device(spec: RunSpec) -> torch.device:
+    """The device ``spec`` runs on here; a CUDA device on a machine without CUDA is a ProtobenchError."""
+    device = resolve_device(spec.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ProtobenchError(f"device {spec.device!r} was asked for but CUDA is not available on this machine; "
+                              "use device = 'auto' (or --device cpu)")
+    return device
+
+
 def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
     """Load data annotations, trunk and method: every user error surfaces here. ``trunk``: an
     already loaded trunk of the same backbone, weights and image size (``perf`` shares one)."""
-    device = resolve_device(spec.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ProtobenchError(f"device {spec.device!r} was asked for but CUDA is not available; use device = 'auto'")
+    device = check_device(spec)
     train_set, test_set = load_split(spec, "train"), load_split(spec, "test")
     trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
     torch.manual_seed(spec.seed)

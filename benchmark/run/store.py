@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -37,6 +38,11 @@ LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE)
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
+# Bounds of what a run file may hold (:func:`parse_run_json`): the suite's own files nest a few
+# levels and hold integers of a few digits; a hostile file must cost one run, not the directory.
+MAX_JSON_DEPTH = 32
+MAX_JSON_INT_DIGITS = 40
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def default_cache_root(runs_root: Path) -> Path:
@@ -101,11 +107,66 @@ def atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
     atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The parsed file, or None if it is absent or not valid JSON."""
+class UnreadableRunFile(ProtobenchError):
+    """A run file that exists but is not a JSON object the suite can read safely."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} is unreadable: {why}; delete it (the run then counts as unfinished) or re-run "
+                         "that run")
+        self.path, self.why = path, why
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_JSON_INT_DIGITS} are read)")
+    return int(text)
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings ignored (a scan
+    without recursion, so a hostile file cannot exhaust the parser's stack)."""
+    depth = deepest = 0
+    for token in _JSON_STRUCTURE.findall(text):
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_run_json(text: str, path: Path) -> dict[str, Any]:
+    """One run file's JSON object, parsed safely: nesting at most :data:`MAX_JSON_DEPTH`, integers
+    at most :data:`MAX_JSON_INT_DIGITS` digits, the top level an object; anything else is one
+    :class:`UnreadableRunFile` naming the file. (Parsing JSON never executes code.)"""
+    if _nesting_depth(text) > MAX_JSON_DEPTH:
+        raise UnreadableRunFile(path, f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        data = json.loads(text, parse_int=_bounded_int)
+    except ValueError as err:  # json.JSONDecodeError included
+        raise UnreadableRunFile(path, f"not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UnreadableRunFile(path, f"the top level is a {type(data).__name__}, not a JSON object")
+    return data
+
+
+def load_json(path: Path) -> dict[str, Any] | None:
+    """A run file's JSON object (:func:`parse_run_json`), None when the file is absent;
+    :class:`UnreadableRunFile` when it exists but cannot be read safely."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UnreadableRunFile(path, str(err)) from None
+    return parse_run_json(text, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The parsed file, or None if it is absent or unreadable (:func:`load_json` says why)."""
+    try:
+        return load_json(path)
+    except UnreadableRunFile:
         return None
 
 

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from benchmark.progress import output_console
-from benchmark.run.store import find_run_dirs
+from benchmark.run.store import UnreadableRunFile, find_run_dirs, load_json
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -36,16 +37,38 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
     ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
     records = []
     for rd in find_run_dirs(root):
-        spec = rd.spec() or {}
-        result = rd.result()
-        state = "done" if result is not None else rd.state
-        reason = (rd.failure() or {}).get("reason", "") if state == "failed" else None
+        unreadable: list[str] = []
+        spec = _safe_read(rd.spec_path, unreadable) or {}
+        result = _safe_read(rd.result_path, unreadable)
+        if result is not None and not _known_result(result):
+            unreadable.append(str(UnreadableRunFile(rd.result_path, "its metrics or diagnostics are not the "
+                                                    "records the suite writes")))
+            result = None
+        state = "done" if result is not None else "unreadable" if rd.result_path.exists() else rd.state
+        reason = str((_safe_read(rd.failure_path, unreadable) or {}).get("reason", "")) if state == "failed" else None
         if extra_states and str(rd.path) in extra_states and state != "done":
             state = extra_states[str(rd.path)]
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason,
-                        "warnings": diagnostic_warnings(result)})
+                        "warnings": diagnostic_warnings(result), "unreadable": unreadable})
     return records
+
+
+def _safe_read(path: Path, unreadable: list[str]) -> dict[str, Any] | None:
+    """``path``'s JSON object, None when absent; an unreadable file is named in ``unreadable``."""
+    try:
+        return load_json(path)
+    except UnreadableRunFile as err:
+        unreadable.append(str(err))
+        return None
+
+
+def _known_result(result: dict[str, Any]) -> bool:
+    """The parts of a result.json the table shows have the types the suite writes."""
+    metrics, diagnostics = result.get("metrics", {}), result.get("diagnostics") or {}
+    return (isinstance(metrics, dict) and isinstance(diagnostics, dict)
+            and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in metrics.values())
+            and all(isinstance(w, str) for w in diagnostics.get("warnings") or []))
 
 
 def status_table(root: Path, extra_states: dict[str, str] | None = None
@@ -63,6 +86,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
         spec, metrics, state = record["spec"], record["metrics"], record["state"]
         if record["failure"] is not None:
             failed.append((Path(record["path"]), record["failure"]))
+        failed.extend((Path(record["path"]), problem) for problem in record["unreadable"])
         counts[state] += 1
         warned.extend((Path(record["path"]), warning) for warning in record["warnings"])
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
@@ -82,7 +106,7 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     for path, reason in failed:
-        console.print(f"[red]failed[/red] {path}: {reason}")
+        console.print(f"[red]failed[/red] {escape(str(path))}: {escape(reason)}")
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
     return counts
