@@ -20,7 +20,7 @@ from cache_helpers import NAME, build_toy, flip_byte, read_all, toy_arrays, toy_
 import benchmark.cache.lock as lock_module
 import benchmark.cache.store as store
 from benchmark.cache.arrays import ArraySpec, ArrayWriter, open_array
-from benchmark.cache.lock import Heartbeat, Owner, build_lock
+from benchmark.cache.lock import Heartbeat, Owner, build_lock, pid_space
 from benchmark.cache.stage import STAGE_SUBDIR, stage_entry, stage_root
 from benchmark.cli import main
 from benchmark.config import RunSpec, build_run_spec
@@ -86,10 +86,10 @@ def test_dead_and_live_owners(tmp_path: Path, monkeypatch) -> None:
     beat.touch()
     now = beat.stat().st_mtime
     here = socket.gethostname()
-    assert lock_module.is_dead(Owner(here, finished.pid, None, "t"), beat, now)
+    assert lock_module.is_dead(Owner(here, finished.pid, None, "t", pid_space()), beat, now)
     assert not lock_module.is_dead(Owner.current(), beat, now)
     # a reused pid: alive, but not the process that was recorded
-    assert lock_module.is_dead(Owner(here, os.getpid(), "1", "t"), beat, now)
+    assert lock_module.is_dead(Owner(here, os.getpid(), "1", "t", pid_space()), beat, now)
     other = Owner("another-node", 1, None, "t")
     assert not lock_module.is_dead(other, beat, now + lock_module.STALE_AFTER_SECONDS - 1)
     assert lock_module.is_dead(other, beat, now + lock_module.STALE_AFTER_SECONDS + 1)
@@ -121,7 +121,7 @@ def test_lock_waits_for_the_living_and_takes_over_from_the_dead(tmp_path: Path, 
         assert not path.exists()  # released
         finished = subprocess.Popen([sys.executable, "-c", "pass"])
         finished.wait()
-        Owner(socket.gethostname(), finished.pid, None, "earlier").write(path)
+        Owner(socket.gethostname(), finished.pid, None, "earlier", pid_space()).write(path)
         with build_lock(path, heartbeat, timeout=0.05):  # a dead owner on this host: taken over at once
             assert Owner.read(path) == Owner.current()
         Owner("another-node", 1, None, "earlier").write(path)
