@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,24 @@ RUNNING_ELSEWHERE = "running_elsewhere"  # a run's outcome in a job's answer whe
 # which the server frees the locks of a failed node, so a job requeued after a node failure
 # is not turned away by its dead predecessor's lock.
 LOCK_WAIT_S = 180.0
+
+
+def adapter_paths(specs: list[RunSpec]) -> tuple[Path, ...]:
+    """The absolute ``sys.path`` entries this process imported the runs' own adapters from (methods
+    named ``package.module:Class``, already imported by the pre-submit checks): a job appends them
+    to its ``sys.path``, so an adapter found through a relative ``PYTHONPATH`` here is found in a
+    job started elsewhere (in its code snapshot) too, read from where it lies."""
+    found: dict[Path, None] = {}
+    for spec in specs:
+        if ":" not in spec.method:
+            continue
+        top = sys.modules[spec.method.partition(":")[0].split(".")[0]]
+        if top.__file__ is None:  # a namespace package: its folder lies in the entry
+            found[Path(next(iter(top.__path__))).resolve().parent] = None
+        else:  # a module file, or a package's __init__.py one level further down
+            origin = Path(top.__file__).resolve()
+            found[origin.parent.parent if origin.name == "__init__.py" else origin.parent] = None
+    return tuple(found)
 
 
 def code_dir() -> Path:
@@ -119,11 +138,12 @@ class RunJob(submitit.helpers.Checkpointable):
     failure's error."""
 
     def __init__(self, runs: tuple[TaskRun, ...], cache_root: Path, snapshot: Path | None, *,
-                 allow_code_change: bool = False) -> None:
+                 allow_code_change: bool = False, adapter_paths: tuple[Path, ...] = ()) -> None:
         if not runs:
             raise ValueError("an array task needs at least one run")
         self.runs, self.cache_root, self.snapshot = runs, cache_root, snapshot
         self.allow_code_change = allow_code_change
+        self.adapter_paths = adapter_paths
 
     def __call__(self) -> dict[str, dict[str, str]]:
         """Each run's outcome by run id: ``{"state": "done"}`` or ``{"state": RUNNING_ELSEWHERE,
@@ -132,6 +152,9 @@ class RunJob(submitit.helpers.Checkpointable):
         if self.snapshot is not None and imported != self.snapshot.resolve():
             raise ProtobenchError(f"the job imported the suite from {imported}, not from its code snapshot "
                                   f"{self.snapshot}; remove {imported} from PYTHONPATH")
+        for path in self.adapter_paths:  # after the suite's own entries: an adapter cannot shadow the snapshot
+            if str(path) not in sys.path:
+                sys.path.append(str(path))
         outcomes: dict[str, dict[str, str]] = {}
         failures: list[BaseException] = []
         for position, run in enumerate(self.runs):

@@ -105,9 +105,13 @@ def test_slurm_executor_without_slurm_commands_is_a_clear_error(tmp_path: Path, 
         make_executor("slurm", tmp_path, ClusterProfile(), "job")
 
 
-def test_job_spec_makes_paths_absolute_and_keeps_the_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_are_absolute_from_the_grid_on_and_job_spec_keeps_the_run_id(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = tiny_grid("g", Path("data/synth")).runs[0]
+    assert spec.data_root == str(tmp_path / "data" / "synth")
+    assert spec.run_id == spec.with_overrides(data_root="data/synth").run_id
+    monkeypatch.chdir("/")  # as a job does, in its code snapshot
     moved = job_spec(spec, "cuda")
     assert moved.data_root == str(tmp_path / "data" / "synth") and moved.device == "cuda"
     assert moved.run_id == spec.run_id
