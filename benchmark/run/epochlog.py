@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import atomic_write_bytes
+from benchmark.run.store import atomic_write_checked
 from benchmark.run.training import EpochRecord
 
 TENSORBOARD_INSTALL = "pip install 'protobench[tensorboard]'"
@@ -47,7 +47,7 @@ class EpochLog:
     def append(self, record: EpochRecord) -> None:
         kept = [r for r in read_epoch_log(self.path) if r["epoch"] < record.epoch]
         lines = [json.dumps(r, sort_keys=True) for r in (*kept, asdict(record))]
-        atomic_write_bytes(self.path, ("\n".join(lines) + "\n").encode())
+        atomic_write_checked(self.path, ("\n".join(lines) + "\n").encode())
 
 
 def summary_writer_class() -> type:

@@ -35,6 +35,8 @@ LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (
 # once the lock is held. (spec.json and job.json are also written by a submitting process
 # that holds no lock, so their temporary files may be in flight.)
 LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE)
+UNLOCKED_FILES = (SPEC_FILE, "job.json")  # also written by a submitting process, in milliseconds
+UNLOCKED_TEMP_STALE_S = 3600.0  # a temporary file of those this old was left by a killed writer
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
@@ -103,8 +105,20 @@ def atomic_write_checked(path: Path, data: bytes) -> None:
         raise disk_full_error(path, len(data), f"the write failed ({os.strerror(err.errno)})") from err
 
 
+def json_bytes(payload: dict[str, Any]) -> bytes:
+    return (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
 def atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
+    atomic_write_bytes(path, json_bytes(payload))
+
+
+def check_runs_space(run_dir: Path) -> None:
+    """Before a run computes anything: its directory's filesystem has :data:`FREE_SPACE_MARGIN`
+    free (the run's files, the checkpoint aside, are far smaller), else the disk-full error."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(run_dir).free < FREE_SPACE_MARGIN:
+        raise disk_full_error(run_dir / SPEC_FILE, 0, "not enough free disk space for the run's files")
 
 
 class UnreadableRunFile(ProtobenchError):
@@ -203,9 +217,14 @@ class RunDir:
         return self.path / LOCK_FILE
 
     def remove_stale_temp_files(self) -> list[Path]:
-        """Delete the temporary files a killed writer of :data:`LOCKED_FILES` left behind; call
-        only while holding :func:`run_lock` (no live writer can own them then)."""
+        """Delete the temporary files a killed writer of :data:`LOCKED_FILES` left behind, and
+        those of the files a submitting process also writes once older than
+        :data:`UNLOCKED_TEMP_STALE_S`; call only while holding :func:`run_lock` (no live writer
+        can own them then)."""
         stale = [tmp for name in LOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")]
+        now = time.time()
+        stale += [tmp for name in UNLOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")
+                  if now - tmp.stat().st_mtime > UNLOCKED_TEMP_STALE_S]
         for tmp in stale:
             tmp.unlink(missing_ok=True)
         return stale
