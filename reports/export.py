@@ -69,15 +69,18 @@ def write_export(records: list[Record], out: Path) -> None:
     columns = columns_of(records)
     if out.suffix == ".jsonl":
         lines = (json.dumps({c: record.get(c) for c in columns}) for record in records)
-        atomic_write_bytes(out, "".join(line + "\n" for line in lines).encode("utf-8"))
-        return
-    import pandas as pd
-
-    frame = pd.DataFrame.from_records([_cells(record) for record in records], columns=columns)
-    if out.suffix == ".csv":
-        atomic_write_bytes(out, frame.to_csv(index=False, lineterminator="\n").encode("utf-8"))
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
     else:
-        atomic_write_bytes(out, frame.to_parquet(index=False))
+        import pandas as pd
+
+        frame = pd.DataFrame.from_records([_cells(record) for record in records], columns=columns)
+        data = (frame.to_csv(index=False, lineterminator="\n").encode("utf-8") if out.suffix == ".csv"
+                else frame.to_parquet(index=False))
+    try:
+        atomic_write_bytes(out, data)
+    except OSError as err:  # its temporary file is gone; name what the user gave
+        raise ProtobenchError(f"cannot write {out}: {err.strerror or err}; choose a folder you can write to "
+                              "(--out)") from None
 
 
 def _cells(record: Record) -> Record:
