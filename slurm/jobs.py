@@ -24,6 +24,7 @@ from benchmark.run.store import RunBusy, RunDir, atomic_write_json, read_json
 
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
+CANCELLED_FILE = "cancelled.json"  # written by `protobench cancel`: the job it cancelled, and when
 RUNNING_ELSEWHERE = "running_elsewhere"  # a run's outcome in a job's answer when another process holds it
 # How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
 # which the server frees the locks of a failed node, so a job requeued after a node failure
@@ -197,7 +198,7 @@ class RunJob(submitit.helpers.Checkpointable):
 class RunState:
     """Where a run stands: ``label`` is what ``protobench status`` shows."""
 
-    label: str  # done | pending | running | requeued … | failed (REASON) | failed | started | new
+    label: str  # done | pending | running | requeued … | cancelled | failed (REASON) | failed | started | new
     live: bool  # a job of the run may still run: do not submit it again
     failed: bool  # ended without a result: submit again only with --retry-failed
     job: JobRecord | None = None
@@ -224,6 +225,16 @@ def _started_in_this_attempt(run_dir: Path, job: JobRecord, scheduler: JobState)
     return recorded is not None and recorded >= scheduler.restarts
 
 
+def record_cancelled(run_dir: Path, job: JobRecord) -> None:
+    """Mark the run's job as cancelled by the user: the run then reads ``cancelled`` (not
+    failed) and a plain ``protobench run`` submits it again."""
+    atomic_write_json(run_dir / CANCELLED_FILE, {"job_id": job.job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+
+
+def _cancelled(run_dir: Path, job: JobRecord) -> bool:
+    return (read_json(run_dir / CANCELLED_FILE) or {}).get("job_id") == job.job_id
+
+
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
     """The run's state from its files and (for SLURM jobs) the scheduler's answer, None when
     SLURM no longer knows the job. Asks nothing of SLURM: testable without a cluster."""
@@ -243,6 +254,8 @@ def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -
         if restarts:
             label += f", requeued {restarts}×"
         return RunState(label, live=True, failed=False, job=job)
+    if _cancelled(rd.path, job):  # by `protobench cancel`, pending or running: not a failure
+        return RunState("cancelled", live=False, failed=False, job=job)
     if state == "failed":  # the run recorded its own failure (failure.json holds the reason)
         return RunState("failed", live=False, failed=True, job=job)
     if scheduler is None:

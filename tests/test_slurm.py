@@ -286,25 +286,25 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
     assert "resuming at" in second.log_path.read_text() and second.result()["timing"]["resumed_from_epoch"] >= 1
 
 
-# ---- killed from outside ------------------------------------------------------------------------
-def test_scancelled_job_is_reported_failed_and_retried_only_on_request(
+# ---- cancelled --------------------------------------------------------------------------------
+def test_cancelled_runs_read_cancelled_pending_or_running_and_a_plain_run_resubmits_them(
         profile: ClusterProfile, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    grid = tiny_grid("cancelled", tmp_path / "data", epochs=200)
+    grid = tiny_grid("cancelled", tmp_path / "data", epochs=200, js=(2, 3, 4))  # 2 tasks run at once, 1 pends
     runs_root = tmp_path / "runs"
     submission = submit(grid, runs_root, tmp_path / "cache", profile)
-    rd = RunDir(grid.run_dir(runs_root, grid.runs[0]))
-    wait_until(lambda: (rd.path / ATTEMPT_FILE).exists(), "the job to start")
-    assert main(["cancel", str(runs_root / grid.name)]) == 0  # scancel of the run's array task
-    assert f"cancelled 1 job(s): {submission.arrays[0].job_ids[0]}" in capsys.readouterr().out
+    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in grid.runs]
+    wait_until(lambda: any((rd.path / ATTEMPT_FILE).exists() for rd in dirs), "a job to start")
+    assert main(["cancel", str(runs_root / grid.name)]) == 0
+    assert f"cancelled 3 job(s) of 3 run(s): {' '.join(submission.arrays[0].job_ids)}" in capsys.readouterr().out
 
-    state = wait_until(lambda: (s := run_states([rd])[rd.path]).failed and s, "the cancelled run to read as failed", 60)
-    assert state.label == "failed (CANCELLED)" and not rd.is_complete
+    states = wait_until(lambda: (s := run_states(dirs)) and all(not v.live for v in s.values()) and s,
+                        "every cancelled run to end", 60)
+    assert {state.label for state in states.values()} == {"cancelled"}
     assert main(["status", str(runs_root / grid.name)]) == 0
-    assert "1 runs: 1 failed (CANCELLED)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "3 runs: 3 cancelled" in out and "log " not in out
     todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False)
-    assert todo == [] and settled[0].state == "skipped-failed" and "CANCELLED" in settled[0].detail
-    todo, _ = pending_runs(grid, list(grid.runs), runs_root, retry_failed=True)
-    assert todo == list(grid.runs)
+    assert todo == list(grid.runs) and settled == []
 
 
 # ---- code snapshots -----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (
 LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE)
 UNLOCKED_FILES = (SPEC_FILE, "job.json")  # also written by a submitting process, in milliseconds
 UNLOCKED_TEMP_STALE_S = 3600.0  # a temporary file of those this old was left by a killed writer
+LOCK_TEXT = re.compile(r"pid (?P<pid>\d+) on (?P<host>\S+) since (?P<since>\S+)")  # what run_lock writes
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
@@ -296,10 +297,28 @@ def run_lock(run_dir: Path, *, wait_s: float = 0.0) -> Iterator[None]:
                                   "with -o flock)") from err
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n"
-                 .encode())
+                 .encode())  # LOCK_TEXT reads it back
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """Who holds the run's lock (:func:`run_lock`), as its lock file names them ("pid P on HOST
+    since T"); None when no process does."""
+    try:
+        fd = os.open(RunDir(run_dir).lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # nobody holds it (the shared lock is released at close)
+    except BlockingIOError:
+        return os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+    except OSError:  # a filesystem without locks: nobody can be holding one
+        return None
+    finally:
+        os.close(fd)
 
 
 def find_run_dirs(root: Path) -> list[RunDir]:

@@ -1,7 +1,9 @@
 """``protobench status``: what every run under a runs directory is doing, in one table."""
 from __future__ import annotations
 
+import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchmark.progress import output_console
-from benchmark.run.store import UnreadableRunFile, find_run_dirs, load_json
+from benchmark.config import RunSpec
+from benchmark.errors import ProtobenchError
+from benchmark.run.epochlog import read_epoch_log
+from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
+from benchmark.tools.plan import run_epochs
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -46,12 +52,45 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
             result = None
         state = "done" if result is not None else "unreadable" if rd.result_path.exists() else rd.state
         reason = str((_safe_read(rd.failure_path, unreadable) or {}).get("reason", "")) if state == "failed" else None
+        holder = lock_holder(rd.path) if state in ("new", "started") else None
+        if holder is not None:  # a local process trains it now: the word SLURM's runs use
+            state = "running"
         if extra_states and str(rd.path) in extra_states and state != "done":
             state = extra_states[str(rd.path)]
+        progress = running_progress(rd, spec, holder) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason,
-                        "warnings": diagnostic_warnings(result), "unreadable": unreadable})
+                        "warnings": diagnostic_warnings(result), "unreadable": unreadable, "progress": progress})
     return records
+
+
+def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None) -> str:
+    """``epoch k/n, H:MM:SS, job J on NODE`` of a running run: epochs from its metrics.jsonl and
+    its method's stages, elapsed time and node from the job's attempt.json (SLURM) or the lock
+    holder (local); a part that cannot be told is left out."""
+    from slurm.jobs import ATTEMPT_FILE, latest_job
+
+    parts = []
+    try:
+        records = read_epoch_log(rd.metrics_path)
+        parts.append(f"epoch {records[-1]['epoch'] if records else 0}/{run_epochs(RunSpec.from_json(spec))}")
+    except ProtobenchError:
+        pass
+    job = latest_job(rd.path)
+    attempt = read_json(rd.path / ATTEMPT_FILE) or {}
+    if job is not None and job.executor == "slurm" and attempt.get("job_id") == job.job_id:
+        since, node, who = attempt.get("started"), attempt.get("host"), f"job {job.job_id}"
+    else:
+        found = LOCK_TEXT.fullmatch(holder or "")
+        since, node, who = (found["since"], found["host"], f"pid {found['pid']}") if found else (None, None, "")
+    try:
+        parts.append(str(timedelta(seconds=round(time.time() - time.mktime(time.strptime(str(since),
+                                                                                        "%Y-%m-%dT%H:%M:%S"))))))
+    except (ValueError, OverflowError):
+        pass
+    if who:
+        parts.append(f"{who} on {node}" if isinstance(node, str) else who)
+    return ", ".join(parts)
 
 
 def _safe_read(path: Path, unreadable: list[str]) -> dict[str, Any] | None:
@@ -77,7 +116,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
     their reasons and the out-of-range diagnostics of finished runs."""
     table = Table(title=f"runs under {root}", show_lines=False)
     for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS,
-                   "warnings"):
+                   "warnings", "progress"):
         table.add_column(column, justify="right" if column in METRIC_COLUMNS or column in ("J", "seed") else "left")
     counts: Counter[str] = Counter()
     failed: list[tuple[Path, str]] = []
@@ -95,6 +134,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
             str(spec.get("method", "?")), str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS), _warnings_cell(record["warnings"]),
+            escape(record["progress"]),
         )
     return table, counts, failed, warned
 
