@@ -86,7 +86,7 @@ def read_result_json(path: Path) -> dict[str, object]:
     try:
         data = load_json(path)
     except UnreadableRunFile as exc:
-        raise _malformed(path, f"not readable JSON ({exc.why})") from None
+        raise _malformed(path, exc.why) from None
     if data is None:
         raise _malformed(path, "it was removed while being read")
     return data

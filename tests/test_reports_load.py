@@ -81,7 +81,7 @@ def test_missing_directory_and_empty_directory_are_user_errors(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
-        ("{not json", "not readable JSON"),
+        ("{not json", "not valid JSON"),
         ("[1, 2]", "the top level is a list, not a JSON object"),
         ('{"run_id": "x", "metrics": {"acc": 1' + "0" * 5000 + "}}", "an integer of 5001 digits"),
         ("[" * 100_000 + "]" * 100_000, "nested deeper than 32 levels"),
