@@ -264,3 +264,15 @@ def test_security_a_job_record_with_an_unknown_key_does_not_stop_the_grid(tmp_pa
     todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False)
     assert todo == list(grid.runs) and settled == []
     assert RunDir(first).state == "new"
+
+
+def test_faults_ctrl_c_exits_130_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import benchmark.cli as cli
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_status", interrupted)
+    assert main(["status", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "protobench: interrupted\n"
