@@ -19,6 +19,7 @@ import pytest
 import torch
 from cache_helpers import NAME, ROWS, build_toy
 from support import tiny_grid
+from test_faults_runs import write_grid
 from test_reports_load import GOOD_RESULT
 
 import benchmark.cache.store as store
@@ -33,22 +34,6 @@ from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import _save_checkpoint, load_checkpoint
 from slurm.executors import pending_runs
 from slurm.jobs import JOB_FILE
-
-GRID_TOML = """
-name = "camp"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-batch_size = 8
-device = "cpu"
-method = "vmfproto"
-[[sweep]]
-prototypes_per_class = [2]
-"""
 
 
 def runs_with_one_hostile_result(root: Path, hostile: str, file: str = "result.json") -> Path:
@@ -167,7 +152,7 @@ def test_faults_a_checkpoint_with_a_flipped_bit_is_refused_as_corrupt(tmp_path: 
 # ---- bad inputs -----------------------------------------------------------------------------------
 def test_bad_input_seed_2_63_minus_1_is_refused_before_any_trunk_forward(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "grid.toml").write_text(GRID_TOML.format(root=tmp_path / "data"))
+    write_grid(tmp_path / "grid.toml", tmp_path / "data", name="camp")
 
     def no_forward(*args: object, **kwargs: object) -> None:
         raise AssertionError("the trunk ran")
@@ -190,7 +175,7 @@ def test_bad_input_an_integer_field_is_bounded_where_validated(tmp_path: Path) -
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_bad_input_cuda_without_cuda_is_a_validation_error_with_no_run_folder(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "grid.toml").write_text(GRID_TOML.format(root=tmp_path / "data"))
+    write_grid(tmp_path / "grid.toml", tmp_path / "data", name="camp")
     assert main(["run", str(tmp_path / "grid.toml"), "--runs-dir", str(tmp_path / "runs"), "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "camp").exists()
