@@ -18,6 +18,7 @@ from benchmark.grid import cache_group, parse_grid
 from slurm.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
 from slurm.scheduler import JobState, parse_sacct, parse_scontrol
 from benchmark.run.store import RunDir, atomic_write_json
+from methods.registry import stand_in_method
 from support import git, tiny_grid
 
 REPO = Path(__file__).resolve().parent.parent
@@ -281,3 +282,21 @@ def test_a_refused_second_array_keeps_the_first_one_recorded(tmp_path: Path, fak
     (snap,) = (runs / ".snapshots").iterdir()  # kept: the queued jobs import it
     assert (snap / "slurm" / "executors.py").is_file()
     assert leftovers(runs / ".submitit") == []
+
+
+def test_adapter_paths_are_the_absolute_entries_own_adapters_were_imported_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm.jobs import adapter_paths
+
+    package = tmp_path / "contrib" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).parent / "example_adapter.py", package / "adapters.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend("contrib")  # relative, as PYTHONPATH=contrib puts it
+    grid = tiny_grid("g", tmp_path / "data")
+    specs = [grid.runs[0].with_overrides(method=m) for m in ("mypkg.adapters:CosinePrototypes", "vmfproto",
+                                                             "example_adapter:CosinePrototypes")]
+    for spec in specs:  # what the pre-submit checks do
+        stand_in_method(spec.method, {}, 2)
+    assert adapter_paths(specs) == (tmp_path / "contrib", Path(__file__).resolve().parent)

@@ -125,7 +125,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
         spec, metrics, state = record["spec"], record["metrics"], record["state"]
         if record["failure"] is not None:
             failed.append((Path(record["path"]), record["failure"]))
-        failed.extend((Path(record["path"]), problem) for problem in record["unreadable"])
+        failed.extend((Path(record["path"]), f"unreadable: {problem}") for problem in record["unreadable"])
         counts[state] += 1
         warned.extend((Path(record["path"]), warning) for warning in record["warnings"])
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
