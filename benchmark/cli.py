@@ -12,6 +12,7 @@ from benchmark.run.store import default_cache_root
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
+    from benchmark.run.store import RunDir
     from slurm.executors import Outcome
     from benchmark.grid import GridSpec
 
@@ -195,23 +196,47 @@ def cmd_status(args: argparse.Namespace) -> int:
     print_status(root, extra_states=extra_states)
     for state in states.values():
         if state.label.startswith("failed (") and state.job:
-            print(f"{state.label}: job {state.job.job_id}, log {state.job.log_paths[1]}")
+            log = state.job.log_paths[1]
+            print(f"{state.label}: job {state.job.job_id}" + (f", log {log}" if log.exists() else ", no log (it never started)"))
     return 0
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
-    from slurm.jobs import run_states
-    from slurm.scheduler import cancel_jobs
+def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
+    """The run directories ``cancel`` names: a grid file's runs, those under a directory, or the
+    runs whose id starts with a prefix (under --runs-dir); and how to say which."""
+    from benchmark.grid import load_grid
     from benchmark.run.store import find_run_dirs
 
-    root = _runs_dir(args.runs_dir)
-    live = list(dict.fromkeys(state.job.job_id for state in run_states(find_run_dirs(root)).values()
-                              if state.live and state.job))  # the runs of a packed task share its job
-    if not live:
-        print(f"no pending or running SLURM job under {root}")
+    target = Path(args.target)
+    if target.suffix == ".toml" and target.is_file():
+        grid = load_grid(target)
+        root = _runs_root(args, grid.runs_dir) / grid.name
+        return f"grid {grid.name!r} ({root})", find_run_dirs(root) if root.is_dir() else []
+    if target.is_dir():
+        return str(target), find_run_dirs(target)
+    root = _runs_dir(args.runs_dir or "runs")
+    dirs = [rd for rd in find_run_dirs(root) if rd.path.name.startswith(args.target)]
+    if not dirs:
+        raise ProtobenchError(f"{args.target!r} is neither a grid file, a runs directory nor the start of a run id "
+                              f"under {root}; give one of those (e.g. `protobench cancel runs/demo`)")
+    return f"run(s) {args.target}* under {root}", dirs
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from slurm.jobs import record_cancelled, run_states
+    from slurm.scheduler import cancel_jobs
+
+    what, dirs = _cancel_targets(args)
+    live = {path: state.job for path, state in run_states(dirs).items() if state.live and state.job}
+    jobs = list(dict.fromkeys(job.job_id for job in live.values()))  # the runs of a packed task share its job
+    if not jobs:
+        print(f"no pending or running SLURM job for {what}")
         return 0
-    cancel_jobs(live)
-    print(f"cancelled {len(live)} job(s): {' '.join(live)}; `protobench run --retry-failed` submits them again")
+    cancel_jobs(jobs)
+    for path, job in live.items():
+        record_cancelled(path, job)
+    print(f"cancelled {len(jobs)} job(s) of {len(live)} run(s): {' '.join(jobs)}; they read `cancelled`, and "
+          "`protobench run` of the grid submits them again")
     return 0
 
 
@@ -476,8 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON record per run (state, spec, metrics)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("cancel", help="scancel the SLURM jobs of the unfinished runs under a runs directory")
-    p.add_argument("runs_dir", help="a directory `protobench run --executor slurm` wrote to")
+    p = sub.add_parser("cancel", help="scancel the pending or running SLURM jobs of a grid, a runs directory or runs")
+    p.add_argument("target", help="a grid TOML file, a directory `protobench run --executor slurm` wrote to "
+                                  "(runs/GRID, runs/GRID/RUN_ID) or the start of a run id")
+    p.add_argument("--runs-dir", help="where a grid's or a run id's runs are (default: the grid's runs_dir, 'runs')")
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
@@ -579,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     except ProtobenchError as err:
         print(f"protobench: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a run stopped mid-way resumes from its last checkpoint
+        print("protobench: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports it
 
 
 if __name__ == "__main__":

@@ -30,6 +30,12 @@ PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
 # CUB's 200 classes allow J ≤ 100 (the paper uses J ≤ 10).
 MAX_PROTOTYPES = 20_000
 
+# Every integer a grid gives (RunSpec fields, dataset_args, method_args) lies within ±(2³¹ − 1):
+# far above any real count or size, and every derived seed fits a 64-bit integer (training seeds
+# its per-epoch generators with seed · 100003 + epoch, benchmark/run/training.py), so an
+# out-of-range value fails at grid load, not in a C library after the cache build.
+MAX_INTEGER = 2**31 - 1
+
 # Fields that say where/how to run, not what to compute: excluded from the run id.
 # ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
 # ``deterministic`` only picks deterministic kernels for the same computation (README, "GPU").
@@ -149,6 +155,8 @@ def require_type(key: str, value: Any, expected: type | tuple[type, ...], where:
     if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
         kind = " or ".join(t.__name__ for t in types)
         raise ProtobenchError(f"{where}: {key} = {value!r} must be of type {kind}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        raise ProtobenchError(f"{where}: {key} = {value} is out of range: integers must lie within ±{MAX_INTEGER}")
 
 
 _FIELD_TYPES: dict[str, type] = {

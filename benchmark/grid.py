@@ -15,6 +15,9 @@ prototypes_per_class = [3, 5]       # expanded as Cartesian products and concate
 seed = [0, 1]                       # duplicates (same run id) kept once
 ```
 
+A relative ``data_root`` or weights file (in the grid or on the command line) is resolved
+against the working directory when the grid is read (:func:`absolute_paths`).
+
 ``weights`` may be a table by backbone (``weights = { dinov2_vitb14 = "/w/b14.safetensors",
 dinov3_vitb16 = "hf-cache" }``): each run takes its backbone's entry. Command-line overrides
 (``--data-root``, ``--weights``, ``--set KEY=VALUE``) replace a field in every run.
@@ -136,6 +139,18 @@ def weights_for_backbone(values: dict[str, Any], where: str) -> dict[str, Any]:
     return {**values, "weights": table[backbone]}
 
 
+def absolute_paths(spec: RunSpec) -> RunSpec:
+    """``spec`` with its data root and weights file resolved against the working directory, once,
+    when the grid is read: every later step (plan, the pre-submit checks, a job started in a code
+    snapshot, spec.json) sees the same absolute path. Both are operational fields: the run id
+    is unchanged."""
+    def absolute(path: str) -> str:
+        return str(Path(path).expanduser().resolve()) if path else path
+
+    weights = spec.weights if spec.weights in ("hf-cache", "random") else absolute(spec.weights)
+    return spec.with_overrides(data_root=absolute(spec.data_root), weights=weights)
+
+
 def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] | None = None) -> GridSpec:
     """Validate and expand a parsed grid document; ``overrides`` replace fields of every run
     (e.g. ``--data-root``)."""
@@ -163,7 +178,7 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
                 raise unknown_key_error(key, list(RUN_FIELDS), where)
         for values in _axes(block):
             merged = apply_overrides({**defaults, **values}, overrides or {})
-            spec = build_run_spec(weights_for_backbone(merged, where), where=where)
+            spec = absolute_paths(build_run_spec(weights_for_backbone(merged, where), where=where))
             runs.setdefault(spec.run_id, spec)
     if not runs:
         raise ProtobenchError(f"{source}: the grid expands to no runs")

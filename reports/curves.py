@@ -8,14 +8,13 @@ loss term by name, ``lr.<group>`` or ``seconds``; one panel per quantity, one li
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import METRICS_FILE, SPEC_FILE, read_json
+from benchmark.run.store import METRICS_FILE, SPEC_FILE, UnreadableRunFile, parse_run_json, read_json
 from reports.plots import check_figure_path, panels, save_figure
 
 
@@ -99,11 +98,9 @@ def plot_curves(run_dirs: Sequence[Path], out: Path, *, quantities: Sequence[str
 def _record(path: Path, number: int, line: str) -> tuple[str, int, dict[str, float]]:
     where = f"{path} line {number}"
     try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ProtobenchError(f"{where} is not JSON ({exc}); delete the line or run the run again.") from exc
-    if not isinstance(data, dict):
-        raise ProtobenchError(f"{where} is not a JSON object; delete the line or run the run again.")
+        data = parse_run_json(line, Path(where))
+    except UnreadableRunFile as exc:
+        raise ProtobenchError(f"{where} is not JSON ({exc.why}); delete the line or run the run again.") from None
     epoch, stage = data.get("epoch"), data.get("stage")
     if isinstance(epoch, bool) or not isinstance(epoch, int):
         raise ProtobenchError(f"{where}: epoch must be an integer, got {epoch!r}.")

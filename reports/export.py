@@ -21,7 +21,7 @@ from pathlib import Path
 from benchmark.errors import ProtobenchError
 from benchmark.run.records import read_records
 from benchmark.run.store import atomic_write_bytes
-from reports.load import read_result_json, result_files
+from reports.load import read_result_json, readable, result_files
 
 #: columns first in every export, in this order; the rest follow in first-seen order
 LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name")
@@ -45,12 +45,8 @@ def flatten(value: Mapping[str, object], prefix: str = "") -> Record:
 
 def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
     """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths)."""
-    records = []
-    for path in result_files(runs_dirs):
-        flat = flatten(read_result_json(path))
-        flat["run_dir"] = str(path.parent)
-        records.append(flat)
-    return records
+    return readable(result_files(runs_dirs), lambda path: {**flatten(read_result_json(path)),
+                                                           "run_dir": str(path.parent)})
 
 
 #: the spec fields that name a run's cell and seed in a per-image export, and their column names
@@ -108,15 +104,18 @@ def write_export(records: list[Record], out: Path) -> None:
     columns = columns_of(records)
     if out.suffix == ".jsonl":
         lines = (json.dumps({c: record.get(c) for c in columns}) for record in records)
-        atomic_write_bytes(out, "".join(line + "\n" for line in lines).encode("utf-8"))
-        return
-    import pandas as pd
-
-    frame = pd.DataFrame.from_records([_cells(record) for record in records], columns=columns)
-    if out.suffix == ".csv":
-        atomic_write_bytes(out, frame.to_csv(index=False, lineterminator="\n").encode("utf-8"))
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
     else:
-        atomic_write_bytes(out, frame.to_parquet(index=False))
+        import pandas as pd
+
+        frame = pd.DataFrame.from_records([_cells(record) for record in records], columns=columns)
+        data = (frame.to_csv(index=False, lineterminator="\n").encode("utf-8") if out.suffix == ".csv"
+                else frame.to_parquet(index=False))
+    try:
+        atomic_write_bytes(out, data)
+    except OSError as err:  # its temporary file is gone; name what the user gave
+        raise ProtobenchError(f"cannot write {out}: {err.strerror or err}; choose a folder you can write to "
+                              "(--out)") from None
 
 
 def _cells(record: Record) -> Record:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
+from benchmark.run.store import UnreadableRunFile, load_json
 from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
@@ -33,10 +35,26 @@ Record = dict[str, object]
 def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
     """Load every ``result.json`` found (recursively) under the given runs directories.
 
-    A file reached through two of the directories is read once. Raises ProtobenchError
-    when a directory does not exist, when none holds a result, or when a result is malformed.
+    A file reached through two of the directories is read once; a malformed one is skipped with
+    a warning naming it (:func:`readable`). Raises ProtobenchError when a directory does not
+    exist, or when none holds a readable result.
     """
-    return _tidy([_read_result(path) for path in result_files(runs_dirs)])
+    return _tidy(readable(result_files(runs_dirs), _read_result))
+
+
+def readable(paths: list[Path], read: Callable[[Path], Record]) -> list[Record]:
+    """``read`` of each path; a file it refuses (ProtobenchError) costs its own row only, named
+    in a warning on stderr. Raises when no file is readable."""
+    records, refused = [], []
+    for path in paths:
+        try:
+            records.append(read(path))
+        except ProtobenchError as err:
+            refused.append(str(err))
+            print(f"warning: skipped {err}", file=sys.stderr)
+    if refused and not records:
+        raise ProtobenchError(f"no readable {RESULT_FILE}: " + "; ".join(refused))
+    return records
 
 
 def result_files(runs_dirs: Iterable[str | Path]) -> list[Path]:
@@ -66,11 +84,11 @@ def result_files(runs_dirs: Iterable[str | Path]) -> list[Path]:
 def read_result_json(path: Path) -> dict[str, object]:
     """The JSON object of one ``result.json`` (plain data: nothing read can execute code)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _malformed(path, f"not readable JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise _malformed(path, "the top level is not a JSON object")
+        data = load_json(path)
+    except UnreadableRunFile as exc:
+        raise _malformed(path, exc.why) from None
+    if data is None:
+        raise _malformed(path, "it was removed while being read")
     return data
 
 

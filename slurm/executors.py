@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import io
+import shlex
 import shutil
 import sys
 import time
@@ -30,9 +31,9 @@ from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
-from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, add_job_record, run_states
+from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, adapter_paths, add_job_record, run_states
 from benchmark.tools.plan import paper_costs, run_epochs
-from benchmark.run.runner import check_data, execute_run, load_trunk
+from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
 from slurm.snapshot import code_snapshot, snapshot_path
 from benchmark.run.store import RunBusy, RunDir, atomic_write_json
 from methods.registry import stand_in_method
@@ -102,6 +103,8 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
     """Execute the pending runs in this process; a failed run is recorded and the next one starts.
     ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
+    for spec in {spec.device: spec for spec in todo}.values():  # a device this machine lacks is a user error
+        check_device(spec)
     preflight(todo)
     for spec in todo:
         try:
@@ -153,15 +156,9 @@ def group_by_shape(runs: list[RunSpec], profile: ClusterProfile) -> list[tuple[J
     return list(groups.items())
 
 
-def _absolute(path: str) -> str:
-    return str(Path(path).expanduser().resolve()) if path else path
-
-
 def job_spec(spec: RunSpec, device: str | None) -> RunSpec:
-    """The spec a job receives: paths absolute (jobs start in the snapshot directory) and the
-    profile's device; both are operational fields, so the run id is unchanged."""
-    weights = spec.weights if spec.weights in ("hf-cache", "random") else _absolute(spec.weights)
-    spec = spec.with_overrides(data_root=_absolute(spec.data_root), weights=weights)
+    """The spec a job receives: the profile's device (an operational field, so the run id is
+    unchanged). Its paths are absolute since the grid was read (:func:`benchmark.grid.absolute_paths`)."""
     return spec.with_overrides(device=device) if device else spec
 
 
@@ -199,7 +196,11 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     use_snapshot = executor == "slurm" and profile.snapshot
     result.snapshot = snapshot_path(runs_root) if use_snapshot else None
     ex = make_executor(executor, result.folder, profile, job_name=f"protobench-{grid.name}")
+    if result.snapshot and profile.setup:  # the profile's lines run where the user submitted, as written
+        ex.update_parameters(slurm_setup=[f"cd {shlex.quote(str(Path.cwd()))}", *profile.setup,
+                                          f"cd {shlex.quote(str(result.snapshot))}"])
     cache_root = cache_root.resolve()
+    adapters = adapter_paths(todo)
     with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
         for shape, specs in group_by_shape(todo, profile):
             ex.update_parameters(**shape.submitit_parameters())
@@ -207,7 +208,8 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
             board = tensorboard_root.resolve() if tensorboard_root else None
             calls = [RunJob(tuple(TaskRun(spec, grid.run_dir(runs_root, spec),
                                           grid.run_dir(board, spec) if board else None) for spec in task),
-                            cache_root, result.snapshot, allow_code_change=allow_code_change)
+                            cache_root, result.snapshot, allow_code_change=allow_code_change,
+                            adapter_paths=adapters)
                      for task in tasks]
             try:
                 jobs = _submit_array(ex, calls, shape, profile, result)

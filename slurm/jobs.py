@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,11 +24,30 @@ from benchmark.run.store import RunBusy, RunDir, atomic_write_json, read_json
 
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
+CANCELLED_FILE = "cancelled.json"  # written by `protobench cancel`: the job it cancelled, and when
 RUNNING_ELSEWHERE = "running_elsewhere"  # a run's outcome in a job's answer when another process holds it
 # How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
 # which the server frees the locks of a failed node, so a job requeued after a node failure
 # is not turned away by its dead predecessor's lock.
 LOCK_WAIT_S = 180.0
+
+
+def adapter_paths(specs: list[RunSpec]) -> tuple[Path, ...]:
+    """The absolute ``sys.path`` entries this process imported the runs' own adapters from (methods
+    named ``package.module:Class``, already imported by the pre-submit checks): a job appends them
+    to its ``sys.path``, so an adapter found through a relative ``PYTHONPATH`` here is found in a
+    job started elsewhere (in its code snapshot) too, read from where it lies."""
+    found: dict[Path, None] = {}
+    for spec in specs:
+        if ":" not in spec.method:
+            continue
+        top = sys.modules[spec.method.partition(":")[0].split(".")[0]]
+        if top.__file__ is None:  # a namespace package: its folder lies in the entry
+            found[Path(next(iter(top.__path__))).resolve().parent] = None
+        else:  # a module file, or a package's __init__.py one level further down
+            origin = Path(top.__file__).resolve()
+            found[origin.parent.parent if origin.name == "__init__.py" else origin.parent] = None
+    return tuple(found)
 
 
 def code_dir() -> Path:
@@ -58,9 +78,29 @@ class JobRecord:
         return folder / f"{self.job_id}_0_log.out", folder / f"{self.job_id}_0_log.err"
 
 
+_JOB_FIELD_TYPES = {name: (str,) for name in ("executor", "job_id", "submitted", "submitit_folder")} | {
+    "array_job_id": (str,), "array_task_id": (int, type(None)), "snapshot": (str,), "profile": (str,),
+    "task_position": (int,), "task_runs": (int,)}
+
+
+def _job_record(entry: object) -> JobRecord | None:
+    """A ``job.json`` entry as a JobRecord; None when it is not one the suite wrote (a required
+    field missing or of another type). Unknown keys are left out, never passed on."""
+    if not isinstance(entry, dict) or not all(name in entry for name in ("executor", "job_id", "submitted",
+                                                                       "submitit_folder")):
+        return None
+    known = {name: value for name, value in entry.items() if name in _JOB_FIELD_TYPES}
+    if any(isinstance(value, bool) or not isinstance(value, _JOB_FIELD_TYPES[name]) for name, value in known.items()):
+        return None
+    return JobRecord(**known)
+
+
 def job_records(run_dir: Path) -> list[JobRecord]:
-    data = read_json(run_dir / JOB_FILE) or {}
-    return [JobRecord(**entry) for entry in data.get("submissions", [])]
+    """The run's submissions, oldest first; an entry that is not a job record is skipped (a
+    hostile or damaged ``job.json`` costs that run its job history, never the grid)."""
+    submissions = (read_json(run_dir / JOB_FILE) or {}).get("submissions", [])
+    records = [_job_record(entry) for entry in submissions] if isinstance(submissions, list) else []
+    return [record for record in records if record is not None]
 
 
 def latest_job(run_dir: Path) -> JobRecord | None:
@@ -99,11 +139,12 @@ class RunJob(submitit.helpers.Checkpointable):
     failure's error."""
 
     def __init__(self, runs: tuple[TaskRun, ...], cache_root: Path, snapshot: Path | None, *,
-                 allow_code_change: bool = False) -> None:
+                 allow_code_change: bool = False, adapter_paths: tuple[Path, ...] = ()) -> None:
         if not runs:
             raise ValueError("an array task needs at least one run")
         self.runs, self.cache_root, self.snapshot = runs, cache_root, snapshot
         self.allow_code_change = allow_code_change
+        self.adapter_paths = adapter_paths
 
     def __call__(self) -> dict[str, dict[str, str]]:
         """Each run's outcome by run id: ``{"state": "done"}`` or ``{"state": RUNNING_ELSEWHERE,
@@ -112,6 +153,9 @@ class RunJob(submitit.helpers.Checkpointable):
         if self.snapshot is not None and imported != self.snapshot.resolve():
             raise ProtobenchError(f"the job imported the suite from {imported}, not from its code snapshot "
                                   f"{self.snapshot}; remove {imported} from PYTHONPATH")
+        for path in self.adapter_paths:  # after the suite's own entries: an adapter cannot shadow the snapshot
+            if str(path) not in sys.path:
+                sys.path.append(str(path))
         outcomes: dict[str, dict[str, str]] = {}
         failures: list[BaseException] = []
         for position, run in enumerate(self.runs):
@@ -154,23 +198,41 @@ class RunJob(submitit.helpers.Checkpointable):
 class RunState:
     """Where a run stands: ``label`` is what ``protobench status`` shows."""
 
-    label: str  # done | pending | running | requeued … | failed (REASON) | failed | started | new
+    label: str  # done | pending | running | requeued … | cancelled | failed (REASON) | failed | started | new
     live: bool  # a job of the run may still run: do not submit it again
     failed: bool  # ended without a result: submit again only with --retry-failed
     job: JobRecord | None = None
 
 
-def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
+def _attempt_restarts(run_dir: Path, job: JobRecord) -> int | None:
+    """SLURM_RESTART_COUNT recorded by the run's ``attempt.json`` when it comes from ``job``
+    (None: from another job, absent or unreadable)."""
     attempt = read_json(run_dir / ATTEMPT_FILE) or {}
-    recorded = attempt.get("restart_count", 0) if attempt.get("job_id") == job.job_id else 0
-    return max(recorded, scheduler.restarts if scheduler else 0)
+    count = attempt.get("restart_count", 0)
+    if attempt.get("job_id") != job.job_id or isinstance(count, bool) or not isinstance(count, int):
+        return None
+    return count
+
+
+def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
+    return max(_attempt_restarts(run_dir, job) or 0, scheduler.restarts if scheduler else 0)
 
 
 def _started_in_this_attempt(run_dir: Path, job: JobRecord, scheduler: JobState) -> bool:
     """The run's ``attempt.json`` comes from the running attempt of its (packed) task: it is the
     task's current run, not one waiting behind it."""
-    attempt = read_json(run_dir / ATTEMPT_FILE) or {}
-    return attempt.get("job_id") == job.job_id and attempt.get("restart_count", 0) >= scheduler.restarts
+    recorded = _attempt_restarts(run_dir, job)
+    return recorded is not None and recorded >= scheduler.restarts
+
+
+def record_cancelled(run_dir: Path, job: JobRecord) -> None:
+    """Mark the run's job as cancelled by the user: the run then reads ``cancelled`` (not
+    failed) and a plain ``protobench run`` submits it again."""
+    atomic_write_json(run_dir / CANCELLED_FILE, {"job_id": job.job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+
+
+def _cancelled(run_dir: Path, job: JobRecord) -> bool:
+    return (read_json(run_dir / CANCELLED_FILE) or {}).get("job_id") == job.job_id
 
 
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
@@ -192,6 +254,8 @@ def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -
         if restarts:
             label += f", requeued {restarts}×"
         return RunState(label, live=True, failed=False, job=job)
+    if _cancelled(rd.path, job):  # by `protobench cancel`, pending or running: not a failure
+        return RunState("cancelled", live=False, failed=False, job=job)
     if state == "failed":  # the run recorded its own failure (failure.json holds the reason)
         return RunState("failed", live=False, failed=True, job=job)
     if scheduler is None:

@@ -20,7 +20,7 @@ from cache_helpers import NAME, build_toy, flip_byte, read_all, toy_arrays, toy_
 import benchmark.cache.lock as lock_module
 import benchmark.cache.store as store
 from benchmark.cache.arrays import ArraySpec, ArrayWriter, open_array
-from benchmark.cache.lock import Heartbeat, Owner, build_lock
+from benchmark.cache.lock import Heartbeat, Owner, build_lock, pid_space
 from benchmark.cache.stage import STAGE_SUBDIR, stage_entry, stage_root
 from benchmark.cli import main
 from benchmark.config import RunSpec, build_run_spec
@@ -72,11 +72,11 @@ def test_open_samples_blocks_and_verify_checks_all(tmp_path: Path, monkeypatch) 
     row_bytes = 16 * 8 * 2
     flip_byte(tokens, 10 * row_bytes)  # a byte of row 30: block 15, neither first nor last
     monkeypatch.setattr(store, "SAMPLE_BLOCKS", 0)  # only the first and last block are sampled
-    assert store.open_entry(entry.path, {"seed": 0}) is not None
+    assert store.open_entry(entry.path, {"seed": 0}, sample=0) is not None
     assert store.verify_entry(entry.path) == ["tokens.npy: 1 of 20 row blocks differ from their checksums"]
-    monkeypatch.setattr(store, "SAMPLE_BLOCKS", 20)  # every block sampled
-    with pytest.raises(ProtobenchError, match=f"row block 15 .*protobench cache rm {NAME}"):
-        store.open_entry(entry.path, {"seed": 0})
+    for _ in range(2):  # a process's first open hashes every block, whatever the sample size
+        with pytest.raises(ProtobenchError, match=f"row block 15 .*protobench cache rm {NAME}"):
+            store.open_entry(entry.path, {"seed": 0})
 
 
 def test_dead_and_live_owners(tmp_path: Path, monkeypatch) -> None:
@@ -86,10 +86,10 @@ def test_dead_and_live_owners(tmp_path: Path, monkeypatch) -> None:
     beat.touch()
     now = beat.stat().st_mtime
     here = socket.gethostname()
-    assert lock_module.is_dead(Owner(here, finished.pid, None, "t"), beat, now)
+    assert lock_module.is_dead(Owner(here, finished.pid, None, "t", pid_space()), beat, now)
     assert not lock_module.is_dead(Owner.current(), beat, now)
     # a reused pid: alive, but not the process that was recorded
-    assert lock_module.is_dead(Owner(here, os.getpid(), "1", "t"), beat, now)
+    assert lock_module.is_dead(Owner(here, os.getpid(), "1", "t", pid_space()), beat, now)
     other = Owner("another-node", 1, None, "t")
     assert not lock_module.is_dead(other, beat, now + lock_module.STALE_AFTER_SECONDS - 1)
     assert lock_module.is_dead(other, beat, now + lock_module.STALE_AFTER_SECONDS + 1)
@@ -121,7 +121,7 @@ def test_lock_waits_for_the_living_and_takes_over_from_the_dead(tmp_path: Path, 
         assert not path.exists()  # released
         finished = subprocess.Popen([sys.executable, "-c", "pass"])
         finished.wait()
-        Owner(socket.gethostname(), finished.pid, None, "earlier").write(path)
+        Owner(socket.gethostname(), finished.pid, None, "earlier", pid_space()).write(path)
         with build_lock(path, heartbeat, timeout=0.05):  # a dead owner on this host: taken over at once
             assert Owner.read(path) == Owner.current()
         Owner("another-node", 1, None, "earlier").write(path)

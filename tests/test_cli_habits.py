@@ -1,6 +1,9 @@
 """Command-line habits: --set, --only aliases and comma lists, weights tables and --weights,
 closest-key hints, status --json, --version, per-command help, and no dataset made by accident."""
 import json
+import os
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,8 @@ from benchmark.cli import build_parser, main
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid, parse_set_options, select_runs, toml_literal
-from benchmark.run.store import atomic_write_json
+from benchmark.run.store import atomic_write_json, run_lock
+from benchmark.tools.plan import run_epochs
 
 GRID = {
     "name": "habits",
@@ -126,6 +130,22 @@ def test_status_json_lists_every_run(tmp_path, capsys):
     assert records["aaa"]["state"] == "done" and records["aaa"]["metrics"]["acc"] == 91.5
     assert records["bbb"]["state"] == "failed" and records["bbb"]["failure"] == "ProtobenchError: boom"
     assert records["aaa"]["spec"]["prototypes_per_class"] == 3
+
+
+def test_status_of_a_local_run_in_progress_says_running_with_epoch_elapsed_and_pid(tmp_path, capsys):
+    spec = RunSpec(dataset="synthbirds", backbone="dinov2_vits14", method="vmfproto", prototypes_per_class=3,
+                   method_args={"discovery_epochs": 1, "end_to_end_epochs": 2})
+    rd = tmp_path / "g" / "aaa"
+    atomic_write_json(rd / "spec.json", spec.to_json())
+    (rd / "metrics.jsonl").write_text('{"epoch": 2, "stage": "discovery"}\n')
+    with run_lock(rd):  # what a local `protobench run` holds while it trains the run
+        assert main(["status", str(tmp_path), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)[0]
+    assert record["state"] == "running"
+    assert re.fullmatch(rf"epoch 2/{run_epochs(spec)}, 0:00:0\d, pid {os.getpid()} on {socket.gethostname()}",
+                        record["progress"]), record["progress"]
+    assert main(["status", str(tmp_path), "--json"]) == 0  # the lock released: a checkpoint-less run is new
+    assert json.loads(capsys.readouterr().out)[0]["state"] == "new"
 
 
 # ---- the parser ------------------------------------------------------------------------------------

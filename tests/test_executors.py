@@ -18,6 +18,7 @@ from benchmark.grid import cache_group, parse_grid
 from slurm.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
 from slurm.scheduler import JobState, parse_sacct, parse_scontrol
 from benchmark.run.store import RunDir, atomic_write_json
+from methods.registry import stand_in_method
 from support import git, tiny_grid
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,9 +106,13 @@ def test_slurm_executor_without_slurm_commands_is_a_clear_error(tmp_path: Path, 
         make_executor("slurm", tmp_path, ClusterProfile(), "job")
 
 
-def test_job_spec_makes_paths_absolute_and_keeps_the_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_are_absolute_from_the_grid_on_and_job_spec_keeps_the_run_id(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = tiny_grid("g", Path("data/synth")).runs[0]
+    assert spec.data_root == str(tmp_path / "data" / "synth")
+    assert spec.run_id == spec.with_overrides(data_root="data/synth").run_id
+    monkeypatch.chdir("/")  # as a job does, in its code snapshot
     moved = job_spec(spec, "cuda")
     assert moved.data_root == str(tmp_path / "data" / "synth") and moved.device == "cuda"
     assert moved.run_id == spec.run_id
@@ -277,3 +282,21 @@ def test_a_refused_second_array_keeps_the_first_one_recorded(tmp_path: Path, fak
     (snap,) = (runs / ".snapshots").iterdir()  # kept: the queued jobs import it
     assert (snap / "slurm" / "executors.py").is_file()
     assert leftovers(runs / ".submitit") == []
+
+
+def test_adapter_paths_are_the_absolute_entries_own_adapters_were_imported_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm.jobs import adapter_paths
+
+    package = tmp_path / "contrib" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).parent / "example_adapter.py", package / "adapters.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend("contrib")  # relative, as PYTHONPATH=contrib puts it
+    grid = tiny_grid("g", tmp_path / "data")
+    specs = [grid.runs[0].with_overrides(method=m) for m in ("mypkg.adapters:CosinePrototypes", "vmfproto",
+                                                             "example_adapter:CosinePrototypes")]
+    for spec in specs:  # what the pre-submit checks do
+        stand_in_method(spec.method, {}, 2)
+    assert adapter_paths(specs) == (tmp_path / "contrib", Path(__file__).resolve().parent)

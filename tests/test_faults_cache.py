@@ -22,7 +22,7 @@ from test_features import KEY, TinyDataset, assert_same, everything, tiny_trunk
 
 import benchmark.cache.arrays as arrays_module
 import benchmark.cache.store as store
-from benchmark.cache.lock import STALE_AFTER_SECONDS, Owner
+from benchmark.cache.lock import STALE_AFTER_SECONDS, Owner, pid_space
 from benchmark.cache.tokens import cache_entries, token_source
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
@@ -129,8 +129,8 @@ def test_only_provably_dead_build_folders_are_removed(tmp_path: Path) -> None:
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         here, stale = socket.gethostname(), STALE_AFTER_SECONDS
-        dead_here = _fake_build_folder(tmp_path, "dead", Owner(here, finished.pid, None, "t"), 0)
-        live_here = _fake_build_folder(tmp_path, "live", Owner(here, alive.pid, None, "t"), 10 * stale)
+        dead_here = _fake_build_folder(tmp_path, "dead", Owner(here, finished.pid, None, "t", pid_space()), 0)
+        live_here = _fake_build_folder(tmp_path, "live", Owner(here, alive.pid, None, "t", pid_space()), 10 * stale)
         silent_remote = _fake_build_folder(tmp_path, "silent", Owner("node-b", 7, None, "t"), 2 * stale)
         beating_remote = _fake_build_folder(tmp_path, "beating", Owner("node-c", 7, None, "t"), 0)
         entry, built = build_toy(tmp_path)  # the next builder sweeps before it builds

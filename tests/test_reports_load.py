@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,10 @@ def test_missing_directory_and_empty_directory_are_user_errors(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
-        ("{not json", "not readable JSON"),
-        ("[1, 2]", "top level is not a JSON object"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "the top level is a list, not a JSON object"),
+        ('{"run_id": "x", "metrics": {"acc": 1' + "0" * 5000 + "}}", "an integer of 5001 digits"),
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 32 levels"),
         ({**GOOD_RESULT, "spec": None}, "'spec' must be a JSON object"),
         ({k: v for k, v in GOOD_RESULT.items() if k != "metrics"}, "'metrics' must be a JSON object"),
         ({**GOOD_RESULT, "spec": {**GOOD_RESULT["spec"], "prototypes_per_class": "5"}},
@@ -94,13 +97,16 @@ def test_missing_directory_and_empty_directory_are_user_errors(tmp_path: Path) -
         ({k: v for k, v in GOOD_RESULT.items() if k != "run_id"}, "run_id must be a non-empty string"),
     ],
 )
-def test_malformed_result_names_the_file(tmp_path: Path, payload: object, problem: str) -> None:
+def test_malformed_result_names_the_file(tmp_path: Path, payload: object, problem: str, capsys) -> None:
     write_result(tmp_path, GOOD_RESULT, name="fine")
     bad = write_result(tmp_path, payload, name="broken")
-    with pytest.raises(ProtobenchError) as info:
+    assert len(load_results([tmp_path])) == 1  # the bad file costs its own row only
+    warning = capsys.readouterr().err
+    assert str(bad) in warning and problem in warning
+    shutil.rmtree(tmp_path / "grid" / "fine")
+    with pytest.raises(ProtobenchError) as info:  # nothing readable left
         load_results([tmp_path])
-    assert str(bad) in str(info.value)
-    assert problem in str(info.value)
+    assert str(bad) in str(info.value) and problem in str(info.value)
 
 
 def test_optional_sections_may_be_absent(tmp_path: Path) -> None:

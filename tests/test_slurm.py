@@ -22,7 +22,7 @@ from benchmark.cli import main
 from slurm.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
 from slurm.executors import Submission, make_executor, pending_runs, submit_runs
-from benchmark.grid import GridSpec
+from benchmark.grid import GridSpec, load_grid
 from slurm.jobs import ATTEMPT_FILE, latest_job, run_states
 from benchmark.run.provenance import code_version
 from slurm.snapshot import code_snapshot
@@ -286,25 +286,25 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
     assert "resuming at" in second.log_path.read_text() and second.result()["timing"]["resumed_from_epoch"] >= 1
 
 
-# ---- killed from outside ------------------------------------------------------------------------
-def test_scancelled_job_is_reported_failed_and_retried_only_on_request(
+# ---- cancelled --------------------------------------------------------------------------------
+def test_cancelled_runs_read_cancelled_pending_or_running_and_a_plain_run_resubmits_them(
         profile: ClusterProfile, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    grid = tiny_grid("cancelled", tmp_path / "data", epochs=200)
+    grid = tiny_grid("cancelled", tmp_path / "data", epochs=200, js=(2, 3, 4))  # 2 tasks run at once, 1 pends
     runs_root = tmp_path / "runs"
     submission = submit(grid, runs_root, tmp_path / "cache", profile)
-    rd = RunDir(grid.run_dir(runs_root, grid.runs[0]))
-    wait_until(lambda: (rd.path / ATTEMPT_FILE).exists(), "the job to start")
-    assert main(["cancel", str(runs_root / grid.name)]) == 0  # scancel of the run's array task
-    assert f"cancelled 1 job(s): {submission.arrays[0].job_ids[0]}" in capsys.readouterr().out
+    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in grid.runs]
+    wait_until(lambda: any((rd.path / ATTEMPT_FILE).exists() for rd in dirs), "a job to start")
+    assert main(["cancel", str(runs_root / grid.name)]) == 0
+    assert f"cancelled 3 job(s) of 3 run(s): {' '.join(submission.arrays[0].job_ids)}" in capsys.readouterr().out
 
-    state = wait_until(lambda: (s := run_states([rd])[rd.path]).failed and s, "the cancelled run to read as failed", 60)
-    assert state.label == "failed (CANCELLED)" and not rd.is_complete
+    states = wait_until(lambda: (s := run_states(dirs)) and all(not v.live for v in s.values()) and s,
+                        "every cancelled run to end", 60)
+    assert {state.label for state in states.values()} == {"cancelled"}
     assert main(["status", str(runs_root / grid.name)]) == 0
-    assert "1 runs: 1 failed (CANCELLED)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "3 runs: 3 cancelled" in out and "log " not in out
     todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False)
-    assert todo == [] and settled[0].state == "skipped-failed" and "CANCELLED" in settled[0].detail
-    todo, _ = pending_runs(grid, list(grid.runs), runs_root, retry_failed=True)
-    assert todo == list(grid.runs)
+    assert todo == list(grid.runs) and settled == []
 
 
 # ---- code snapshots -----------------------------------------------------------------------------
@@ -344,3 +344,46 @@ def test_a_bad_partition_is_one_error_quoting_sbatch(profile: ClusterProfile, tm
         submit(grid, runs_root, tmp_path / "cache", nope)
     assert "sbatch: error:" in str(refused.value) and "partition nope" in str(refused.value)
     assert not list(runs_root.rglob("job.json")) and not any((runs_root / ".snapshots").iterdir())
+
+
+# ---- as a researcher submits: relative paths, an own adapter -----------------------------------
+ADAPTER_GRID = """
+name = "own"
+[defaults]
+dataset = "synthbirds"
+data_root = "data/synthbirds"
+dataset_args = { classes = 4, images_per_class = 8, seed = 0 }
+backbone = "dinov2_vits14"
+weights = "random"
+backbone_args = { depth = 2, embed_dim = 48, num_heads = 2 }
+batch_size = 8
+eval_batch_size = 16
+device = "cpu"
+method = "my_adapter:CosinePrototypes"
+method_args = { epochs = 2 }
+[[sweep]]
+prototypes_per_class = [2, 3]
+"""
+
+
+def test_relative_paths_and_an_own_adapter_on_a_relative_pythonpath_run_as_locally(
+        profile: ClusterProfile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PYTHONPATH=contrib protobench run grid.toml --executor slurm`` from the folder holding
+    ``contrib/`` and ``data/``: every job finds the data and the adapter, and equals the local run."""
+    (tmp_path / "contrib").mkdir()
+    shutil.copy(REPO / "tests" / "example_adapter.py", tmp_path / "contrib" / "my_adapter.py")
+    (tmp_path / "grid.toml").write_text(ADAPTER_GRID)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "contrib")  # what the jobs inherit, relative as the user typed it
+    monkeypatch.syspath_prepend("contrib")
+    assert main(["run", "grid.toml", "--runs-dir", "local"]) == 0  # generates data/synthbirds here
+    assert main(["run", "grid.toml", "--runs-dir", "cluster", "--executor", "slurm", "--profile", str(PROFILE)]) == 0
+    dirs = find_run_dirs(tmp_path / "cluster" / "own")
+    SUBMITTED.extend(job.job_id for rd in dirs if (job := latest_job(rd.path)))
+    assert len(dirs) == 2
+    wait_until(results(load_grid("grid.toml"), tmp_path / "cluster"), "both runs of the cluster submission")
+    for rd in dirs:
+        local = RunDir(tmp_path / "local" / "own" / rd.path.name).result()
+        assert rd.result()["metrics"] == local["metrics"]
+        assert rd.spec()["data_root"] == str(tmp_path / "data" / "synthbirds")
+    assert not list((tmp_path / "cluster" / ".snapshots").rglob("synthbirds"))  # no data generated in a snapshot

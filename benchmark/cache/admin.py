@@ -94,7 +94,12 @@ def verify_cache(cache_dir: Path, prefixes: list[str]) -> dict[str, list[str]]:
 
 
 def remove_entry(entry: Path) -> str:
-    """Rename ``entry`` aside, then delete it unless a process on this node holds it open."""
+    """Rename ``entry`` aside, then delete it unless a process on this node holds it open. An
+    entry that is a symbolic link (to an entry kept elsewhere) loses the link only."""
+    if entry.is_symlink():
+        target = entry.readlink()
+        entry.unlink()
+        return f"{entry.name}: removed the symbolic link (its target {target} is kept)"
     aside = move_aside(entry)
     if aside is None:
         return f"{entry.name}: already gone"

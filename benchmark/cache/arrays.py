@@ -186,10 +186,14 @@ def open_array(name: str, meta: dict[str, Any], dir_fd: int) -> np.ndarray:
         return np.memmap(file, dtype=spec.dtype, mode="r", offset=offset, shape=spec.shape)
 
 
+#: draws of the blocks to sample, independent of the global ``random`` that training seeds
+_SAMPLER = random.SystemRandom()
+
+
 def sample_blocks(num_blocks: int, count: int) -> list[int]:
     """The first and last block and ``count`` others drawn at random (every open draws anew, so
     repeated opens by many jobs cover the whole array)."""
-    chosen = {0, num_blocks - 1} | set(random.sample(range(num_blocks), min(count, num_blocks)))
+    chosen = {0, num_blocks - 1} | set(_SAMPLER.sample(range(num_blocks), min(count, num_blocks)))
     return sorted(b for b in chosen if b >= 0)
 
 

@@ -3,10 +3,12 @@
 ``flock`` is node-local on the filesystems clusters share (Lustre mounted with ``localflock``,
 NFS with ``local_lock=flock``/``all``, GPFS set-ups without cluster-wide locking), so the build
 lock is a file created with ``O_EXCL`` (atomic on Lustre, GPFS and NFSv3+) that records its
-owner (host, pid, the pid's start time, when it started) and whose mtime a heartbeat thread
-refreshes. An owner is provably dead when it ran on this host and its pid is gone (or is another
-process now), or when its heartbeat is older than ``STALE_AFTER_SECONDS`` by the filesystem's
-clock (a file touched now on the same filesystem, so node clock skew does not count).
+owner (host, pid, the pid's start time, the pid namespace and boot, when it started) and whose
+mtime a heartbeat thread refreshes. An owner is provably dead when it ran on this host in this
+pid namespace since this boot and its pid is gone (or is another process now), or when its
+heartbeat is older than ``STALE_AFTER_SECONDS`` by the filesystem's clock (a file touched now on
+the same filesystem, so node clock skew does not count). A pid from another namespace (a
+container sharing the hostname) or another boot says nothing here: only the heartbeat counts.
 
 The lock only saves work: the store is correct when two builders hold it at once.
 """
@@ -45,6 +47,15 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
 
 
+def pid_space() -> str | None:
+    """This process's pid namespace and the kernel's boot id: pids are comparable only between
+    processes that share both (None when /proc does not say)."""
+    try:
+        return f"{Path('/proc/sys/kernel/random/boot_id').read_text().strip()}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class Owner:
     """The process that holds a lock or runs a build."""
@@ -53,11 +64,12 @@ class Owner:
     pid: int
     pid_start: str | None
     started: str
+    pid_space: str | None = None  # :func:`pid_space` of the owner (None: unknown, its pid is not checked)
 
     @classmethod
     def current(cls) -> Owner:
         return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()),
-                   datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                   datetime.now(timezone.utc).isoformat(timespec="seconds"), pid_space())
 
     @classmethod
     def read(cls, path: Path) -> Owner | None:
@@ -99,8 +111,10 @@ def filesystem_now(directory: Path) -> float:
 
 def is_dead(owner: Owner | None, heartbeat: Path, now: float) -> bool:
     """Whether the process recorded as ``owner`` (None: not recorded yet), beating ``heartbeat``,
-    is provably gone; ``now`` from :func:`filesystem_now`."""
-    if owner is not None and owner.host == socket.gethostname():
+    is provably gone; ``now`` from :func:`filesystem_now`. Its pid is asked only when it shares
+    this process's host, pid namespace and boot; otherwise its heartbeat decides."""
+    here = pid_space()
+    if owner is not None and owner.host == socket.gethostname() and here is not None and owner.pid_space == here:
         return not owner.alive_here()
     try:
         return now - heartbeat.stat().st_mtime > STALE_AFTER_SECONDS

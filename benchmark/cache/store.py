@@ -15,8 +15,10 @@ Leftovers are removed only when provably unused: a build folder when its owner i
 where flock is node-local are covered by that age).
 
 Open: the manifest and arrays are read through one directory descriptor (a rename meanwhile
-cannot mix two entries), the header and size of every array are checked and ``SAMPLE_BLOCKS``
-random row blocks of each array (labels: all) are hashed; a mismatch is a ``ProtobenchError``
+cannot mix two entries), the header and size of every array are checked and, the first time a
+process opens the entry, every row block is hashed (later opens: ``SAMPLE_BLOCKS`` random row
+blocks of each array, labels all), so no run uses a block that differs from its checksum
+(hashing an entry costs about a second per GB, little next to an epoch); a mismatch is a ``ProtobenchError``
 naming the ``protobench cache rm`` fix. The reader holds a shared ``flock`` on the manifest
 while the entry is open and touches ``last_used``.
 """
@@ -52,6 +54,8 @@ TMP_PREFIX = ".tmp-"
 ASIDE_PREFIX = ".old-"
 #: random row blocks hashed per array when an entry is opened (plus its first and last block)
 SAMPLE_BLOCKS = 6
+#: entries whose every block this process hashed (:func:`_identity`); later opens only sample
+_VERIFIED_HERE: set[tuple[object, ...]] = set()
 #: arrays hashed in full at every open (small, and read whole anyway)
 FULLY_CHECKED = ("labels",)
 #: an entry moved aside is kept this long after its last open, for readers on other nodes
@@ -134,11 +138,11 @@ def _touch_last_used(dir_fd: int) -> None:
 def open_entry(
     path: Path, key: Mapping[str, Any], *, sample: int | None = None, record_use: bool = True
 ) -> Entry | None:
-    """The entry at ``path`` if it holds ``key``, checked (sizes, headers, sampled checksums);
-    None when there is no entry of ``key`` there; ``ProtobenchError`` when it is corrupt.
-    ``sample``: random blocks per array (default ``SAMPLE_BLOCKS``); ``record_use``: touch
-    ``last_used`` (not for verification)."""
-    sample = SAMPLE_BLOCKS if sample is None else sample
+    """The entry at ``path`` if it holds ``key``, checked (sizes, headers, checksums); None when
+    there is no entry of ``key`` there; ``ProtobenchError`` when it is corrupt.
+    ``sample``: random blocks hashed per array; default: every block the first time this
+    process opens the entry (a run never uses a block unverified), ``SAMPLE_BLOCKS`` on later
+    opens of the same, unchanged entry. ``record_use``: touch ``last_used`` (not for verification)."""
     try:
         dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except (FileNotFoundError, NotADirectoryError):
@@ -152,21 +156,35 @@ def open_entry(
             return None
         try:
             arrays = {name: open_array(name, meta, dir_fd) for name, meta in manifest["arrays"].items()}
+            identity = _identity(dir_fd, manifest)
+            every = sample is None and identity not in _VERIFIED_HERE
             for name, array in arrays.items():
                 meta = manifest["arrays"][name]
                 count = len(meta["blocks"])
-                blocks = range(count) if name in FULLY_CHECKED else sample_blocks(count, sample)
+                fully = every or name in FULLY_CHECKED
+                blocks = range(count) if fully else sample_blocks(count, SAMPLE_BLOCKS if sample is None else sample)
                 bad = bad_blocks(array, meta, blocks)
                 if bad:
                     raise CorruptArray(f"{name}.npy: row block {bad[0]} does not match its checksum")
         except (CorruptArray, KeyError, TypeError, ValueError) as error:
             raise corrupt_error(path, str(error)) from None
+        if every:
+            _VERIFIED_HERE.add(identity)
         reader_fd = _hold_shared(dir_fd)
         if record_use:
             _touch_last_used(dir_fd)
         return Entry(path, manifest, arrays, reader_fd)
     finally:
         os.close(dir_fd)
+
+
+def _identity(dir_fd: int, manifest: dict[str, Any]) -> tuple[object, ...]:
+    """An entry folder (device, inode) with each array's checksum, inode and modification time:
+    what this process verified (a write to an array after that changes it)."""
+    info = os.fstat(dir_fd)
+    files = [os.stat(f"{name}.npy", dir_fd=dir_fd) for name in manifest["arrays"]]
+    return (info.st_dev, info.st_ino, *((str(meta["checksum"]), f.st_ino, f.st_mtime_ns)
+                                        for meta, f in zip(manifest["arrays"].values(), files)))
 
 
 def verify_entry(path: Path) -> list[str]:
@@ -402,7 +420,7 @@ def _verify_built(folder: Path, key: Mapping[str, Any]) -> None:
     """Before publishing, read the build back as a reader will (headers, sizes, sampled blocks).
     Not every block: right after writing, the page cache, not the disk, would answer."""
     try:
-        open_entry(folder, key, record_use=False)
+        open_entry(folder, key, sample=SAMPLE_BLOCKS, record_use=False)
     except ProtobenchError as error:
         raise ProtobenchError(f"The token-cache entry built in {folder} reads back wrong: {error}") from None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import atomic_write_bytes
+from benchmark.run.store import UnreadableRunFile, atomic_write_checked, parse_run_json
 from benchmark.run.training import EpochRecord
 
 TENSORBOARD_INSTALL = "pip install 'protobench[tensorboard]'"
@@ -27,11 +27,11 @@ def read_epoch_log(path: Path) -> list[dict[str, Any]]:
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ProtobenchError(f"{path}:{number} is not a JSON line ({err}); delete the file, the next "
-                                  "epochs write it again") from err
-        if not isinstance(record, dict) or not isinstance(record.get("epoch"), int):
+            record = parse_run_json(line, Path(f"{path}:{number}"))
+        except UnreadableRunFile as err:
+            raise ProtobenchError(f"{path}:{number} is not a JSON line ({err.why}); delete the file, the next "
+                                  "epochs write it again") from None
+        if not isinstance(record.get("epoch"), int):
             raise ProtobenchError(f"{path}:{number} is not an epoch record (no integer 'epoch'); delete the file")
         records.append(record)
     return records
@@ -47,7 +47,7 @@ class EpochLog:
     def append(self, record: EpochRecord) -> None:
         kept = [r for r in read_epoch_log(self.path) if r["epoch"] < record.epoch]
         lines = [json.dumps(r, sort_keys=True) for r in (*kept, asdict(record))]
-        atomic_write_bytes(self.path, ("\n".join(lines) + "\n").encode())
+        atomic_write_checked(self.path, ("\n".join(lines) + "\n").encode())
 
 
 def summary_writer_class() -> type:

@@ -4,6 +4,7 @@ and re-running a finished run is a no-op."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.run.provenance import provenance, resolve_device
 from benchmark.run.records import write_records
-from benchmark.run.store import RunDir, atomic_write_json, run_lock
+from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
 from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
                                 resume_checkpoint, train)
 from methods.base import MethodContext, PrototypeMethod
@@ -168,12 +169,19 @@ def check_deterministic(spec: RunSpec, method: PrototypeMethod, device: torch.de
             "set deterministic = false (README, 'GPU: precision, speed, determinism')")
 
 
+def check_device(spec: RunSpec) -> torch.device:
+    """The device ``spec`` runs on here; a CUDA device on a machine without CUDA is a ProtobenchError."""
+    device = resolve_device(spec.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ProtobenchError(f"device {spec.device!r} was asked for but CUDA is not available on this machine; "
+                              "use device = 'auto' (or --device cpu)")
+    return device
+
+
 def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
     """Load data annotations, trunk and method: every user error surfaces here. ``trunk``: an
     already loaded trunk of the same backbone, weights and image size (``perf`` shares one)."""
-    device = resolve_device(spec.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ProtobenchError(f"device {spec.device!r} was asked for but CUDA is not available; use device = 'auto'")
+    device = check_device(spec)
     train_set, test_set = load_split(spec, "train"), load_split(spec, "test")
     trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
     torch.manual_seed(spec.seed)
@@ -222,7 +230,8 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
     if done is not None:
         return done
     rd.remove_stale_temp_files()
-    atomic_write_json(rd.spec_path, spec.to_json())
+    check_runs_space(rd.path)
+    atomic_write_checked(rd.spec_path, json_bytes(spec.to_json()))
     rd.failure_path.unlink(missing_ok=True)
     with rd.log_path.open("a") as logfile, Progress(progress) as bars:
         echo = log or bars.printer()
@@ -238,13 +247,24 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
                                 tensorboard_dir)
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
-                atomic_write_json(rd.failure_path, {
-                    "reason": f"{type(err).__name__}: {err}",
-                    "traceback": traceback.format_exc(),
-                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                })
-                say(f"FAILED: {type(err).__name__}: {err}")
+                _record_failure(rd, err, say)
             raise
+
+
+def _record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) -> None:
+    """The FAILED line in the log and ``failure.json``; what cannot be written (a full disk) is
+    said on stderr with the original error, which the caller then raises unchanged."""
+    reason = f"{type(err).__name__}: {err}"
+    try:
+        say(f"FAILED: {reason}")
+    except OSError as log_err:
+        print(f"protobench: could not log the failure in {rd.log_path} ({log_err})", file=sys.stderr)
+    try:
+        atomic_write_checked(rd.failure_path, json_bytes({
+            "reason": reason, "traceback": traceback.format_exc(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    except (OSError, ProtobenchError) as write_err:
+        print(f"protobench: could not write {rd.failure_path} ({write_err}); the run failed with {reason}",
+              file=sys.stderr)
 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
@@ -326,7 +346,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         },
     }
     write_records(rd.path, evaluated.tables)  # before result.json, which marks the run complete
-    atomic_write_json(rd.result_path, result)
+    atomic_write_checked(rd.result_path, json_bytes(result))
     shown = " ".join(f"{k}={v:.1f}" for k, v in evaluated.summary["metrics"].items() if v is not None)
     say(f"done {spec.run_id}: {shown}")
     return result

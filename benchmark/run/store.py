@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -37,9 +38,17 @@ LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (
 # once the lock is held. (spec.json and job.json are also written by a submitting process
 # that holds no lock, so their temporary files may be in flight.)
 LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE, *RECORD_FILES)
+UNLOCKED_FILES = (SPEC_FILE, "job.json")  # also written by a submitting process, in milliseconds
+UNLOCKED_TEMP_STALE_S = 3600.0  # a temporary file of those this old was left by a killed writer
+LOCK_TEXT = re.compile(r"pid (?P<pid>\d+) on (?P<host>\S+) since (?P<since>\S+)")  # what run_lock writes
 TOKEN_CACHE_DIR = ".token-cache"  # under the runs directory, beside the grid folders
 FREE_SPACE_MARGIN = 64 * 2**20  # bytes left free beyond a file we write: logs, result.json, other writers
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # no space, quota, file-size limit
+# Bounds of what a run file may hold (:func:`parse_run_json`): the suite's own files nest a few
+# levels and hold integers of a few digits; a hostile file must cost one run, not the directory.
+MAX_JSON_DEPTH = 32
+MAX_JSON_INT_DIGITS = 40
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def default_cache_root(runs_root: Path) -> Path:
@@ -100,15 +109,82 @@ def atomic_write_checked(path: Path, data: bytes) -> None:
         raise disk_full_error(path, len(data), f"the write failed ({os.strerror(err.errno)})") from err
 
 
+def json_bytes(payload: dict[str, Any]) -> bytes:
+    return (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
 def atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
+    atomic_write_bytes(path, json_bytes(payload))
+
+
+def check_runs_space(run_dir: Path) -> None:
+    """Before a run computes anything: its directory's filesystem has :data:`FREE_SPACE_MARGIN`
+    free (the run's files, the checkpoint aside, are far smaller), else the disk-full error."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(run_dir).free < FREE_SPACE_MARGIN:
+        raise disk_full_error(run_dir / SPEC_FILE, 0, "not enough free disk space for the run's files")
+
+
+class UnreadableRunFile(ProtobenchError):
+    """A run file that exists but is not a JSON object the suite can read safely."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} is unreadable: {why}; delete it (the run then counts as unfinished) or re-run "
+                         "that run")
+        self.path, self.why = path, why
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_JSON_INT_DIGITS} are read)")
+    return int(text)
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings ignored (a scan
+    without recursion, so a hostile file cannot exhaust the parser's stack)."""
+    depth = deepest = 0
+    for token in _JSON_STRUCTURE.findall(text):
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_run_json(text: str, path: Path) -> dict[str, Any]:
+    """One run file's JSON object, parsed safely: nesting at most :data:`MAX_JSON_DEPTH`, integers
+    at most :data:`MAX_JSON_INT_DIGITS` digits, the top level an object; anything else is one
+    :class:`UnreadableRunFile` naming the file. (Parsing JSON never executes code.)"""
+    if _nesting_depth(text) > MAX_JSON_DEPTH:
+        raise UnreadableRunFile(path, f"nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        data = json.loads(text, parse_int=_bounded_int)
+    except ValueError as err:  # json.JSONDecodeError included
+        raise UnreadableRunFile(path, f"not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UnreadableRunFile(path, f"the top level is a {type(data).__name__}, not a JSON object")
+    return data
+
+
+def load_json(path: Path) -> dict[str, Any] | None:
+    """A run file's JSON object (:func:`parse_run_json`), None when the file is absent;
+    :class:`UnreadableRunFile` when it exists but cannot be read safely."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UnreadableRunFile(path, str(err)) from None
+    return parse_run_json(text, path)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The parsed file, or None if it is absent or not valid JSON."""
+    """The parsed file, or None if it is absent or unreadable (:func:`load_json` says why)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return load_json(path)
+    except UnreadableRunFile:
         return None
 
 
@@ -145,9 +221,14 @@ class RunDir:
         return self.path / LOCK_FILE
 
     def remove_stale_temp_files(self) -> list[Path]:
-        """Delete the temporary files a killed writer of :data:`LOCKED_FILES` left behind; call
-        only while holding :func:`run_lock` (no live writer can own them then)."""
+        """Delete the temporary files a killed writer of :data:`LOCKED_FILES` left behind, and
+        those of the files a submitting process also writes once older than
+        :data:`UNLOCKED_TEMP_STALE_S`; call only while holding :func:`run_lock` (no live writer
+        can own them then)."""
         stale = [tmp for name in LOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")]
+        now = time.time()
+        stale += [tmp for name in UNLOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")
+                  if now - tmp.stat().st_mtime > UNLOCKED_TEMP_STALE_S]
         for tmp in stale:
             tmp.unlink(missing_ok=True)
         return stale
@@ -219,10 +300,28 @@ def run_lock(run_dir: Path, *, wait_s: float = 0.0) -> Iterator[None]:
                                   "with -o flock)") from err
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n"
-                 .encode())
+                 .encode())  # LOCK_TEXT reads it back
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """Who holds the run's lock (:func:`run_lock`), as its lock file names them ("pid P on HOST
+    since T"); None when no process does."""
+    try:
+        fd = os.open(RunDir(run_dir).lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # nobody holds it (the shared lock is released at close)
+    except BlockingIOError:
+        return os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+    except OSError:  # a filesystem without locks: nobody can be holding one
+        return None
+    finally:
+        os.close(fd)
 
 
 def find_run_dirs(root: Path) -> list[RunDir]:

@@ -20,6 +20,7 @@ trained it; resuming under another version needs ``allow_code_change``.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import pickle
@@ -46,6 +47,7 @@ from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, Train
 from methods.common.precision import autocast
 
 CHECKPOINT_FORMAT = 2  # 2: loadable with weights_only=True (1 pickled NumPy RNG state); records code versions
+CHECKSUM_KEY = "checksum"  # payload_checksum of the rest of the checkpoint, verified on every load
 
 
 class NonFiniteLossError(ProtobenchError):
@@ -316,11 +318,37 @@ def deterministic_algorithms(enabled: bool) -> Iterator[None]:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
+def payload_checksum(value: Any) -> str:
+    """SHA-256 of a checkpoint's contents: every tensor's dtype, shape and bytes and every plain
+    value, walked in a fixed order (dict keys sorted), so any flipped bit of the data changes it."""
+    digest = hashlib.sha256()
+
+    def walk(item: Any) -> None:
+        if isinstance(item, torch.Tensor):
+            flat = item.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"T{item.dtype}{tuple(item.shape)}".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        elif isinstance(item, dict):
+            digest.update(f"D{len(item)}".encode())
+            for key in sorted(item, key=repr):
+                walk(key)
+                walk(item[key])
+        elif isinstance(item, (list, tuple)):
+            digest.update(f"L{len(item)}".encode())
+            for element in item:
+                walk(element)
+        else:  # int, float (repr round-trips exactly), str, bool, None
+            digest.update(f"V{type(item).__name__}:{item!r}".encode())
+
+    walk(value)
+    return digest.hexdigest()
+
+
 def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Serialise in memory, check the disk has room, write atomically: a failed write leaves the
-    previous checkpoint as it was."""
+    """Serialise in memory with the contents' checksum, check the disk has room, write
+    atomically: a failed write leaves the previous checkpoint as it was."""
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    torch.save({**payload, CHECKSUM_KEY: payload_checksum(payload)}, buffer)
     atomic_write_checked(path, buffer.getvalue())
 
 
@@ -349,6 +377,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         found = checkpoint.get("format") if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise ProtobenchError(f"checkpoint {str(path)!r} has format {found!r}, this protobench reads format "
                               f"{CHECKPOINT_FORMAT}; {_restart_hint(path)}")
+    recorded = checkpoint.pop(CHECKSUM_KEY, None)  # absent in checkpoints written before checksums
+    if recorded is not None and recorded != payload_checksum(checkpoint):
+        raise ProtobenchError(f"checkpoint {str(path)!r} is corrupt: its contents differ from the checksum "
+                              f"written with them (a changed bit on disk or in transit); {_restart_hint(path)}")
     return checkpoint
 
 

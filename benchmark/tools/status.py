@@ -1,15 +1,22 @@
 """``protobench status``: what every run under a runs directory is doing, in one table."""
 from __future__ import annotations
 
+import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from benchmark.progress import output_console
-from benchmark.run.store import find_run_dirs
+from benchmark.config import RunSpec
+from benchmark.errors import ProtobenchError
+from benchmark.run.epochlog import read_epoch_log
+from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
+from benchmark.tools.plan import run_epochs
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -36,16 +43,71 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
     ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
     records = []
     for rd in find_run_dirs(root):
-        spec = rd.spec() or {}
-        result = rd.result()
-        state = "done" if result is not None else rd.state
-        reason = (rd.failure() or {}).get("reason", "") if state == "failed" else None
+        unreadable: list[str] = []
+        spec = _safe_read(rd.spec_path, unreadable) or {}
+        result = _safe_read(rd.result_path, unreadable)
+        if result is not None and not _known_result(result):
+            unreadable.append(str(UnreadableRunFile(rd.result_path, "its metrics or diagnostics are not the "
+                                                    "records the suite writes")))
+            result = None
+        state = "done" if result is not None else "unreadable" if rd.result_path.exists() else rd.state
+        reason = str((_safe_read(rd.failure_path, unreadable) or {}).get("reason", "")) if state == "failed" else None
+        holder = lock_holder(rd.path) if state in ("new", "started") else None
+        if holder is not None:  # a local process trains it now: the word SLURM's runs use
+            state = "running"
         if extra_states and str(rd.path) in extra_states and state != "done":
             state = extra_states[str(rd.path)]
+        progress = running_progress(rd, spec, holder) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason,
-                        "warnings": diagnostic_warnings(result)})
+                        "warnings": diagnostic_warnings(result), "unreadable": unreadable, "progress": progress})
     return records
+
+
+def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None) -> str:
+    """``epoch k/n, H:MM:SS, job J on NODE`` of a running run: epochs from its metrics.jsonl and
+    its method's stages, elapsed time and node from the job's attempt.json (SLURM) or the lock
+    holder (local); a part that cannot be told is left out."""
+    from slurm.jobs import ATTEMPT_FILE, latest_job
+
+    parts = []
+    try:
+        records = read_epoch_log(rd.metrics_path)
+        parts.append(f"epoch {records[-1]['epoch'] if records else 0}/{run_epochs(RunSpec.from_json(spec))}")
+    except ProtobenchError:
+        pass
+    job = latest_job(rd.path)
+    attempt = read_json(rd.path / ATTEMPT_FILE) or {}
+    if job is not None and job.executor == "slurm" and attempt.get("job_id") == job.job_id:
+        since, node, who = attempt.get("started"), attempt.get("host"), f"job {job.job_id}"
+    else:
+        found = LOCK_TEXT.fullmatch(holder or "")
+        since, node, who = (found["since"], found["host"], f"pid {found['pid']}") if found else (None, None, "")
+    try:
+        parts.append(str(timedelta(seconds=round(time.time() - time.mktime(time.strptime(str(since),
+                                                                                        "%Y-%m-%dT%H:%M:%S"))))))
+    except (ValueError, OverflowError):
+        pass
+    if who:
+        parts.append(f"{who} on {node}" if isinstance(node, str) else who)
+    return ", ".join(parts)
+
+
+def _safe_read(path: Path, unreadable: list[str]) -> dict[str, Any] | None:
+    """``path``'s JSON object, None when absent; an unreadable file is named in ``unreadable``."""
+    try:
+        return load_json(path)
+    except UnreadableRunFile as err:
+        unreadable.append(str(err))
+        return None
+
+
+def _known_result(result: dict[str, Any]) -> bool:
+    """The parts of a result.json the table shows have the types the suite writes."""
+    metrics, diagnostics = result.get("metrics", {}), result.get("diagnostics") or {}
+    return (isinstance(metrics, dict) and isinstance(diagnostics, dict)
+            and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in metrics.values())
+            and all(isinstance(w, str) for w in diagnostics.get("warnings") or []))
 
 
 def status_table(root: Path, extra_states: dict[str, str] | None = None
@@ -54,7 +116,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
     their reasons and the out-of-range diagnostics of finished runs."""
     table = Table(title=f"runs under {root}", show_lines=False)
     for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS,
-                   "warnings"):
+                   "warnings", "progress"):
         table.add_column(column, justify="right" if column in METRIC_COLUMNS or column in ("J", "seed") else "left")
     counts: Counter[str] = Counter()
     failed: list[tuple[Path, str]] = []
@@ -63,6 +125,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
         spec, metrics, state = record["spec"], record["metrics"], record["state"]
         if record["failure"] is not None:
             failed.append((Path(record["path"]), record["failure"]))
+        failed.extend((Path(record["path"]), f"unreadable: {problem}") for problem in record["unreadable"])
         counts[state] += 1
         warned.extend((Path(record["path"]), warning) for warning in record["warnings"])
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
@@ -71,6 +134,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
             str(spec.get("method", "?")), str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS), _warnings_cell(record["warnings"]),
+            escape(record["progress"]),
         )
     return table, counts, failed, warned
 
@@ -82,7 +146,7 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     for path, reason in failed:
-        console.print(f"[red]failed[/red] {path}: {reason}")
+        console.print(f"[red]failed[/red] {escape(str(path))}: {escape(reason)}")
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
     return counts
