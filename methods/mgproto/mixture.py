@@ -106,8 +106,8 @@ def adam_step(state: EMState, cls: int, grad: Tensor, lr: float) -> None:
 @float32_island
 def em_update(bank: Tensor, state: EMState, classes: Tensor, *, loops: int, alpha: float, lr: float,
               diversity_weight: float, prior_momentum: float) -> EMState:
-    """MGProto's EM (model.py ``update_GMM``) for ``classes`` (ascending, the classes of the
-    batch), each on its memory bank ``bank[c]`` (``bank``: C×M×d): class after class, ``loops``
+    """MGProto's EM (model.py ``update_GMM``) for ``classes`` (ascending: the classes enqueued
+    since the last EM whose banks are full), each on its memory bank ``bank[c]`` (``bank``: C×M×d): class after class, ``loops``
     iterations each of
 
     * E-step: ``r_mj ∝ π_j N(x_m | μ_j)`` with the current means (detached), then additive

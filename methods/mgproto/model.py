@@ -7,7 +7,9 @@ logits ``log Σ_j π_cj max_grid N(z | μ_cj)`` with means and priors detached (
 changed only by EM and push); ``L = CE + 0.2 L_mine`` (mining from ``mine_start_epoch``). After
 every step the top-1 features of the ground-truth prototypes enter a per-class FIFO memory bank;
 in every epoch from ``em_start_epoch`` whose start finds every class's bank full (main.py decides
-``update_GMM`` once per epoch), the classes of the batch run EM on their banks after each step.
+``update_GMM`` once per epoch), EM runs after each step on every class enqueued since the last EM
+(model.py ``memory_updated_cls``: every enqueue sets a class's flag, only ``update_GMM`` clears it,
+so the first EM updates every class enqueued since training began).
 Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based pruning
 to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The Proxy-Anchor
 auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen trunk it cannot
@@ -160,6 +162,8 @@ class MGProto(PrototypeMethod):
         self.register_buffer("em_exp_avg", torch.zeros_like(means))
         self.register_buffer("em_exp_avg_sq", torch.zeros_like(means))
         self.register_buffer("em_steps", torch.zeros((), dtype=torch.long))  # one Adam over all means
+        # model.py ``memory_updated_cls``: classes enqueued since the last EM
+        self.register_buffer("em_pending", torch.zeros(classes, dtype=torch.bool))
         # main.py's per-epoch ``update_GMM`` (decided for epoch ``em_decided_epoch``) and, for the
         # diagnostics, the first epochs in which EM and mining ran (−1: not yet)
         self.register_buffer("em_decided_epoch", torch.tensor(-1))
@@ -228,8 +232,9 @@ class MGProto(PrototypeMethod):
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
         """Enqueue the batch's top-1 ground-truth features (computed in ``loss_terms`` before the
         optimiser step, as model.py's forward; recomputed if this batch had no ``loss_terms``),
-        then EM for the batch's classes if this epoch runs EM: main.py sets ``update_GMM`` at the
-        start of each epoch, from ``em_start_epoch`` on, when every class's bank is full."""
+        then EM if this epoch runs EM (main.py sets ``update_GMM`` at the start of each epoch, from
+        ``em_start_epoch`` on, when every class's bank is full) on every class enqueued since the
+        last EM (model.py ``memory_updated_cls``, set by every enqueue, cleared only by EM)."""
         if int(self.em_decided_epoch) != epoch:  # the first step of the epoch, before its features enter
             self.em_decided_epoch.fill_(epoch)
             self.em_active.fill_(epoch >= self.em_start_epoch and self.memory.full())
@@ -240,14 +245,19 @@ class MGProto(PrototypeMethod):
             latent = self.latent(batch)
             positions = log_density(latent, self.means[batch.labels]).argmax(dim=1)
         self.memory.push(*unique_top1_features(latent, positions, batch.labels))
+        self.em_pending[batch.labels] = True
         if bool(self.em_active):
-            self.expectation_maximisation(batch.labels.unique())
+            self.expectation_maximisation()
             if int(self.em_first_epoch) < 0:
                 self.em_first_epoch.fill_(epoch)
 
-    def expectation_maximisation(self, classes: Tensor) -> None:
-        """EM on the memory banks of ``classes`` (ascending; model.py ``update_GMM``: the classes of
-        the batch), with the one Adam over all means."""
+    def expectation_maximisation(self) -> None:
+        """model.py ``update_GMM``: EM, with the one Adam over all means, on the banks of the
+        pending classes in ascending order, then every flag cleared. (``update_GMM`` also skips a
+        class whose bank is not full; none is here: EM runs only in an epoch whose start found
+        every bank full, and a bank never shrinks.)"""
+        classes = self.em_pending.nonzero().squeeze(1)
+        self.em_pending.fill_(False)
         state = EMState(self.means, self.priors, self.em_exp_avg, self.em_exp_avg_sq, self.em_steps)
         new = em_update(self.memory.features, state, classes, loops=self.em_loops, alpha=self.em_alpha,
                         lr=self.em_lr, diversity_weight=self.em_diversity, prior_momentum=self.prior_momentum)
