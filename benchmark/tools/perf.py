@@ -159,14 +159,22 @@ def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torc
 def _interleaved_seconds(forwards: list[Callable[[torch.Tensor], Any]], batches: list[torch.Tensor],
                          device: torch.device, warmup: int) -> list[list[float]]:
     """Seconds of each forward on each timed batch (``[forward][batch]``), the forwards taking
-    turns on every batch."""
+    turns on every batch, the first to run rotating from batch to batch (no forward always runs
+    first, e.g. on a cold cache)."""
     seconds: list[list[float]] = [[] for _ in forwards]
     for b, images in enumerate(batches):
-        for k, forward in enumerate(forwards):
-            elapsed = _timed(device, lambda: forward(images))
+        for k in [(b + shift) % len(forwards) for shift in range(len(forwards))]:
+            elapsed = _timed(device, lambda: forwards[k](images))
             if b >= warmup:
                 seconds[k].append(elapsed)
     return seconds
+
+
+def inference_fault(ratio: dict[str, float]) -> bool:
+    """A method's inference ratio (trunk ÷ trunk + method) above 1 beyond its spread (lower
+    quartile > 1): trunk + method ran faster than the trunk alone, which only a measurement
+    fault (load, frequency scaling) produces."""
+    return ratio["q1"] > 1.0
 
 
 def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: ImageDataset, *, batch_size: int,
@@ -350,6 +358,7 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
             "stages": stages,
             "evaluate_seconds": evaluate_s,
         }
+        row["inference_measurement_fault"] = inference_fault(row["inference_ratio_method_over_trunk"])
         if mine is not None:
             row["last_training_stage"] = mine.stage.name
             row["epoch_seconds_from_cache"] = statistics.median(step_seconds[id(mine)]) / batch * len(cached)
@@ -392,6 +401,12 @@ def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
                       _spread_text(r["epoch_ratio_over_baseline"], ".2f") if "epoch_ratio_over_baseline" in r else "—",
                       f"{hooks:.2f}", f"{r['evaluate_seconds']:.2f}")
     console.print(table)
+    for r in rows:
+        if r.get("inference_measurement_fault"):
+            console.print(escape(f"measurement fault: {r['method']} ÷ bare trunk "
+                                 f"{_spread_text(r['inference_ratio_method_over_trunk'])} is above 1 beyond its "
+                                 "spread (trunk + method faster than the trunk alone); not a result: re-run on a "
+                                 "quieter machine"))
     stages = Table(title=escape("every stage: step seconds per batch (median [quartiles]), hooks over the schedule"))
     for col in ("method", "stage", "epochs", "step (s)", "on_stage_start (s)", "on_epoch_end, all epochs (s)"):
         stages.add_column(col, justify="left" if col in ("method", "stage") else "right")
