@@ -56,7 +56,7 @@ def _fresh_state(means: torch.Tensor, priors: torch.Tensor) -> EMState:
                    torch.zeros((), dtype=torch.long))
 
 
-BOTH = torch.tensor([0, 1])
+BOTH = torch.tensor([True, True])
 
 
 def test_em_step_increases_bank_log_likelihood_and_keeps_priors_on_simplex() -> None:
@@ -132,11 +132,11 @@ def test_em_is_the_official_loop_with_one_adam_over_all_means() -> None:
     reference.enqueue(torch.tensor([3, 1, 3]))
     reference.update_gmm(bank, torch.ones(4, dtype=torch.bool), loops=3)
     state = _fresh_state(means, priors)
-    state = em_update(bank, state, torch.tensor([0]), loops=4, alpha=0.1, lr=3e-3, diversity_weight=1.0,
-                      prior_momentum=0.99)
+    state = em_update(bank, state, torch.tensor([True, False, False, False]), loops=4, alpha=0.1, lr=3e-3,
+                      diversity_weight=1.0, prior_momentum=0.99)
     assert torch.allclose(state.means, history_means, atol=1e-6)
-    new = em_update(bank, state, torch.tensor([1, 3]), loops=3, alpha=0.1, lr=3e-3, diversity_weight=1.0,
-                    prior_momentum=0.99)
+    new = em_update(bank, state, torch.tensor([False, True, False, True]), loops=3, alpha=0.1, lr=3e-3,
+                    diversity_weight=1.0, prior_momentum=0.99)
     assert int(new.steps) == reference.steps == 4 + 6
     assert torch.allclose(new.means, reference.mu.detach(), atol=1e-6)
     assert torch.allclose(new.priors, reference.priors, atol=1e-7)

@@ -256,14 +256,13 @@ class MGProto(PrototypeMethod):
         pending classes in ascending order, then every flag cleared. (``update_GMM`` also skips a
         class whose bank is not full; none is here: EM runs only in an epoch whose start found
         every bank full, and a bank never shrinks.)"""
-        classes = self.em_pending.nonzero().squeeze(1)
-        self.em_pending.fill_(False)
         state = EMState(self.means, self.priors, self.em_exp_avg, self.em_exp_avg_sq, self.em_steps)
-        new = em_update(self.memory.features, state, classes, loops=self.em_loops, alpha=self.em_alpha,
+        new = em_update(self.memory.features, state, self.em_pending, loops=self.em_loops, alpha=self.em_alpha,
                         lr=self.em_lr, diversity_weight=self.em_diversity, prior_momentum=self.prior_momentum)
         for buffer, value in ((self.means, new.means), (self.priors, new.priors), (self.em_exp_avg, new.exp_avg),
                               (self.em_exp_avg_sq, new.exp_avg_sq), (self.em_steps, new.steps)):
             buffer.copy_(value)
+        self.em_pending.fill_(False)
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         if epoch in self.push_epochs:
