@@ -369,3 +369,18 @@ def test_mining_depth_is_scaled_to_the_grid() -> None:
     assert MGProto(SyntheticTokens(grid=(6, 6)).context(3)).mine_levels == 15  # 20 · 36/49 = 14.7
     assert MGProto(SyntheticTokens().context(3), mine_levels=4).mine_levels == 4
     assert MEMORY_CAPACITY == 134
+
+
+def test_perf_times_each_phase_of_the_schedule_with_the_state_it_has() -> None:
+    from benchmark.tools.perf import _phases
+
+    source = SyntheticTokens(num_classes=3, images_per_class=4)
+    method = MGProto(source.context(2))
+    (stage,) = method.stages()
+    assert _phases(method, stage, 0) == [(0, 6), (6, 1), (7, 13)]  # before EM, EM, EM + mining
+    method.assume_epoch(0)
+    assert not method.memory.full()  # nothing to assume before EM
+    method.assume_epoch(6)
+    assert method.memory.full()
+    method.after_step(source.batch(torch.arange(4)), stage, 6)
+    assert int(method.em_steps) == 3 * 1 and int(method.em_first_epoch) == 6  # the batch's one class, 3 loops

@@ -270,6 +270,24 @@ class MGProto(PrototypeMethod):
         if epoch == self.epochs - 1 and self.prototypes_per_class > self.prune_top_m:
             self.prune()
 
+    def phase_epochs(self, stage: Stage, first_epoch: int) -> list[int]:
+        """Before EM, EM from ``em_start_epoch``, EM + mining from ``mine_start_epoch``."""
+        switches = (self.em_start_epoch, self.mine_start_epoch)
+        return sorted({first_epoch, *(e for e in switches if first_epoch < e < first_epoch + stage.epochs)})
+
+    @torch.no_grad()
+    def assume_epoch(self, epoch: int) -> None:
+        """From ``em_start_epoch`` a run's banks are full: fill the missing slots with random
+        unit vectors (EM's cost does not depend on their values)."""
+        if epoch < self.em_start_epoch or self.memory.full():
+            return
+        generator = torch.Generator().manual_seed(epoch)
+        for cls in range(self.num_classes):
+            missing = self.memory.capacity - int(self.memory.size[cls])
+            features = F.normalize(torch.randn(missing, self.memory.features.shape[-1], generator=generator), dim=-1)
+            self.memory.push(features.to(self.memory.features.device),
+                             torch.full((missing,), cls, dtype=torch.long, device=self.memory.features.device))
+
     @torch.no_grad()
     def push(self, data: TrainData) -> None:
         """Project every prototype onto its best latent patch among training images of its class,
