@@ -233,6 +233,17 @@ class PrototypeMethod(nn.Module, ABC):
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         """Called after each epoch (global index ``epoch``): push/projection, last-layer phases."""
 
+    # ---- timing (``protobench perf``) ------------------------------------------------------
+    def phase_epochs(self, stage: Stage, first_epoch: int) -> list[int]:
+        """Global epochs of ``stage`` (whose first is ``first_epoch``) at which its step starts
+        to cost differently (a loss term or an EM switched on): ``perf`` times a step at each
+        and weighs it by the epochs until the next. Default: the stage's first epoch."""
+        return [first_epoch]
+
+    def assume_epoch(self, epoch: int) -> None:
+        """For timing only: bring whatever state a step's cost depends on (e.g. full memory
+        banks) to what a run has at global ``epoch``. Default: nothing."""
+
     # ---- diagnostics (default: none) -----------------------------------------------------
     def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
         """How the method's internals behaved in this run, as JSON values (numbers, lists, nested

@@ -56,7 +56,7 @@ def _fresh_state(means: torch.Tensor, priors: torch.Tensor) -> EMState:
                    torch.zeros((), dtype=torch.long))
 
 
-BOTH = torch.tensor([0, 1])
+BOTH = torch.tensor([True, True])
 
 
 def test_em_step_increases_bank_log_likelihood_and_keeps_priors_on_simplex() -> None:
@@ -74,36 +74,50 @@ def test_em_step_increases_bank_log_likelihood_and_keeps_priors_on_simplex() -> 
     assert int(state.steps) == 180  # one step of the shared Adam per loop and class
 
 
-def _official_em(bank: torch.Tensor, means: torch.Tensor, priors: torch.Tensor, classes: list[int], loops: int,
-                 optimizer_steps: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference with the official structure (model.py ``update_GMM``): one ``torch.optim.Adam`` over
-    the whole C×J×d mean tensor; per class of the batch, per loop: E-step with smoothing, loss
-    −mean Σ_k r (log N + log π) + mean_{i≠j} exp(−‖μ_i − μ_j‖²) on ``means[c]`` of the full
-    parameter, zero_grad / backward / step, then the prior momentum update. ``optimizer_steps``
-    earlier steps on class 0 give the moments a history first."""
-    mu = torch.nn.Parameter(means.clone())
-    optimizer = torch.optim.Adam([mu], lr=3e-3)
-    priors = priors.clone()
-    eye = torch.eye(means.shape[1])
+class _OfficialGMM:
+    """Reference with the official structure (model.py): one ``torch.optim.Adam`` over the whole
+    C×J×d mean tensor, the priors, and ``memory_updated_cls``: every enqueue sets its classes'
+    flags; ``update_GMM`` visits the classes in ascending order, clears each flagged class's flag,
+    skips it if its bank is not full, else runs ``loops`` EM steps on it. An EM step: E-step with
+    smoothing, loss −mean Σ_k r (log N + log π) + mean_{i≠j} exp(−‖μ_i − μ_j‖²) on ``means[c]`` of
+    the full parameter, zero_grad / backward / step, then the prior momentum update."""
 
-    def step(c: int) -> None:
+    def __init__(self, means: torch.Tensor, priors: torch.Tensor) -> None:
+        self.mu = torch.nn.Parameter(means.clone())
+        self.optimizer = torch.optim.Adam([self.mu], lr=3e-3)
+        self.priors = priors.clone()
+        self.updated = torch.zeros(len(means), dtype=torch.bool)
+
+    def step(self, bank: torch.Tensor, c: int) -> None:
+        mu, eye = self.mu, torch.eye(self.mu.shape[1])
         with torch.no_grad():
-            resp = torch.softmax(-math.pi * torch.cdist(bank[c], mu[c]) ** 2 + torch.log(priors[c] + 1e-10), dim=-1)
+            resp = torch.softmax(-math.pi * torch.cdist(bank, mu[c]) ** 2 + torch.log(self.priors[c] + 1e-10), dim=-1)
             resp = (resp + 0.1) / (resp + 0.1).sum(-1, keepdim=True)
-        log_lik = -math.pi * ((bank[c][:, None] - mu[c][None]) ** 2).sum(-1) + torch.log(priors[c] + 1e-10)
+        log_lik = -math.pi * ((bank[:, None] - mu[c][None]) ** 2).sum(-1) + torch.log(self.priors[c] + 1e-10)
         pair = ((mu[c][:, None] - mu[c][None]) ** 2).sum(-1)
         loss = -(resp * log_lik).sum(1).mean(0) + (torch.exp(-pair) * (1 - eye)).sum() / (1 - eye).sum()
-        optimizer.zero_grad()
+        self.optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        priors[c] = 0.99 * priors[c] + 0.01 * resp.mean(0)
+        self.optimizer.step()
+        self.priors[c] = 0.99 * self.priors[c] + 0.01 * resp.mean(0)
 
-    for _ in range(optimizer_steps):
-        step(0)
-    for c in classes:
-        for _ in range(loops):
-            step(c)
-    return mu.detach(), priors
+    def enqueue(self, labels: torch.Tensor) -> None:
+        for c in labels.unique().tolist():
+            self.updated[c] = True
+
+    def update_gmm(self, banks: torch.Tensor, full: torch.Tensor, loops: int) -> None:
+        for c in range(len(self.updated)):
+            if not self.updated[c]:
+                continue
+            self.updated[c] = False
+            if not full[c]:
+                continue
+            for _ in range(loops):
+                self.step(banks[c], c)
+
+    @property
+    def steps(self) -> int:
+        return int(self.optimizer.state[self.mu]["step"]) if self.optimizer.state else 0
 
 
 def test_em_is_the_official_loop_with_one_adam_over_all_means() -> None:
@@ -111,21 +125,48 @@ def test_em_is_the_official_loop_with_one_adam_over_all_means() -> None:
     bank = torch.cat([bank, bank.flip(0)])  # four classes
     means = torch.cat([means, means.flip(0)])
     priors = torch.tensor([[0.5, 0.5], [0.3, 0.7], [0.6, 0.4], [0.5, 0.5]])
-    history_means, _ = _official_em(bank, means, priors, [], 0, optimizer_steps=4)
-    # 4 earlier steps on class 0, then EM for classes 1 and 3
-    expected_means, expected_priors = _official_em(bank, means, priors, [1, 3], 3, optimizer_steps=4)
+    reference = _OfficialGMM(means, priors)
+    for _ in range(4):  # 4 earlier steps on class 0 give the moments a history, then EM for classes 1 and 3
+        reference.step(bank[0], 0)
+    history_means = reference.mu.detach().clone()
+    reference.enqueue(torch.tensor([3, 1, 3]))
+    reference.update_gmm(bank, torch.ones(4, dtype=torch.bool), loops=3)
     state = _fresh_state(means, priors)
-    state = em_update(bank, state, torch.tensor([0]), loops=4, alpha=0.1, lr=3e-3, diversity_weight=1.0,
-                      prior_momentum=0.99)
+    state = em_update(bank, state, torch.tensor([True, False, False, False]), loops=4, alpha=0.1, lr=3e-3,
+                      diversity_weight=1.0, prior_momentum=0.99)
     assert torch.allclose(state.means, history_means, atol=1e-6)
-    new = em_update(bank, state, torch.tensor([1, 3]), loops=3, alpha=0.1, lr=3e-3, diversity_weight=1.0,
-                    prior_momentum=0.99)
-    assert int(new.steps) == 4 + 6
-    assert torch.allclose(new.means, expected_means, atol=1e-6)
-    assert torch.allclose(new.priors, expected_priors, atol=1e-7)
+    new = em_update(bank, state, torch.tensor([False, True, False, True]), loops=3, alpha=0.1, lr=3e-3,
+                    diversity_weight=1.0, prior_momentum=0.99)
+    assert int(new.steps) == reference.steps == 4 + 6
+    assert torch.allclose(new.means, reference.mu.detach(), atol=1e-6)
+    assert torch.allclose(new.priors, reference.priors, atol=1e-7)
     # class 0 is not in the batch but moves through the Adam moments it built up; class 2 never had any
     assert not torch.allclose(new.means[0], state.means[0], atol=1e-6)
     assert torch.equal(new.means[2], means[2]) and torch.equal(new.priors[0], state.priors[0])
+
+
+def test_first_em_updates_every_class_enqueued_since_training_began() -> None:
+    # official model.py: every enqueue sets memory_updated_cls[c] and only update_GMM clears it, so
+    # with 20 classes and batch 8 the first EM updates all 20 classes, the next ones their batch's
+    source = SyntheticTokens(num_classes=20, images_per_class=2, dim=16, grid=(4, 4))
+    source.tokens, source.block_input = source.tokens.double(), source.block_input.double()
+    method = MGProto(source.context(3), memory_capacity=2, em_start_epoch=1).double()  # float64: no rounding noise
+    stage, reference = method.stages()[0], _OfficialGMM(method.means, method.priors)
+    batches = torch.randperm(len(source), generator=torch.Generator().manual_seed(0)).split(8)
+    em_calls = []
+    for epoch in range(2):
+        for indices in batches:
+            batch = source.batch(indices)
+            method.after_step(batch, stage, epoch)  # enqueue, then EM if this epoch runs it
+            reference.enqueue(batch.labels)
+            if bool(method.em_active):
+                reference.update_gmm(method.memory.features, method.memory.size == 2, loops=3)
+                em_calls.append(len(batch.labels.unique()))
+                assert int(method.em_steps) == reference.steps
+                assert torch.allclose(method.means, reference.mu.detach(), rtol=0, atol=1e-12)
+                assert torch.allclose(method.priors, reference.priors, rtol=0, atol=1e-12)
+    assert int(method.em_first_epoch) == 1 and reference.steps == 3 * (20 + sum(em_calls[1:]))
+    assert not bool(method.em_pending.any())
 
 
 def test_memory_bank_is_fifo_with_capacity() -> None:
@@ -328,3 +369,18 @@ def test_mining_depth_is_scaled_to_the_grid() -> None:
     assert MGProto(SyntheticTokens(grid=(6, 6)).context(3)).mine_levels == 15  # 20 · 36/49 = 14.7
     assert MGProto(SyntheticTokens().context(3), mine_levels=4).mine_levels == 4
     assert MEMORY_CAPACITY == 134
+
+
+def test_perf_times_each_phase_of_the_schedule_with_the_state_it_has() -> None:
+    from benchmark.tools.perf import _phases
+
+    source = SyntheticTokens(num_classes=3, images_per_class=4)
+    method = MGProto(source.context(2))
+    (stage,) = method.stages()
+    assert _phases(method, stage, 0) == [(0, 6), (6, 1), (7, 13)]  # before EM, EM, EM + mining
+    method.assume_epoch(0)
+    assert not method.memory.full()  # nothing to assume before EM
+    method.assume_epoch(6)
+    assert method.memory.full()
+    method.after_step(source.batch(torch.arange(4)), stage, 6)
+    assert int(method.em_steps) == 3 * 1 and int(method.em_first_epoch) == 6  # the batch's one class, 3 loops

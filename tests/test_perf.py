@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import benchmark.tools.perf as perf
 from benchmark.cli import main
@@ -25,6 +26,25 @@ def test_spread_is_numpys_median_quartiles_and_range(values: list[float]) -> Non
     assert spread.q1 == pytest.approx(np.percentile(values, 25))  # numpy's default: linear = inclusive
     assert spread.q3 == pytest.approx(np.percentile(values, 75))
     assert (spread.low, spread.high, spread.count) == (min(values), max(values), len(values))
+
+
+def test_inference_forwards_take_turns_and_rotate_which_runs_first() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def forward(name: str):
+        return lambda images: calls.append((name, int(images)))
+
+    seconds = perf._interleaved_seconds([forward("trunk"), forward("a"), forward("b")],
+                                        [torch.tensor(b) for b in range(4)], torch.device("cpu"), warmup=1)
+    assert [len(s) for s in seconds] == [3, 3, 3]  # the warm-up batch is not timed
+    assert [name for name, _ in calls] == ["trunk", "a", "b", "a", "b", "trunk", "b", "trunk", "a",
+                                           "trunk", "a", "b"]
+    assert [b for _, b in calls] == [b for b in range(4) for _ in range(3)]  # batch by batch
+
+
+@pytest.mark.parametrize(("q1", "fault"), [(0.95, False), (1.0, False), (1.01, True)])
+def test_a_ratio_above_one_beyond_its_spread_is_a_measurement_fault(q1: float, fault: bool) -> None:
+    assert perf.inference_fault({"median": 1.05, "q1": q1, "q3": 1.1, "min": 0.9, "max": 1.2}) is fault
 
 
 def test_paper_scale_preset_is_the_papers_setting() -> None:
@@ -91,6 +111,7 @@ def test_every_stage_hook_and_evaluation_is_timed(measured) -> None:
             assert stage["step_seconds"]["min"] <= stage["step_seconds"]["median"] <= stage["step_seconds"]["max"]
             assert stage["on_stage_start_seconds"] >= 0 and stage["on_epoch_end_seconds"] >= 0
         assert row["inference_ratio_method_over_trunk"]["count"] == 3
+        assert row["inference_measurement_fault"] == perf.inference_fault(row["inference_ratio_method_over_trunk"])
     assert nppp["epoch_ratio_over_baseline"]["median"] == 1.0  # baseline=1: NPPP over itself
     assert "epoch_seconds_recomputing_trunk" in vmf and "epoch_seconds_recomputing_trunk" not in nppp
     assert (vmf["classes"], vmf["prototypes_per_class"], vmf["embed_dim"], vmf["tokens"]) == (3, 2, 48, 256)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from methods.vmfproto.gating import foreground_mask, foreground_scores, top_eigenvector
+from methods.vmfproto import gating
+from methods.vmfproto.gating import exact_top_eigenvector, foreground_mask, foreground_scores, top_eigenvector
 
 SIDE, DIM = 8, 32
 
@@ -74,3 +75,33 @@ def test_top_eigenvector(patches: int) -> None:
     v = top_eigenvector(x)
     _, vectors = torch.linalg.eigh(x.transpose(1, 2) @ x)
     torch.testing.assert_close((v * vectors[..., -1]).sum(-1).abs(), torch.ones(3, dtype=torch.float64))
+
+
+def token_sets(count: int, patches: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` images of ``patches`` tokens: layer-normed tokens around a per-image direction
+    (a dominant eigenvalue, as a ViT's), pure Gaussian tokens (eigengap ≈ 0: the fallback), rank-2
+    tokens and a constant image, with random attention."""
+    g = torch.Generator().manual_seed(seed)
+    quarter = count // 4
+    shared = torch.nn.functional.layer_norm(
+        2 * torch.randn(quarter, 1, dim, generator=g) + torch.randn(quarter, patches, dim, generator=g), (dim,))
+    gaussian = torch.randn(quarter, patches, dim, generator=g)
+    low_rank = torch.randn(quarter, patches, 2, generator=g) @ torch.randn(quarter, 2, dim, generator=g)
+    constant = torch.ones(count - 3 * quarter, patches, dim)
+    tokens = torch.cat([shared, gaussian, low_rank, constant])
+    return tokens, torch.rand(count, patches, generator=g)
+
+
+@pytest.mark.parametrize(("patches", "dim"), [(64, 96), (96, 48)])  # Gram route (N < D) and covariance route
+def test_iterative_gate_equals_the_eigh_gate(patches: int, dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens, attention = token_sets(40, patches, dim, seed=patches)
+    gram, _ = gating._gram(tokens)
+    _, accepted = gating._subspace_iteration(gram.double())
+    assert 0 < int(accepted.sum()) < len(tokens)  # both the iterative path and the eigh fallback are taken
+    v = top_eigenvector(tokens)
+    torch.testing.assert_close((v * exact_top_eigenvector(tokens)).sum(-1).abs(), torch.ones(len(tokens)))
+    masks = {variant: foreground_mask(tokens, attention, variant, 0.5) for variant in ("attention_pca", "pca")}
+    monkeypatch.setattr(gating, "top_eigenvector", exact_top_eigenvector)
+    for variant, (mask, fallback) in masks.items():
+        exact_mask, exact_fallback = foreground_mask(tokens, attention, variant, 0.5)
+        assert torch.equal(mask, exact_mask) and torch.equal(fallback, exact_fallback), variant

@@ -159,14 +159,22 @@ def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torc
 def _interleaved_seconds(forwards: list[Callable[[torch.Tensor], Any]], batches: list[torch.Tensor],
                          device: torch.device, warmup: int) -> list[list[float]]:
     """Seconds of each forward on each timed batch (``[forward][batch]``), the forwards taking
-    turns on every batch."""
+    turns on every batch, the first to run rotating from batch to batch (no forward always runs
+    first, e.g. on a cold cache)."""
     seconds: list[list[float]] = [[] for _ in forwards]
     for b, images in enumerate(batches):
-        for k, forward in enumerate(forwards):
-            elapsed = _timed(device, lambda: forward(images))
+        for k in [(b + shift) % len(forwards) for shift in range(len(forwards))]:
+            elapsed = _timed(device, lambda: forwards[k](images))
             if b >= warmup:
                 seconds[k].append(elapsed)
     return seconds
+
+
+def inference_fault(ratio: dict[str, float]) -> bool:
+    """A method's inference ratio (trunk ÷ trunk + method) above 1 beyond its spread (lower
+    quartile > 1): trunk + method ran faster than the trunk alone, which only a measurement
+    fault (load, frequency scaling) produces."""
+    return ratio["q1"] > 1.0
 
 
 def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: ImageDataset, *, batch_size: int,
@@ -189,6 +197,7 @@ class _Contender:
     optimizer: torch.optim.Optimizer | None
     source: Any
     device: torch.device
+    epoch: int = 0  # the global epoch the step runs as (a phase of the stage: ``phase_epochs``)
 
     def step(self, indices: torch.Tensor) -> float:
         """Seconds of one harness step (``run_epoch`` over one batch): loss, backward, optimiser
@@ -196,14 +205,23 @@ class _Contender:
         set_trainable(self.method, self.stage)
         return _timed(self.device, lambda: run_epoch(
             self.method, self.source, self.stage, self.optimizer, indices, batch_size=len(indices),
-            device=self.device, epoch=0))
+            device=self.device, epoch=self.epoch))
 
 
-def _walk_schedule(row: int, prep: Prepared, cached: Any, warmup: int) -> tuple[list[_Contender], list[dict[str, Any]]]:
-    """Run the method's schedule in order with ``warmup`` steps per stage instead of full epochs,
-    timing its hooks: ``on_stage_start`` once per stage, ``on_epoch_end`` after every epoch of
-    the schedule (as :func:`benchmark.run.training.train` calls them). Returns a step contender per
-    stage and the hook timings."""
+def _phases(method: PrototypeMethod, stage: Stage, first_epoch: int) -> list[tuple[int, int]]:
+    """(global epoch, epochs it lasts) of each phase of ``stage`` (:meth:`PrototypeMethod.phase_epochs`)."""
+    end = first_epoch + stage.epochs
+    starts = sorted({e for e in method.phase_epochs(stage, first_epoch) if first_epoch <= e < end} | {first_epoch})
+    return [(e, nxt - e) for e, nxt in zip(starts, [*starts[1:], end])]
+
+
+def _walk_schedule(row: int, prep: Prepared, cached: Any,
+                   warmup: int) -> tuple[list[list[tuple[_Contender, int]]], list[dict[str, Any]]]:
+    """Run the method's schedule in order with ``warmup`` steps per phase of each stage instead
+    of full epochs, timing its hooks: ``on_stage_start`` once per stage, ``on_epoch_end`` after
+    every epoch of the schedule (as :func:`benchmark.run.training.train` calls them). Returns a
+    step contender per phase of each stage (``phase_epochs``; the method is brought to the state
+    of the phase's epoch by ``assume_epoch``) and the hook timings."""
     method, device, spec = prep.method, prep.device, prep.spec
     data = SourceTrainData(cached, device, spec.seed)
     warm_batches = _index_batches(len(cached), spec.batch_size, warmup, spec.seed + 1)
@@ -213,16 +231,21 @@ def _walk_schedule(row: int, prep: Prepared, cached: Any, warmup: int) -> tuple[
         if stage.epochs == 0:
             continue
         set_trainable(method, stage)
-        contender = _Contender(row, method, stage, make_optimizer(stage) if stage.trains else None, cached, device)
+        optimizer = make_optimizer(stage) if stage.trains else None
         start = _timed(device, lambda: method.on_stage_start(stage, global_epoch, data))
-        for indices in warm_batches:
-            contender.step(indices)
+        phases = []
+        for epoch, epochs in _phases(method, stage, global_epoch):
+            method.assume_epoch(epoch)
+            contender = _Contender(row, method, stage, optimizer, cached, device, epoch)
+            for indices in warm_batches:
+                contender.step(indices)
+            phases.append((contender, epochs))
         epoch_end = 0.0
         with torch.no_grad():
             for epoch in range(global_epoch, global_epoch + stage.epochs):
                 epoch_end += _timed(device, lambda: method.on_epoch_end(stage, epoch, data))
         global_epoch += stage.epochs
-        contenders.append(contender)
+        contenders.append(phases)
         stages.append({"name": stage.name, "epochs": stage.epochs, "trains": stage.trains,
                        "on_stage_start_seconds": start, "on_epoch_end_seconds": epoch_end})
     return contenders, stages
@@ -300,14 +323,15 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
         cached = prep.train_source(cache_root)
         contenders, stages = _walk_schedule(k, prep, cached, warmup)
         walked.append((cached, contenders, stages))
-    steppers = [c for _, contenders, _ in walked for c in contenders]
-    last_trains = {}
-    for c in steppers:
-        if c.stage.trains:
-            last_trains[c.row] = c
-    live_method = last_trains.get(0, steppers[0])
+    steppers = [c for _, contenders, _ in walked for phases in contenders for c, _ in phases]
+    last_trains: dict[int, list[tuple[_Contender, int]]] = {}
+    for _, contenders, _ in walked:
+        for phases in contenders:
+            if phases[0][0].stage.trains:
+                last_trains[phases[0][0].row] = phases
+    live_method = last_trains[0][0][0] if 0 in last_trains else steppers[0]
     live = _Contender(0, live_method.method, live_method.stage, live_method.optimizer,
-                      first.train_source(None), device)
+                      first.train_source(None), device, live_method.epoch)
     live.step(_index_batches(len(live.source), first.spec.batch_size, 1, first.spec.seed + 2)[0])  # warm-up
 
     # training steps: every stage of every method, and the live-trunk step, on each batch
@@ -316,16 +340,24 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
         for c in [*steppers, live]:
             step_seconds[id(c)].append(c.step(indices))
 
+    def weighted(phases: list[tuple[_Contender, int]]) -> list[float]:
+        """Per timed batch, a stage's step seconds as its epochs average them: each phase's step
+        weighted by the epochs it lasts."""
+        total = sum(epochs for _, epochs in phases)
+        return [sum(epochs * step_seconds[id(c)][b] for c, epochs in phases) / total for b in range(timed_batches)]
+
     rows = []
-    base = last_trains.get(baseline)
+    base = weighted(last_trains[baseline]) if baseline in last_trains else None
     for k, (prep, (cached, contenders, stages)) in enumerate(zip(preps, walked)):
         spec = prep.spec
         batch = spec.batch_size
-        for c, stage in zip(contenders, stages):
-            stage["step_seconds"] = Spread.of(step_seconds[id(c)]).to_json()
+        for phases, stage in zip(contenders, stages):
+            stage["phases"] = [{"epoch": c.epoch, "epochs": epochs, "step_seconds": Spread.of(step_seconds[id(c)]).to_json()}
+                               for c, epochs in phases]
+            stage["step_seconds"] = Spread.of(weighted(phases)).to_json()
             stage["step_seconds_per_image"] = stage["step_seconds"]["median"] / batch
         evaluate_s, test_images = _evaluate_seconds(prep, cache_root)
-        mine = last_trains.get(k)
+        mine = weighted(last_trains[k]) if k in last_trains else None
         row: dict[str, Any] = {
             "run": spec.label,
             "method": _describe(prep),
@@ -350,12 +382,17 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
             "stages": stages,
             "evaluate_seconds": evaluate_s,
         }
+        row["inference_measurement_fault"] = inference_fault(row["inference_ratio_method_over_trunk"])
         if mine is not None:
-            row["last_training_stage"] = mine.stage.name
-            row["epoch_seconds_from_cache"] = statistics.median(step_seconds[id(mine)]) / batch * len(cached)
+            row["last_training_stage"] = last_trains[k][0][0].stage.name
+            row["epoch_seconds_from_cache"] = statistics.median(mine) / batch * len(cached)
             if base is not None:
-                row["epoch_ratio_over_baseline"] = Spread.of(
-                    [a / b for a, b in zip(step_seconds[id(mine)], step_seconds[id(base)])]).to_json()
+                row["epoch_ratio_over_baseline"] = Spread.of([a / b for a, b in zip(mine, base)]).to_json()
+        if base is not None:
+            for phases, stage in zip(contenders, stages):
+                for (c, _), phase in zip(phases, stage["phases"]):
+                    phase["step_ratio_over_baseline"] = Spread.of(
+                        [a / b for a, b in zip(step_seconds[id(c)], base)]).to_json()
         if k == 0:
             live_s, cached_s = step_seconds[id(live)], step_seconds[id(live_method)]
             row["epoch_seconds_recomputing_trunk"] = statistics.median(live_s) / batch * len(cached)
@@ -392,13 +429,29 @@ def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
                       _spread_text(r["epoch_ratio_over_baseline"], ".2f") if "epoch_ratio_over_baseline" in r else "—",
                       f"{hooks:.2f}", f"{r['evaluate_seconds']:.2f}")
     console.print(table)
-    stages = Table(title=escape("every stage: step seconds per batch (median [quartiles]), hooks over the schedule"))
-    for col in ("method", "stage", "epochs", "step (s)", "on_stage_start (s)", "on_epoch_end, all epochs (s)"):
+    for r in rows:
+        if r.get("inference_measurement_fault"):
+            console.print(escape(f"measurement fault: {r['method']} ÷ bare trunk "
+                                 f"{_spread_text(r['inference_ratio_method_over_trunk'])} is above 1 beyond its "
+                                 "spread (trunk + method faster than the trunk alone); not a result: re-run on a "
+                                 "quieter machine"))
+    stages = Table(title=escape("every stage and each phase of it (from the epoch its step's cost changes): step "
+                                "seconds per batch (median [quartiles]; a stage's weighted by its phases' epochs), "
+                                "hooks over the schedule"))
+    for col in ("method", "stage", "epochs", "step (s)", f"step ÷ {base['method_name']} epoch step",
+                "on_stage_start (s)", "on_epoch_end, all epochs (s)"):
         stages.add_column(col, justify="left" if col in ("method", "stage") else "right")
     for r in rows:
         for s in r["stages"]:
-            stages.add_row(escape(r["method"]), s["name"], str(s["epochs"]), _spread_text(s["step_seconds"]),
+            stages.add_row(escape(r["method"]), s["name"], str(s["epochs"]), _spread_text(s["step_seconds"]), "",
                            f"{s['on_stage_start_seconds']:.3f}", f"{s['on_epoch_end_seconds']:.3f}")
+            if len(s["phases"]) < 2:
+                continue
+            for phase in s["phases"]:
+                ratio = phase.get("step_ratio_over_baseline")
+                stages.add_row("", f"  from epoch {phase['epoch']}", str(phase["epochs"]),
+                               _spread_text(phase["step_seconds"]), _spread_text(ratio, ".2f") if ratio else "—",
+                               "", "")
     console.print(stages)
     if "epoch_seconds_recomputing_trunk" in first:
         console.print(escape(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "

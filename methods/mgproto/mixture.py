@@ -87,36 +87,90 @@ class EMState:
                        self.steps.clone())
 
 
-def adam_step(state: EMState, cls: int, grad: Tensor, lr: float) -> None:
-    """One step of the Adam over all means, in place, whose gradient is ``grad`` (J×d) on class
-    ``cls`` and zero elsewhere (Kingma & Ba 2015, Alg. 1, written as ``torch.optim.Adam`` with its
-    default betas and eps). Every class moves: a zero gradient still decays the moments, and the
-    step ``lr·m̂/(√v̂ + eps)`` of a class with non-zero moments is not zero (official behaviour:
-    the loss indexes one class of the full parameter, so the others get zero gradients)."""
+def _adam_moments_step(state: EMState, grad: Tensor, steps: Tensor, live: Tensor, lr: float) -> None:
+    """One ``torch.optim.Adam`` step (Kingma & Ba 2015, Alg. 1, default betas and eps) of every
+    class where ``live`` (C bool) is set, in place, with gradient ``grad`` (C×J×d; zero for a class
+    not being fitted: its moments decay and its mean still moves by ``lr·m̂/(√v̂ + eps)``) and
+    ``steps`` (C) the global step number each class is at (for the bias corrections)."""
     beta1, beta2 = ADAM_BETAS
-    state.steps += 1
-    state.exp_avg.mul_(beta1)[cls].add_(grad, alpha=1.0 - beta1)
-    state.exp_avg_sq.mul_(beta2)[cls].addcmul_(grad, grad, value=1.0 - beta2)
-    steps = state.steps.to(grad.dtype)
+    live = live.view(-1, 1, 1)
+    exp_avg = state.exp_avg * beta1 + (1.0 - beta1) * grad
+    exp_avg_sq = state.exp_avg_sq * beta2 + (1.0 - beta2) * grad * grad
+    steps = steps.to(grad.dtype).view(-1, 1, 1)
     bias1, bias2 = 1.0 - beta1 ** steps, 1.0 - beta2 ** steps
-    denom = state.exp_avg_sq.sqrt() / bias2.sqrt() + ADAM_EPS
-    state.means.sub_(lr * state.exp_avg / (bias1 * denom))
+    means = state.means - lr * exp_avg / (bias1 * (exp_avg_sq.sqrt() / bias2.sqrt() + ADAM_EPS))
+    state.exp_avg.copy_(torch.where(live, exp_avg, state.exp_avg))
+    state.exp_avg_sq.copy_(torch.where(live, exp_avg_sq, state.exp_avg_sq))
+    state.means.copy_(torch.where(live, means, state.means))
+
+
+#: zero-gradient steps summed at once in :func:`_drift` (bounds its C×J×d×chunk temporary)
+DRIFT_CHUNK = 32
+
+
+def _drift(state: EMState, start: Tensor, count: Tensor, horizon: int, lr: float) -> None:
+    """``count[c]`` (≤ ``horizon``) zero-gradient Adam steps of each class c, its first at global
+    step ``start[c] + 1``, in place: the steps of the one Adam while other classes are fitted.
+    With g = 0 the moments decay geometrically, ``m_j = β₁ʲ m``, ``v_j = β₂ʲ v``, so the j-th step
+    moves the mean by ``lr·(β₁ʲ m/(1 − β₁ˢ)) / (√(β₂ʲ v/(1 − β₂ˢ)) + eps)`` (s = start + j, the
+    step of :func:`_adam_moments_step`); the steps are summed in closed form, a chunk at a time."""
+    if horizon == 0:
+        return
+    beta1, beta2 = ADAM_BETAS
+    dtype = state.means.dtype
+    offsets = torch.arange(1, horizon + 1, device=start.device)
+    steps = (start.unsqueeze(-1) + offsets).to(dtype)  # C×H global step numbers
+    live = offsets <= count.unsqueeze(-1)
+    offsets = offsets.to(dtype)
+    scale = torch.where(live, lr * beta1 ** offsets / (1.0 - beta1 ** steps), 0.0)  # C×H
+    spread = (beta2 ** offsets / (1.0 - beta2 ** steps)).sqrt()  # C×H
+    root_v = state.exp_avg_sq.sqrt().unsqueeze(-1)  # C×J×d×1
+    moved = torch.zeros_like(state.means)
+    for first in range(0, horizon, DRIFT_CHUNK):
+        chunk = slice(first, first + DRIFT_CHUNK)
+        denominators = root_v * spread[:, None, None, chunk] + ADAM_EPS
+        moved += (scale[:, None, None, chunk] / denominators).sum(-1)
+    state.means.sub_(state.exp_avg * moved)
+    count = count.to(dtype).view(-1, 1, 1)
+    state.exp_avg.mul_(beta1 ** count)
+    state.exp_avg_sq.mul_(beta2 ** count)
+
+
+def _class_gradients(bank: Tensor, means: Tensor, log_prior: Tensor, resp: Tensor,
+                     diversity_weight: float) -> Tensor:
+    """∂/∂μ_c of ``−mean_m Σ_j r_mj (log N(x_m | μ_j) + log π_j) + λ · mean_{i≠j} exp(−‖μ_i − μ_j‖²)``
+    (model.py ``_m_step_diversified``) for every class at once (classes are independent, so
+    the gradient of their sum is each class's own)."""
+    with torch.enable_grad():
+        means = means.detach().requires_grad_(True)
+        nll = -(resp * (log_density(bank, means) + log_prior.unsqueeze(-2))).sum(-1).mean(-1)
+        (grad,) = torch.autograd.grad((nll + diversity_weight * diversity(means)).sum(), means)
+    return grad
 
 
 @float32_island
-def em_update(bank: Tensor, state: EMState, classes: Tensor, *, loops: int, alpha: float, lr: float,
+def em_update(bank: Tensor, state: EMState, pending: Tensor, *, loops: int, alpha: float, lr: float,
               diversity_weight: float, prior_momentum: float) -> EMState:
-    """MGProto's EM (model.py ``update_GMM``) for ``classes`` (ascending, the classes of the
-    batch), each on its memory bank ``bank[c]`` (``bank``: C×M×d): class after class, ``loops``
-    iterations each of
+    """MGProto's EM (model.py ``update_GMM``) for the classes set in ``pending`` (C bool: the
+    classes enqueued since the last EM, whose banks are full), each on its memory bank
+    ``bank[c]`` (``bank``: C×M×d). The official code fits them one after the other in ascending
+    order, ``loops`` iterations each of
 
     * E-step: ``r_mj ∝ π_j N(x_m | μ_j)`` with the current means (detached), then additive
       smoothing ``r ← (r + α) / Σ_j (r + α)`` (``_m_step``'s "prevent assigning to a single
       Gaussian");
     * ``π_new = mean_m r_m``;
-    * one step of the Adam over all means (:func:`adam_step`) for ``−mean_m Σ_j r_mj (log N(x_m | μ_j)
-      + log π_j) + λ · mean_{i≠j} exp(−‖μ_i − μ_j‖²)`` of class c (``_m_step_diversified``);
+    * one step of the one Adam over all C×J means for ``−mean_m Σ_j r_mj (log N(x_m | μ_j) +
+      log π_j) + λ · mean_{i≠j} exp(−‖μ_i − μ_j‖²)`` of class c (``_m_step_diversified``): every
+      other class gets a zero gradient, so its moments decay and its mean drifts;
     * ``π_c ← γ π_c + (1 − γ) π_new`` (``momentum_update`` with ``tau = 0.99``).
+
+    A class's loss depends on its own mean, prior and bank only, so the same updates are computed
+    for all classes at once: the k-th pending class (0-based) first drifts through the
+    ``loops·k`` zero-gradient steps of the classes before it, then all pending classes take
+    their ``loops`` fitted steps together (each with its own global step number), then drift
+    through the steps of the classes after them; a class not pending drifts through all
+    ``loops·K`` steps. Equal to the sequential loop up to rounding (tests/test_mgproto.py).
 
     Returns a new state (the input tensors are not modified); runs with gradients enabled
     whatever the caller's grad mode (the training loop calls hooks under ``no_grad``).
@@ -124,18 +178,21 @@ def em_update(bank: Tensor, state: EMState, classes: Tensor, *, loops: int, alph
     state = state.clone()
     bank = bank.detach()
     components = state.means.shape[-2]
-    for cls in classes.tolist():
-        features = bank[cls]
-        for _ in range(loops):
-            log_prior = torch.log(state.priors[cls] + PRIOR_EPS)  # J
-            with torch.no_grad():
-                resp = torch.softmax(log_density(features, state.means[cls]) + log_prior, dim=-1)
-                resp = (resp + alpha) / (1.0 + components * alpha)
-            new_priors = resp.mean(0)
-            with torch.enable_grad():
-                means = state.means[cls].detach().requires_grad_(True)
-                nll = -(resp * (log_density(features, means) + log_prior)).sum(-1).mean()
-                (grad,) = torch.autograd.grad(nll + diversity_weight * diversity(means), means)
-            adam_step(state, cls, grad, lr)
-            state.priors[cls] = prior_momentum * state.priors[cls] + (1.0 - prior_momentum) * new_priors
+    count = int(pending.sum())  # K: the loop bounds below
+    position = pending.long().cumsum(0) - 1  # k of each pending class
+    before = torch.where(pending, loops * position, loops * count)
+    _drift(state, state.steps.expand_as(position), before, loops * count, lr)
+    start = state.steps + loops * position  # global step before a pending class's first fitted step
+    for loop in range(loops):
+        log_prior = torch.log(state.priors + PRIOR_EPS)  # C×J
+        with torch.no_grad():
+            resp = torch.softmax(log_density(bank, state.means) + log_prior.unsqueeze(-2), dim=-1)
+            resp = (resp + alpha) / (1.0 + components * alpha)
+        grad = _class_gradients(bank, state.means, log_prior, resp, diversity_weight)
+        _adam_moments_step(state, grad, start + loop + 1, pending, lr)
+        new_priors = prior_momentum * state.priors + (1.0 - prior_momentum) * resp.mean(-2)
+        state.priors.copy_(torch.where(pending.unsqueeze(-1), new_priors, state.priors))
+    after = torch.where(pending, loops * (count - 1 - position), 0)
+    _drift(state, start + loops, after, loops * max(count - 1, 0), lr)
+    state.steps += loops * count
     return state

@@ -7,7 +7,9 @@ logits ``log Σ_j π_cj max_grid N(z | μ_cj)`` with means and priors detached (
 changed only by EM and push); ``L = CE + 0.2 L_mine`` (mining from ``mine_start_epoch``). After
 every step the top-1 features of the ground-truth prototypes enter a per-class FIFO memory bank;
 in every epoch from ``em_start_epoch`` whose start finds every class's bank full (main.py decides
-``update_GMM`` once per epoch), the classes of the batch run EM on their banks after each step.
+``update_GMM`` once per epoch), EM runs after each step on every class enqueued since the last EM
+(model.py ``memory_updated_cls``: every enqueue sets a class's flag, only ``update_GMM`` clears it,
+so the first EM updates every class enqueued since training began).
 Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based pruning
 to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The Proxy-Anchor
 auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen trunk it cannot
@@ -160,6 +162,8 @@ class MGProto(PrototypeMethod):
         self.register_buffer("em_exp_avg", torch.zeros_like(means))
         self.register_buffer("em_exp_avg_sq", torch.zeros_like(means))
         self.register_buffer("em_steps", torch.zeros((), dtype=torch.long))  # one Adam over all means
+        # model.py ``memory_updated_cls``: classes enqueued since the last EM
+        self.register_buffer("em_pending", torch.zeros(classes, dtype=torch.bool))
         # main.py's per-epoch ``update_GMM`` (decided for epoch ``em_decided_epoch``) and, for the
         # diagnostics, the first epochs in which EM and mining ran (−1: not yet)
         self.register_buffer("em_decided_epoch", torch.tensor(-1))
@@ -228,8 +232,9 @@ class MGProto(PrototypeMethod):
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
         """Enqueue the batch's top-1 ground-truth features (computed in ``loss_terms`` before the
         optimiser step, as model.py's forward; recomputed if this batch had no ``loss_terms``),
-        then EM for the batch's classes if this epoch runs EM: main.py sets ``update_GMM`` at the
-        start of each epoch, from ``em_start_epoch`` on, when every class's bank is full."""
+        then EM if this epoch runs EM (main.py sets ``update_GMM`` at the start of each epoch, from
+        ``em_start_epoch`` on, when every class's bank is full) on every class enqueued since the
+        last EM (model.py ``memory_updated_cls``, set by every enqueue, cleared only by EM)."""
         if int(self.em_decided_epoch) != epoch:  # the first step of the epoch, before its features enter
             self.em_decided_epoch.fill_(epoch)
             self.em_active.fill_(epoch >= self.em_start_epoch and self.memory.full())
@@ -240,26 +245,48 @@ class MGProto(PrototypeMethod):
             latent = self.latent(batch)
             positions = log_density(latent, self.means[batch.labels]).argmax(dim=1)
         self.memory.push(*unique_top1_features(latent, positions, batch.labels))
+        self.em_pending[batch.labels] = True
         if bool(self.em_active):
-            self.expectation_maximisation(batch.labels.unique())
+            self.expectation_maximisation()
             if int(self.em_first_epoch) < 0:
                 self.em_first_epoch.fill_(epoch)
 
-    def expectation_maximisation(self, classes: Tensor) -> None:
-        """EM on the memory banks of ``classes`` (ascending; model.py ``update_GMM``: the classes of
-        the batch), with the one Adam over all means."""
+    def expectation_maximisation(self) -> None:
+        """model.py ``update_GMM``: EM, with the one Adam over all means, on the banks of the
+        pending classes in ascending order, then every flag cleared. (``update_GMM`` also skips a
+        class whose bank is not full; none is here: EM runs only in an epoch whose start found
+        every bank full, and a bank never shrinks.)"""
         state = EMState(self.means, self.priors, self.em_exp_avg, self.em_exp_avg_sq, self.em_steps)
-        new = em_update(self.memory.features, state, classes, loops=self.em_loops, alpha=self.em_alpha,
+        new = em_update(self.memory.features, state, self.em_pending, loops=self.em_loops, alpha=self.em_alpha,
                         lr=self.em_lr, diversity_weight=self.em_diversity, prior_momentum=self.prior_momentum)
         for buffer, value in ((self.means, new.means), (self.priors, new.priors), (self.em_exp_avg, new.exp_avg),
                               (self.em_exp_avg_sq, new.exp_avg_sq), (self.em_steps, new.steps)):
             buffer.copy_(value)
+        self.em_pending.fill_(False)
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
         if epoch in self.push_epochs:
             self.push(data)
         if epoch == self.epochs - 1 and self.prototypes_per_class > self.prune_top_m:
             self.prune()
+
+    def phase_epochs(self, stage: Stage, first_epoch: int) -> list[int]:
+        """Before EM, EM from ``em_start_epoch``, EM + mining from ``mine_start_epoch``."""
+        switches = (self.em_start_epoch, self.mine_start_epoch)
+        return sorted({first_epoch, *(e for e in switches if first_epoch < e < first_epoch + stage.epochs)})
+
+    @torch.no_grad()
+    def assume_epoch(self, epoch: int) -> None:
+        """From ``em_start_epoch`` a run's banks are full: fill the missing slots with random
+        unit vectors (EM's cost does not depend on their values)."""
+        if epoch < self.em_start_epoch or self.memory.full():
+            return
+        generator = torch.Generator().manual_seed(epoch)
+        for cls in range(self.num_classes):
+            missing = self.memory.capacity - int(self.memory.size[cls])
+            features = F.normalize(torch.randn(missing, self.memory.features.shape[-1], generator=generator), dim=-1)
+            self.memory.push(features.to(self.memory.features.device),
+                             torch.full((missing,), cls, dtype=torch.long, device=self.memory.features.device))
 
     @torch.no_grad()
     def push(self, data: TrainData) -> None:
