@@ -30,9 +30,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _grid_overrides(args: argparse.Namespace) -> dict[str, object]:
-    from benchmark.grid import parse_set_options
+    from benchmark.grid import parse_set_options, parse_sweep_options
 
     overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
+    overrides.update(parse_sweep_options(getattr(args, "sweep", None) or []))
     if getattr(args, "data_root", None):
         overrides["data_root"] = args.data_root
     if getattr(args, "weights", None):
@@ -224,11 +225,15 @@ def _check_cache_space(runs: list[RunSpec], cache_root: Path) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from slurm.cluster import ClusterProfile, load_profile
-    from benchmark.grid import load_grid
+    from benchmark.grid import load_grid, select_runs
     from benchmark.tools.plan import check_present_data, load_perf, make_plan, paper_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
+    if args.only:
+        grid = dataclasses.replace(grid, runs=tuple(select_runs(grid, args.only)))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     costs = load_perf(args.perf) if args.perf else paper_costs()
     check_present_data(grid.runs)
@@ -405,15 +410,23 @@ def add_grid_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", help="'hf-cache', 'random' or a weights file for every run (replaces the grid's "
                                      "weights, a string or a table by backbone)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a RunSpec field or method_args.NAME in every run; VALUE is a TOML literal "
-                        "(--set batch_size=64 --set method_args.lambda_ppd=0.5); repeatable")
+                   help="override a RunSpec field or method_args.NAME in every run, or METHOD.NAME in that "
+                        "method's runs; VALUE is a TOML literal (--set batch_size=64 --set vmfproto.lambda_ppd=0.5); "
+                        "repeatable")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,…",
+                   help="add an axis to the grid: every run once per value (--sweep seed=0,1,2 "
+                        "--sweep vmfproto.lambda_ppd=0.1,0.5); keys as --set's; repeatable")
+
+
+def add_only_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
+                   help="a subset: method=vmfproto J=3,5 seed=0 … (comma lists keep any of the values; "
+                        "J is prototypes_per_class) or run-id prefixes")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """What every command that trains or measures runs takes."""
-    p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
-                   help="a subset: method=vmfproto J=3,5 seed=0 … (comma lists keep any of the values; "
-                        "J is prototypes_per_class) or run-id prefixes")
+    add_only_option(p)
     add_grid_options(p)
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
@@ -478,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
     p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
                                   "(default: the paper's runtime table)")
+    add_only_option(p)
     add_grid_options(p)
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory whose free space is checked "
