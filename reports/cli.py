@@ -50,7 +50,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="without --layout: column dimensions (default: dataset,backbone, those that vary); "
                              "metrics are the innermost columns")
     parser.add_argument("--metrics", type=_names, metavar="NAMES",
-                        help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, "
+                        help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, epoch_seconds_live_trunk, "
                              "inference_images_per_second (default: those of con…acc that any result has)")
     add_where_argument(parser)
     parser.add_argument("--method-macro", action="store_true",
