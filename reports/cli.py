@@ -64,7 +64,6 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
-    from reports.coverage import left_out_message
     from reports.load import load_csv
     from reports.pivot import parse_where, pivot_layout
     from reports.render import render_report
@@ -96,14 +95,31 @@ def run_report(args: argparse.Namespace) -> int:
         sys.stdout.write(report.text)
     if report.missing and args.layout is None:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
-    elif report.missing:
-        print(f"{len(report.missing)} cell(s) of layout {layout.name} have no result:", file=sys.stderr)
-        for cell in report.missing:
-            print(f"  {cell}", file=sys.stderr)
-    left_out = left_out_message(frame, layout) if args.layout is not None else None
+    elif args.layout is not None:
+        _print_layout_coverage(frame, layout, report.missing)
+    return 0
+
+
+#: a layout's empty cells are listed one by one up to this many (else only counted per reason)
+LISTED_MISSING_CELLS = 8
+
+
+def _print_layout_coverage(frame, layout, missing: list[str]) -> None:  # (pd.DataFrame, Layout, …)
+    """On stderr: the results the layout leaves out with the suggestion (first: it is what to act
+    on), then its empty cells counted per reason, one line each, listed when few."""
+    from reports.coverage import left_out_message, missing_reasons
+
+    left_out = left_out_message(frame, layout)
     if left_out:
         print(left_out, file=sys.stderr)
-    return 0
+    if not missing:
+        return
+    print(f"{len(missing)} cell(s) of layout {layout.name} have no result:", file=sys.stderr)
+    for reason, count in missing_reasons(frame, layout).most_common():
+        print(f"  {count}× {reason}", file=sys.stderr)
+    if len(missing) <= LISTED_MISSING_CELLS:
+        for cell in missing:
+            print(f"    {cell}", file=sys.stderr)
 
 
 def add_where_argument(parser: argparse.ArgumentParser) -> None:
