@@ -281,21 +281,65 @@ def cmd_make_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+LIST_SECTIONS = ("methods", "backbones", "datasets", "grids")
+
+
+def _listing(pattern: str | None) -> dict[str, object]:
+    """What ``protobench list`` shows, each section filtered by ``pattern`` (a case-insensitive
+    substring or shell glob of the name); a pattern with ':' names a method by import path."""
+    from fnmatch import fnmatch
+
     from benchmark.backbones import BACKBONES
     from benchmark.config import DATASET_NAMES
     from methods.registry import get_method_class, list_methods, method_hyperparameters
 
-    print("methods:")
-    for name in list_methods():
-        params = ", ".join(f"{k}={v!r}" for k, v in method_hyperparameters(get_method_class(name)).items())
-        print(f"  {name}: {params}")
-    print("backbones:")
-    for key, spec in sorted(BACKBONES.items()):
-        print(f"  {key}: {spec.timm_name}")
-    print("datasets:", ", ".join(DATASET_NAMES))
+    def keep(name: str) -> bool:
+        if pattern is None:
+            return True
+        wildcard = any(c in pattern for c in "*?[")
+        return fnmatch(name.lower(), pattern.lower()) if wildcard else pattern.lower() in name.lower()
+
+    methods = [pattern] if pattern and ":" in pattern else [m for m in list_methods() if keep(m)]
     grids = sorted(p.name for p in resources.files("benchmark").joinpath("grids").iterdir() if p.name.endswith(".toml"))
-    print("grids (benchmark/grids/):", ", ".join(grids))
+    return {
+        "methods": {m: method_hyperparameters(get_method_class(m)) for m in methods},
+        "backbones": {k: spec.timm_name for k, spec in sorted(BACKBONES.items()) if keep(k) or keep(spec.timm_name)},
+        "datasets": [d for d in DATASET_NAMES if keep(d)],
+        "grids": [g for g in grids if keep(g)],
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import json
+
+    terms = list(args.terms)
+    sections = LIST_SECTIONS
+    if terms and terms[0] in LIST_SECTIONS:
+        sections = (terms.pop(0),)
+    if len(terms) > 1:
+        raise ProtobenchError(f"list takes one PATTERN, got {' '.join(terms)}; e.g. `protobench list vit` or "
+                              "`protobench list methods proto`")
+    shown = {k: v for k, v in _listing(terms[0] if terms else None).items() if k in sections}
+    if args.json:
+        print(json.dumps(shown, indent=2, default=repr))
+        return 0
+    if not any(shown.values()):
+        print(f"nothing named like {terms[0]!r} in {', '.join(sections)}")
+        return 1
+    for section, entries in shown.items():
+        if not entries:
+            continue
+        if section == "methods":
+            print("methods:")
+            for name, params in entries.items():  # type: ignore[union-attr]
+                print(f"  {name}: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+        elif section == "backbones":
+            print("backbones:")
+            for key, timm_name in entries.items():  # type: ignore[union-attr]
+                print(f"  {key}: {timm_name}")
+        else:
+            where = " (benchmark/grids/)" if section == "grids" else ""
+            print(f"{section}{where}:", ", ".join(entries))  # type: ignore[arg-type]
     return 0
 
 
@@ -545,7 +589,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{option}", type=int, help="default: synthbirds.SYNTHBIRDS_DEFAULTS, printed when written")
     p.set_defaults(func=cmd_make_data)
 
-    p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids")
+    p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids; "
+                                    "[SECTION] [PATTERN] to filter")
+    p.add_argument("terms", nargs="*", metavar="[SECTION] [PATTERN]",
+                   help=f"a section ({', '.join(LIST_SECTIONS)}) and/or a name pattern: a case-insensitive "
+                        "substring or glob (vit, 'dinov2_*'); a method's import path (mypkg.mod:MyMethod) shows it")
+    p.add_argument("--json", action="store_true", help="print the listing as one JSON object")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")

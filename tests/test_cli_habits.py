@@ -202,3 +202,17 @@ def test_a_list_in_set_points_to_sweep_and_errors_name_the_option():
 def test_plan_takes_only_and_set_as_run_does(capsys):
     assert main(["plan", "benchmark/grids/demo.toml", "--only", "J=3", "--set", "seed=5"]) == 0
     assert "demo (benchmark/grids/demo.toml): 1 runs" in capsys.readouterr().out
+
+
+def test_list_filters_by_section_and_pattern_and_prints_json(capsys):
+    assert main(["list", "backbones", "vitb14"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("backbones:\n") and "dinov2_vitb14:" in out and "dinov2_vits14" not in out
+    assert "methods:" not in out
+    assert main(["list", "dinov3*", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert set(listing["backbones"]) and all(k.startswith("dinov3") for k in listing["backbones"])
+    assert listing["methods"] == {} and listing["grids"] == []
+    assert main(["list", "example_adapter:CosinePrototypes", "--json"]) == 0  # a method by import path
+    assert json.loads(capsys.readouterr().out)["methods"]["example_adapter:CosinePrototypes"]["epochs"] == 10
+    assert main(["list", "zzz"]) == 1 and "nothing named like 'zzz'" in capsys.readouterr().out
