@@ -389,8 +389,14 @@ def cmd_figures(args: argparse.Namespace) -> int:
     from benchmark.run.store import RunDir
     from reports.figures import run_labels, write_comparison, write_figures
 
+    from benchmark.run.reevaluate import check_trained
+
     cache_dir = Path(args.cache_dir) if args.cache_dir else None
     run_dirs = [Path(d) for d in args.run_dirs]
+    if args.images < 1 or args.top < 1:
+        raise ProtobenchError(f"--images {args.images} and --top {args.top} must be ≥ 1")
+    for run_dir in run_dirs:  # every run's imports and paths before the first run's compute
+        check_trained(run_dir)
     explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
     if len(run_dirs) == 1:
         written = write_figures(explained[0], Path(args.out))

@@ -186,3 +186,23 @@ def test_plot_curves_reads_the_runs_metrics_jsonl(two_runs):
     out = work / "curves.png"
     assert main(["plot", "--curves", *map(str, runs), "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+
+
+def test_every_run_is_checked_before_any_compute(tmp_path, capsys):
+    """An adapter that does not import (its PYTHONPATH missing) fails at once, not after the first run's maps."""
+    import json
+
+    from benchmark.config import RunSpec
+
+    dirs = []
+    for name, method in (("good", "vmfproto"), ("adapter", "mypkg.missing:MyMethod")):
+        spec = RunSpec(dataset="synthbirds", backbone="dinov2_vits14", method="vmfproto", prototypes_per_class=2)
+        run = tmp_path / "runs" / "g" / name
+        run.mkdir(parents=True)
+        (run / "spec.json").write_text(json.dumps({**spec.to_json(), "method": method}))
+        (run / "checkpoint.pt").write_bytes(b"")  # never read: the checks come first
+        dirs.append(str(run))
+    assert main(["figures", *dirs, "--out", str(tmp_path / "figs")]) == 2
+    err = capsys.readouterr().err
+    assert "mypkg.missing:MyMethod" in err and "PYTHONPATH" in err
+    assert not (tmp_path / "figs").exists()
