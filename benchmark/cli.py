@@ -408,6 +408,14 @@ def cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from benchmark.run.epochlog import export_tensorboard
+
+    written = export_tensorboard([Path(d) for d in args.run_dirs], Path(args.out))
+    print(f"wrote the curves of {len(written)} run(s) to {args.out}; view with `tensorboard --logdir {args.out}`")
+    return 0
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from datetime import datetime
 
@@ -578,6 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (PNG and vector PDF)")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
     p.set_defaults(func=cmd_figures)
+
+    p = sub.add_parser("tensorboard", help="the training curves of runs (finished or not) from their metrics.jsonl "
+                                           "as TensorBoard scalars")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them (runs/demo)")
+    p.add_argument("--out", required=True, help="TensorBoard log folder; each run goes to OUT/GRID/RUN_ID")
+    p.set_defaults(func=cmd_tensorboard)
 
     p = sub.add_parser("doctor", help="check this machine for a grid: Python/torch/CUDA, data, weights, disk, SLURM")
     p.add_argument("grid", nargs="?", help="grid TOML whose data roots, weights and caches to check "
