@@ -14,26 +14,12 @@ from benchmark.cli import build_parser, main
 from benchmark.grid import load_grid
 from benchmark.tools.demo import print_demo_story, protobench_command
 from reports.load import load_csv, load_results
+from test_e2e import GRID as E2E_GRID
 
 REPO = Path(__file__).resolve().parents[1]
-GRID = """
-name = "demo"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-batch_size = 8
-eval_batch_size = 16
-device = "cpu"
-method = "vmfproto"
-method_args = {{ end_to_end_epochs = 2 }}
-[[sweep]]
-prototypes_per_class = [2, 3]
-seed = [0]
-"""
+#: test_e2e's tiny vMFProto grid, named "demo" and with two J (two runs for the comparison figure)
+GRID = E2E_GRID.replace('name = "tiny"', 'name = "demo"').replace("prototypes_per_class = [2]",
+                                                                 "prototypes_per_class = [2, 3]")
 
 
 @pytest.fixture(scope="module")
