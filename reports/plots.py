@@ -128,8 +128,9 @@ def plot_results(
         ax.grid(alpha=0.3)
     if hue is not None:
         one_legend(fig, axes[0], title=AXIS_NAMES[hue])
-    fixed = [f"{d} = {dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items()]
-    seeds = [f"n = {counts.pop()} seed(s) per point"] if len(counts) == 1 else ["n (seeds) marked at each point"]
+    # "key = value" held together by no-break spaces when the title wraps
+    fixed = [f"{d}\u00a0=\u00a0{dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items()]
+    seeds = [f"n\u00a0=\u00a0{counts.pop()} seed(s) per point"] if len(counts) == 1 else ["n (seeds) marked at each point"]
     title = "; ".join([", ".join(fixed), "mean over seeds ± 1 sample s.d.", *seeds] if fixed else
                       ["mean over seeds ± 1 sample s.d.", *seeds])
     # wrapped to the figure's width (about 11 characters per inch at the small font)
