@@ -52,7 +52,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="without --layout: column dimensions (default: dataset,backbone, those that vary); "
                              "metrics are the innermost columns")
     parser.add_argument("--metrics", type=_names, metavar="NAMES",
-                        help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, "
+                        help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, epoch_seconds_live_trunk, "
                              "inference_images_per_second (default: those of con…acc that any result has)")
     add_where_argument(parser)
     parser.add_argument("--method-macro", action="store_true",
@@ -72,7 +72,6 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
-    from reports.coverage import left_out_message
     from reports.load import load_csv
     from reports.pivot import parse_where, pivot_layout
     from reports.render import render_report
@@ -107,14 +106,31 @@ def run_report(args: argparse.Namespace) -> int:
         print(report.interval_note, file=sys.stderr)
     if report.missing and args.layout is None:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
-    elif report.missing:
-        print(f"{len(report.missing)} cell(s) of layout {layout.name} have no result:", file=sys.stderr)
-        for cell in report.missing:
-            print(f"  {cell}", file=sys.stderr)
-    left_out = left_out_message(frame, layout) if args.layout is not None else None
+    elif args.layout is not None:
+        _print_layout_coverage(frame, layout, report.missing)
+    return 0
+
+
+#: a layout's empty cells are listed one by one up to this many (else only counted per reason)
+LISTED_MISSING_CELLS = 8
+
+
+def _print_layout_coverage(frame, layout, missing: list[str]) -> None:  # (pd.DataFrame, Layout, …)
+    """On stderr: the results the layout leaves out with the suggestion (first: it is what to act
+    on), then its empty cells counted per reason, one line each, listed when few."""
+    from reports.coverage import left_out_message, missing_reasons
+
+    left_out = left_out_message(frame, layout)
     if left_out:
         print(left_out, file=sys.stderr)
-    return 0
+    if not missing:
+        return
+    print(f"{len(missing)} cell(s) of layout {layout.name} have no result:", file=sys.stderr)
+    for reason, count in missing_reasons(frame, layout).most_common():
+        print(f"  {count}× {reason}", file=sys.stderr)
+    if len(missing) <= LISTED_MISSING_CELLS:
+        for cell in missing:
+            print(f"    {cell}", file=sys.stderr)
 
 
 def add_where_argument(parser: argparse.ArgumentParser) -> None:

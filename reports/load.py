@@ -110,6 +110,8 @@ def load_csv(path: str | Path) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ProtobenchError(f"CSV {path} cannot be parsed ({exc}); fix the file.") from exc
     raw.columns = [str(c).strip() for c in raw.columns]
+    if EXPORT_MARKER in raw.columns:
+        return _tidy(_export_records(path, raw))
     _check_csv_columns(path, list(raw.columns))
     records = [
         _csv_record(path, line, row)
@@ -130,7 +132,7 @@ def _tidy(records: list[Record]) -> pd.DataFrame:
 # --- result.json -------------------------------------------------------------------------
 
 
-def _malformed(path: Path, problem: str) -> ProtobenchError:
+def _malformed(path: Path | str, problem: str) -> ProtobenchError:
     return ProtobenchError(
         f"{path} is malformed: {problem}; re-run that run or delete the file "
         f"(the run then counts as unfinished)."
@@ -138,7 +140,11 @@ def _malformed(path: Path, problem: str) -> ProtobenchError:
 
 
 def _read_result(path: Path) -> Record:
-    data = read_result_json(path)
+    return _result_record(path, read_result_json(path), run_dir=str(path.parent))
+
+
+def _result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str | None) -> Record:
+    """The tidy record of one result (``path`` names it in errors and in the source column)."""
     spec = _section(path, data, "spec", required=True)
     metrics = _section(path, data, "metrics", required=True)
     timing = _section(path, data, "timing", required=False)
@@ -153,7 +159,7 @@ def _read_result(path: Path) -> Record:
         "n_seeds": 1,
         "run_id": _text(path, data, "", "run_id"),
         "grid": data.get("grid"),
-        "run_dir": str(path.parent),
+        "run_dir": run_dir,
         "source": str(path),
         "method_display_name": _optional_text(path, data, "method_display_name"),
     }
@@ -170,7 +176,7 @@ def _provenance_text(value: object) -> str | None:
     return json.dumps(value, sort_keys=True)
 
 
-def _section(path: Path, data: Mapping[str, object], name: str, *, required: bool) -> Mapping[str, object]:
+def _section(path: Path | str, data: Mapping[str, object], name: str, *, required: bool) -> Mapping[str, object]:
     value = data.get(name)
     if value is None and not required:
         return {}
@@ -183,28 +189,28 @@ def _field(section: str, key: str) -> str:
     return f"{section}.{key}" if section else key
 
 
-def _text(path: Path, data: Mapping[str, object], section: str, key: str) -> str:
+def _text(path: Path | str, data: Mapping[str, object], section: str, key: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
         raise _malformed(path, f"{_field(section, key)} must be a non-empty string, got {value!r}")
     return value
 
 
-def _optional_text(path: Path, data: Mapping[str, object], key: str) -> str | None:
+def _optional_text(path: Path | str, data: Mapping[str, object], key: str) -> str | None:
     value = data.get(key)
     if value is not None and (not isinstance(value, str) or not value):
         raise _malformed(path, f"{key} must be a non-empty string or absent, got {value!r}")
     return value
 
 
-def _integer(path: Path, data: Mapping[str, object], section: str, key: str) -> int:
+def _integer(path: Path | str, data: Mapping[str, object], section: str, key: str) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _malformed(path, f"{_field(section, key)} must be an integer, got {value!r}")
     return value
 
 
-def _number(path: Path, data: Mapping[str, object], section: str, key: str) -> float:
+def _number(path: Path | str, data: Mapping[str, object], section: str, key: str) -> float:
     value = data.get(key)
     if value is None:
         return math.nan
@@ -214,6 +220,45 @@ def _number(path: Path, data: Mapping[str, object], section: str, key: str) -> f
 
 
 # --- CSV ---------------------------------------------------------------------------------
+
+#: a column every ``protobench export`` CSV has and no tidy CSV has: such a file is read as the
+#: result.json files it flattened (reports.export.flatten), so ``report runs.csv`` equals ``report runs/``
+EXPORT_MARKER = "spec.method"
+_EXPORT_INTEGERS = ("spec.prototypes_per_class", "spec.seed")
+
+
+def _export_records(path: Path, raw: pd.DataFrame) -> list[Record]:
+    records = []
+    for line, row in zip(range(2, len(raw) + 2), raw.to_dict(orient="records")):
+        where = f"{path}:{line}"
+        nested: dict[str, object] = {}
+        for column, cell in row.items():
+            value = _export_cell(where, column, cell.strip())
+            *parents, leaf = column.split(".")
+            node = nested
+            for parent in parents:
+                node = node.setdefault(parent, {})  # type: ignore[assignment]
+            node[leaf] = value  # type: ignore[index]
+        records.append(_result_record(where, nested, run_dir=row.get("run_dir") or None))
+    return records
+
+
+def _export_cell(where: str, column: str, text: str) -> object:
+    """One cell of an export CSV as result.json held it: numbers where the tidy frame reads
+    numbers, JSON text of lists and mappings decoded, any other text as is (a version "2.0"
+    stays a string)."""
+    if not text:
+        return None
+    if column.startswith(("metrics.", "timing.")):
+        return _csv_float(where, column, text)
+    if column in _EXPORT_INTEGERS:
+        return _csv_integer(where, column, text)
+    if text[0] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
 
 
 def _check_csv_columns(path: Path, columns: list[str]) -> None:

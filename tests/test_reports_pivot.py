@@ -131,7 +131,7 @@ def test_paper_layout_says_which_results_it_leaves_out(tmp_path: Path, capsys: p
     for seed in range(4):
         write_run(tmp_path, f"s{seed}", seed=seed)
     assert main(["report", str(tmp_path), "--layout", "cub_main"]) == 0
-    last = capsys.readouterr().err.splitlines()[-1]
+    last = capsys.readouterr().err.splitlines()[0]  # first: the suggestion
     assert last == ("cub_main: 4 results not in this layout (dataset synthbirds ≠ cub) — "
                     "try `protobench report RUNS` without --layout")
 
@@ -144,7 +144,7 @@ def test_left_out_reasons_count_each_kind(capsys: pytest.CaptureFixture[str]) ->
               ("cub", "dinov2_vitb14", "vmfproto", 5) and s["variant"] in shown_variants]
     not_cub = [s for s in specs if s["dataset"] != "cub"]
     assert main(["report", str(RUNS), "--layout", "gating"]) == 0
-    last = capsys.readouterr().err.splitlines()[-1]
+    last = capsys.readouterr().err.splitlines()[0]
     assert last.startswith(f"gating: {len(specs) - len(inside)} results not in this layout (")
     datasets = ", ".join(sorted({s["dataset"] for s in not_cub}))
     assert f"{len(not_cub)}× dataset {datasets} ≠ cub" in last and last.endswith("without --layout")

@@ -15,15 +15,32 @@ from benchmark.run.store import RunDir, atomic_write_json, default_cache_root
 from benchmark.run.training import load_checkpoint
 
 
-def load_trained(run_dir: Path, **overrides: object) -> Prepared:
-    """The run's data, trunk and method with its final checkpoint loaded (training must be done)."""
+def check_trained(run_dir: Path) -> RunSpec:
+    """What :func:`load_trained` needs, checked without compute: a run directory with its spec and
+    checkpoint, an importable method (an adapter named by import path must be on PYTHONPATH) and,
+    for a real dataset, its data root on this machine. Returns the run's spec."""
+    from methods.registry import get_method_class
+
     rd = RunDir(run_dir)
     spec_data = rd.spec()
     if spec_data is None:
-        raise ProtobenchError(f"{str(run_dir)!r} is not a run directory (no readable spec.json)")
+        raise ProtobenchError(f"{str(run_dir)!r} is not a run directory (no readable spec.json); give "
+                              "RUNS_DIR/GRID/RUN_ID of a finished run")
     if not rd.checkpoint_path.exists():
         raise ProtobenchError(f"run {str(run_dir)!r} has no checkpoint.pt; run the grid first")
-    spec = RunSpec.from_json(spec_data).with_overrides(**overrides)
+    spec = RunSpec.from_json(spec_data)
+    get_method_class(spec.method)  # ProtobenchError naming the module and PYTHONPATH when it does not import
+    if spec.dataset != "synthbirds" and not Path(spec.data_root).expanduser().exists():
+        raise ProtobenchError(f"run {str(run_dir)!r} reads its dataset from {spec.data_root!r}, which does not "
+                              "exist here; run the command where that path exists (the directory `protobench "
+                              "run` ran in, for a relative path)")
+    return spec
+
+
+def load_trained(run_dir: Path, **overrides: object) -> Prepared:
+    """The run's data, trunk and method with its final checkpoint loaded (training must be done)."""
+    rd = RunDir(run_dir)
+    spec = check_trained(run_dir).with_overrides(**overrides)
     prep = prepare(spec)
     checkpoint = load_checkpoint(rd.checkpoint_path)
     if checkpoint["stage_index"] < len(prep.method.stages()):

@@ -30,6 +30,11 @@ def diagnostic_warnings(result: dict[str, Any] | None) -> list[str]:
     return list(((result or {}).get("diagnostics") or {}).get("warnings") or [])
 
 
+def expected_warnings(result: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The out-of-range diagnostics the run's configuration makes expected, each with its reason."""
+    return list(((result or {}).get("diagnostics") or {}).get("expected_warnings") or [])
+
+
 def _warnings_cell(warnings: list[str]) -> str:
     """The names of the out-of-range diagnostics (the full lines are printed under the table)."""
     names = [warning.split(" ", 1)[0] for warning in warnings]
@@ -60,7 +65,8 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
         progress = running_progress(rd, spec, holder) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason,
-                        "warnings": diagnostic_warnings(result), "unreadable": unreadable, "progress": progress})
+                        "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
+                        "unreadable": unreadable, "progress": progress})
     return records
 
 
@@ -149,4 +155,23 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
         console.print(f"[red]failed[/red] {escape(str(path))}: {escape(reason)}")
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
+    for line in expected_summary(status_records(root, extra_states)):
+        console.print(line, markup=False, style="dim")
     return counts
+
+
+def expected_summary(records: list[dict[str, Any]]) -> list[str]:
+    """One line per expected out-of-range diagnostic over all runs: how many runs, the values'
+    range and why the protocol makes it expected (instead of one warning per run)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for record in records:
+        for item in record["expected_warnings"]:
+            path, _, rest = item["warning"].partition(" = ")
+            grouped.setdefault((path, item["why"]), []).append(rest)
+    lines = []
+    for (path, why), found in grouped.items():
+        values = sorted(float(rest.split(" ", 1)[0]) for rest in found)
+        bound = found[0].split(" ", 1)[1]
+        shown = f"{values[0]:.3g}" if len(values) == 1 else f"{values[0]:.3g}–{values[-1]:.3g}"
+        lines.append(f"expected, not a fault: {path} {bound} in {len(values)} run(s) ({shown}): {why}")
+    return lines

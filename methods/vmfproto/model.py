@@ -388,6 +388,13 @@ class VMFProto(PrototypeMethod):
             "kappa": {"min": float(kappa.min()), "median": float(kappa.median()), "max": float(kappa.max())},
         }
 
+    def expected_warnings(self) -> dict[str, str]:
+        if self.ot_tolerance is not None:
+            return {}
+        return {"ot_marginal_error.mean": f"the paper's fixed {self.ot_iterations} Sinkhorn iterations "
+                                          "(ot_tolerance unset) stop before the plan's marginals converge; set "
+                                          "method_args.ot_tolerance to iterate until they do"}
+
     def diagnostic_ranges(self) -> dict[str, DiagnosticRange]:
         ranges: dict[str, DiagnosticRange] = {
             "ot_marginal_error.mean": OT_MARGINAL_ERROR_RANGE,
