@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from methods.common.precision import float32_island
+
 KERNEL = 2  # prototypes are D×2×2 (methods.md)
 DILATION = 2  # official run: prototype_dilation=2
 PADDING = 1  # official model.py: prototype_padding = (1, 1)
@@ -98,6 +100,7 @@ def subtractive_margin(activations: Tensor, wrong: Tensor, margin: float) -> Ten
     return torch.where(mask, penalised, activations)
 
 
+@float32_island  # ‖G − I‖ with G's diagonal ≈ 1: bf16's spacing at 1 (2⁻⁸) would swamp the off-diagonal terms
 def within_class_orthogonality(prototypes: Tensor, per_class: int) -> Tensor:
     """``sqrt(Σ_c ‖P̂_c P̂_cᵀ − I‖_F²)``, P̂_c the (J·K)×D unit parts of class c's J prototypes
     (M×D×2×2 in, class-major). Official ``get_prototype_orthogonalities`` + ``torch.norm``, with

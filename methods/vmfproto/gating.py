@@ -16,6 +16,8 @@ import math
 import torch
 from torch import Tensor
 
+from methods.common.precision import float32_island
+
 GATING_VARIANTS: tuple[str, ...] = ("attention_pca", "pca", "attention", "none")
 REGION_THRESHOLD = 0.5  # R: normalised attention ≥ 0.5 (methods.md)
 REGION_TOP_FRACTION = 0.25  # fallback R: the top 25% of patches by attention
@@ -50,6 +52,7 @@ def attention_region(attention: Tensor) -> Tensor:
     return torch.where((region.sum(-1) < 2).unsqueeze(-1), top, region)
 
 
+@float32_island  # eigh has no bf16 kernel on CUDA, and CUDA autocast does not widen it (README, GPU)
 def foreground_scores(tokens: Tensor, attention: Tensor, variant: str) -> Tensor:
     """Foregroundness ``m ∈ [0, 1]`` per patch (Eq. fg_mask), B×N, for a gating ``variant``
     other than ``none``. ``tokens``: B×N×D frozen tokens; ``attention``: B×N CLS→patch."""

@@ -13,6 +13,7 @@ from benchmark.errors import ProtobenchError
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
+from methods.common.precision import float32_island
 from methods.registry import register_method
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
 from methods.vmfproto.overlap import logdet_loss
@@ -195,6 +196,7 @@ class VMFProto(PrototypeMethod):
         return self.gate(batch)[0]
 
     # ---- scores ----------------------------------------------------------------------------
+    @float32_island  # log C_D(κ) ≈ −1.5e3 at D = 768: bf16's spacing there (8) would swamp κμᵀt (README, GPU)
     def component_scores(self, tokens: Tensor) -> Tensor:
         """``s_{i,c,j} = log C_D(κ_cj) + κ_cj μ_cjᵀ t_i`` (Eq. ot_score) for every class, B×N×C×J."""
         mu, kappa = self.prototype_means(), self.kappa
@@ -203,6 +205,7 @@ class VMFProto(PrototypeMethod):
         flat = torch.addmm(log_c.flatten(), tokens.flatten(0, 1), weights.T)
         return flat.view(*tokens.shape[:2], *kappa.shape)
 
+    @float32_island  # as component_scores
     def class_scores(self, tokens: Tensor, classes: Tensor) -> Tensor:
         """``s_{i,c_b,j}`` of one class per image (Eq. ot_score), B×N×J."""
         mu, kappa = self.prototype_means()[classes], self.kappa[classes]  # B×J×D, B×J
