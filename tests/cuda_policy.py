@@ -9,10 +9,13 @@
 * :class:`HostSyncCounter`: the aten ops that make a CUDA host wait for the device — reading a
   scalar (``item``, ``int``, ``bool``: ``_local_scalar_dense``) and ops whose output shape depends
   on the data (``nonzero``, boolean-mask indexing, ``unique``, ``repeat_interleave`` with tensor
-  counts and no ``output_size``, ``masked_select``).
+  counts and no ``output_size``, ``masked_select``). A host-to-device copy of a Python list
+  (``torch.tensor([...], device=...)``) is invisible on a CPU: none is left in a step (grep).
 """
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -57,8 +60,8 @@ def _host_sync(func: torch._ops.OpOverload, args: Any, kwargs: dict[str, Any]) -
     name = func._schema.name
     if name == "aten::_local_scalar_dense" or name in _DATA_DEPENDENT:
         return True
-    if name == "aten::repeat_interleave" and isinstance(args[0], torch.Tensor) and kwargs.get("output_size") is None:
-        return func.__name__ in ("Tensor", "self_Tensor") and (len(args) < 3 or args[-1] is None)
+    if name == "aten::repeat_interleave":  # every form reaches the counts-only one, which sums them unless told the size
+        return func._overloadname == "Tensor" and kwargs.get("output_size") is None
     if name in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"):
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
@@ -66,20 +69,53 @@ def _host_sync(func: torch._ops.OpOverload, args: Any, kwargs: dict[str, Any]) -
 
 
 class HostSyncCounter(TorchDispatchMode):
-    """Counts host syncs while ``counting`` is True; ``where`` holds the op names."""
+    """Counts host syncs while ``counting`` is True; ``where`` holds the op names.
+
+    Reads that stay on the host in a CUDA run are not counted: inside ``torch.optim`` (Adam keeps
+    its ``step`` counts on the CPU unless ``capturable``) and ``F.one_hot``'s range check with
+    ``num_classes`` given (skipped for CUDA tensors, which rely on ``scatter``'s device assert;
+    :class:`OneHotScope` marks it)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counting = False
+        self.in_one_hot = False
         self.count = 0
         self.where: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if self.counting and _host_sync(func, args, kwargs):
+        if self.counting and not self.in_one_hot and _host_sync(func, args, kwargs) and not _in_optimiser():
             self.count += 1
             self.where[str(func)] += 1
         return func(*args, **kwargs)
+
+
+class OneHotScope(TorchFunctionMode):
+    """Marks ``counter.in_one_hot`` while ``F.one_hot(x, num_classes)`` runs (a builtin: no Python frame)."""
+
+    def __init__(self, counter: HostSyncCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot and (len(args) > 1 or "num_classes" in kwargs):
+            self.counter.in_one_hot = True
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.counter.in_one_hot = False
+        return func(*args, **kwargs)
+
+
+def _in_optimiser() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if f"{os.sep}torch{os.sep}optim{os.sep}" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def count_per_step(method: Any, counter: HostSyncCounter, train: Callable[[], Any]) -> list[int]:
@@ -102,7 +138,7 @@ def count_per_step(method: Any, counter: HostSyncCounter, train: Callable[[], An
 
     method.loss_terms, method.after_step = start, end
     try:
-        with counter:
+        with counter, OneHotScope(counter):
             train()
     finally:
         del method.loss_terms, method.after_step

@@ -59,12 +59,12 @@ def norm_preserving_sample(features: Tensor, positions: Tensor) -> Tensor:
     _, parts, out_h, out_w, _ = positions.shape
     low = positions.detach().floor()
     frac = (positions - low).unsqueeze(1)  # B×1×K×H'×W'×2
-    step = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]], device=positions.device).view(1, 4, 1, 1, 1, 2)
+    corner = torch.arange(4, device=positions.device)  # built on the device: no host-to-device copy per step
+    step = torch.stack([corner // 2, corner % 2], dim=-1).view(1, 4, 1, 1, 1, 2)  # (0,0), (0,1), (1,0), (1,1)
     weights = torch.where(step == 1, frac, 1 - frac).prod(dim=-1)  # B×4×K×H'×W'
     corners = low.unsqueeze(1) + step  # B×4×K×H'×W'×2, integer (row, col)
     # grid_sample's align_corners=False maps grid unit p to (2p + 1) / size − 1, x first
-    size = torch.tensor([width, height], device=positions.device, dtype=positions.dtype)
-    grid = (2 * corners.flip(-1) + 1) / size - 1
+    grid = torch.stack([(2 * corners[..., 1] + 1) / width, (2 * corners[..., 0] + 1) / height], dim=-1) - 1
     squared = F.grid_sample(features.square(), grid.view(batch, 4 * parts * out_h, out_w, 2),
                             mode="nearest", padding_mode="zeros", align_corners=False)
     squared = (squared.view(batch, channels, 4, parts, out_h, out_w) * weights.unsqueeze(1)).sum(dim=2)

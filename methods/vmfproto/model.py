@@ -256,12 +256,12 @@ class VMFProto(PrototypeMethod):
 
     @torch.no_grad()
     def _record_ot_error(self, errors: Tensor, epoch: int) -> None:
-        """Accumulate the per-class plan errors of one step; a new epoch starts a new tally."""
-        if int(self.ot_error_epoch) != epoch:
-            self.ot_error_epoch.fill_(epoch)
-            self.ot_error_sum.zero_()
-            self.ot_error_max.zero_()
-            self.ot_problems.zero_()
+        """Accumulate the per-class plan errors of one step; a new epoch starts a new tally (decided
+        on the device: no host sync per step)."""
+        kept = self.ot_error_epoch == epoch
+        self.ot_error_epoch.fill_(epoch)
+        for tally in (self.ot_error_sum, self.ot_error_max, self.ot_problems):
+            tally.copy_(torch.where(kept, tally, 0))
         errors = errors.to(self.ot_error_sum.dtype)
         self.ot_error_sum += errors.sum()
         self.ot_error_max.copy_(torch.maximum(self.ot_error_max, errors.max()))
