@@ -90,6 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
+                         rerun_stale=args.rerun_stale,
                          allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     print_status(runs_root / grid.name)
     return _summary(outcomes)
@@ -101,6 +102,12 @@ def _summary(outcomes: list[Outcome]) -> int:
     for o in outcomes:
         if o.state == "running-elsewhere":
             print(f"running elsewhere: {o.spec.run_id} {o.spec.label}: {o.detail or 'another process holds it'}")
+    stale = [o for o in outcomes if o.state == "skipped-stale"]
+    for o in stale:
+        print(f"stale, not re-run: {o.spec.run_id} {o.spec.label}: {o.detail}")
+    if stale:
+        print(f"{len(stale)} run(s) of the grid have a stale result (README, \"Run identity and stale results\"); "
+              "run the same command with --rerun-stale to train them again")
     failed = [o for o in outcomes if o.failed]
     for o in failed:
         print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
@@ -123,12 +130,12 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
-                             device=device, retry_failed=args.retry_failed,
+                             device=device, retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
                              allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
-        if o.state != "skipped" and not o.failed:  # the failed ones are listed by _summary
+        if o.state not in ("skipped", "skipped-stale") and not o.failed:  # the others are listed by _summary
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
@@ -424,6 +431,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def add_execution_options(p: argparse.ArgumentParser) -> None:
     """What ``run`` and ``demo`` take on top of :func:`add_run_options`: where and how runs execute."""
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    p.add_argument("--rerun-stale", action="store_true",
+                   help="train again the runs whose result is stale (the method's code or defaults changed, or an "
+                        "earlier version wrote it); the stale result is deleted first")
     p.add_argument("--allow-code-change", action="store_true",
                    help="resume checkpoints written by another code version (result.json lists every version)")
     p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],

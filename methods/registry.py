@@ -90,6 +90,15 @@ def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
     }
 
 
+def resolved_method_args(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Every hyperparameter the method runs with: its defaults with ``overrides`` applied, as
+    JSON values (a tuple default reads as a list), so a default the code changes is another
+    configuration (:meth:`benchmark.config.RunSpec.identity`)."""
+    defaults = {k: v for k, v in method_hyperparameters(get_method_class(name)).items()
+                if v is not inspect.Parameter.empty}
+    return json.loads(json.dumps({**defaults, **overrides}, sort_keys=True, default=str))
+
+
 def validate_method_args(name: str, overrides: dict[str, Any]) -> None:
     """Fail before any compute when a grid gives a hyperparameter the method does not take, or
     one of the wrong type or range (:func:`check_hyperparameter`)."""
