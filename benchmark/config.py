@@ -95,12 +95,7 @@ class RunSpec:
         return {**self._declared_identity(), "method_args": resolved_method_args(self.method, self.method_args)}
 
     def _declared_identity(self) -> dict[str, Any]:
-        d = asdict(self)
-        for name in OPERATIONAL_FIELDS:
-            d.pop(name)
-        # A random trunk and a named weights file are different science; the path is not.
-        d["weights_id"] = self.weights_id or ("random" if self.weights == "random" else "pretrained")
-        return d
+        return identity_fields(asdict(self))
 
     @property
     def run_id(self) -> str:
@@ -130,6 +125,15 @@ class RunSpec:
     def label(self) -> str:
         return (f"{self.method} J={self.prototypes_per_class} seed={self.seed} "
                 f"{self.backbone} {self.dataset}" + ("" if self.variant == "default" else f" [{self.variant}]"))
+
+
+def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a RunSpec's plain values (``asdict``, or a ``spec`` read back from
+    result.json) that define the result: operational ones dropped, the weights by their label."""
+    d = {k: v for k, v in values.items() if k not in OPERATIONAL_FIELDS}
+    # A random trunk and a named weights file are different science; the path is not.
+    d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
+    return d
 
 
 def _hash_id(identity: dict[str, Any]) -> str:

@@ -65,7 +65,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
     from reports.coverage import left_out_message
-    from reports.load import load_csv
+    from reports.load import load_csv, load_runs, stale_note
     from reports.pivot import parse_where, pivot_layout
     from reports.render import render_report
 
@@ -82,7 +82,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
-    frame = load_inputs(args.runs_dirs, where)
+    frame = load_runs(args.runs_dirs, where)
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
@@ -103,29 +103,19 @@ def run_report(args: argparse.Namespace) -> int:
     left_out = left_out_message(frame, layout) if args.layout is not None else None
     if left_out:
         print(left_out, file=sys.stderr)
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
     return 0
+
+
+def _print_stale(note: str | None) -> None:
+    if note:
+        print(note, file=sys.stderr)
 
 
 def add_where_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="keep the results whose KEY (dataset, backbone, method, J, variant, seed, grid, "
                              "run_id) is VALUE; VALUE may be a comma list; repeat for several keys")
-
-
-def load_inputs(inputs: list[Path], where: dict[str, tuple[str, ...]]):  # -> pd.DataFrame
-    """The tidy frame of result folders and published CSVs, filtered by ``--where``."""
-    import pandas as pd
-
-    from reports.load import load_csv, load_results
-    from reports.pivot import filter_frame
-
-    if not inputs:
-        raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
-    csvs = [p for p in inputs if p.suffix == ".csv" and p.is_file()]
-    dirs = [p for p in inputs if p not in csvs]
-    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return filter_frame(frame, where) if where else frame
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,11 +129,13 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """One flat row per run (spec, metrics, diagnostics, timings, provenance) to a CSV/JSONL/Parquet file."""
     from reports.export import check_export_path, export_records, write_export
+    from reports.load import stale_note
 
     check_export_path(args.out)
     records = export_records(args.runs_dirs)
     write_export(records, args.out)
     print(f"wrote {len(records)} run(s) to {args.out}")
+    _print_stale(stale_note((str(r["run_dir"]), r["stale"]) for r in records))
     return 0
 
 
@@ -176,14 +168,18 @@ def run_plot(args: argparse.Namespace) -> int:
         curves = plot_curves(args.inputs, args.out, quantities=args.y)
         print(f"wrote curves of {len(curves)} run(s) to {args.out}")
         return 0
+    from reports.load import load_runs, stale_note
     from reports.pivot import parse_where
     from reports.plots import check_figure_path, plot_results
 
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
-    frame = load_inputs(args.inputs, parse_where(args.where))
+    frame = load_runs(args.inputs, parse_where(args.where))
     series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
+    for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
+        print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
     return 0

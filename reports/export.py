@@ -2,8 +2,9 @@
 
 Every ``result.json`` becomes one record with dotted column names: ``spec.*`` (every RunSpec
 field, ``spec.method_args.*`` included), ``metrics.*``, ``diagnostics.*`` (when present),
-``timing.*``, ``evaluation.*``, ``provenance.*``, plus ``run_id``, ``grid``,
-``method_display_name`` and ``run_dir``. An empty mapping stays one column holding ``{}``
+``timing.*``, ``evaluation.*``, ``provenance.*``, ``method_hyperparameters.*`` (the values the
+method ran with, defaults included), ``method_fingerprint``, plus ``run_id``, ``grid``,
+``method_display_name``, ``run_dir`` and ``stale`` (why the result is stale; empty: current). An empty mapping stays one column holding ``{}``
 (so a spec field never vanishes); lists stay lists in JSON Lines and are JSON text in CSV
 and Parquet cells.
 """
@@ -16,10 +17,10 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import atomic_write_bytes
-from reports.load import read_result_json, result_files
+from reports.load import load_runs, read_result_json
 
 #: columns first in every export, in this order; the rest follow in first-seen order
-LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name")
+LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name", "stale")
 FORMATS: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
 PARQUET_EXTRA = "pip install 'protobench[parquet]' (or pip install pyarrow)"
 
@@ -39,11 +40,16 @@ def flatten(value: Mapping[str, object], prefix: str = "") -> Record:
 
 
 def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
-    """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths)."""
+    """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths),
+    read by ``reports.load.load_runs`` (the pooling rule of every reader holds), with ``stale``:
+    why the result is stale (None: current)."""
+    frame = load_runs(runs_dirs, csv=False)
     records = []
-    for path in result_files(runs_dirs):
+    for source, stale in zip(frame["source"], frame["stale"]):
+        path = Path(source)
         flat = flatten(read_result_json(path))
         flat["run_dir"] = str(path.parent)
+        flat["stale"] = stale
         records.append(flat)
     return records
 

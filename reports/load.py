@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from benchmark.config import identity_fields
 from benchmark.errors import ProtobenchError
+from benchmark.run.identity import staleness
 from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
@@ -28,6 +30,38 @@ _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp")
 _TIMING_METRICS = ("epoch_seconds", "epoch_seconds_live_trunk", "inference_images_per_second")
 
 Record = dict[str, object]
+
+
+def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] | None = None, *,
+              csv: bool = True) -> pd.DataFrame:
+    """The one loader of ``report``, ``plot`` and ``export``: the tidy frame of the result folders
+    (and, with ``csv``, the published-number CSVs) among ``inputs``, filtered by ``where``
+    (``--where``), that every reader pools by one rule (:func:`reports.aggregate.check_pools`:
+    a cell holds distinct seeds of one setting, or one aggregate). Stale results stay in, with
+    their reason in the ``stale`` column (:func:`stale_note`)."""
+    from reports.aggregate import check_pools
+    from reports.pivot import filter_frame
+
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
+    csvs = [p for p in paths if csv and p.suffix == ".csv" and p.is_file()]
+    dirs = [p for p in paths if p not in csvs]
+    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame = filter_frame(frame, where) if where else frame
+    check_pools(frame)
+    return frame
+
+
+def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
+    """The stale results among ``runs`` (run directory, ``stale`` column), one line each with
+    why, for stderr; None when there is none."""
+    lines = [f"  {run_dir}: {why}" for run_dir, why in runs if isinstance(why, str)]
+    if not lines:
+        return None
+    return (f"{len(lines)} stale result(s) are included (README, \"Run identity and stale results\"); "
+            "`protobench run GRID --rerun-stale` trains them again:\n" + "\n".join(lines))
 
 
 def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -138,11 +172,24 @@ def _read_result(path: Path) -> Record:
         "run_dir": str(path.parent),
         "source": str(path),
         "method_display_name": _optional_text(path, data, "method_display_name"),
+        "setting": _setting(data, spec),
+        "stale": staleness(data),
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})
     record.update({k: _provenance_text(provenance.get(k)) for k in PROVENANCE_COLUMNS})
     return record
+
+
+def _setting(data: Mapping[str, object], spec: Mapping[str, object]) -> str:
+    """The run's resolved configuration but the seed, as canonical JSON: what its cell's other
+    runs must share (the hyperparameters it ran with where recorded, else those it declared)."""
+    setting = identity_fields(dict(spec))
+    setting.pop("seed", None)
+    resolved = data.get("method_hyperparameters")
+    if isinstance(resolved, dict):
+        setting["method_args"] = resolved
+    return json.dumps(setting, sort_keys=True, default=str)
 
 
 def _provenance_text(value: object) -> str | None:

@@ -144,7 +144,7 @@ def test_left_out_reasons_count_each_kind(capsys: pytest.CaptureFixture[str]) ->
               ("cub", "dinov2_vitb14", "vmfproto", 5) and s["variant"] in shown_variants]
     not_cub = [s for s in specs if s["dataset"] != "cub"]
     assert main(["report", str(RUNS), "--layout", "gating"]) == 0
-    last = capsys.readouterr().err.splitlines()[-1]
+    last = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("gating: "))
     assert last.startswith(f"gating: {len(specs) - len(inside)} results not in this layout (")
     datasets = ", ".join(sorted({s["dataset"] for s in not_cub}))
     assert f"{len(not_cub)}× dataset {datasets} ≠ cub" in last and last.endswith("without --layout")

@@ -87,8 +87,8 @@ def test_a_changed_default_is_a_new_run_and_the_old_one_reads_stale(
     assert len(results) == 2 and "1 done" in out and "1 stale" in out  # trained again, under a new id
     (second_id,) = set(results) - {first_id}
     assert results[second_id]["method_hyperparameters"]["temperature"] == 0.2
-    assert staleness(first_id, first) == f"the method's defaults changed (its spec is now run {second_id})"
-    assert staleness(second_id, results[second_id]) is None
+    assert staleness(first) == f"the method's defaults changed (its spec is now run {second_id})"
+    assert staleness(results[second_id]) is None
 
 
 def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
@@ -103,7 +103,7 @@ def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
     out = _run(tmp_path, capsys, "--rerun-stale")
     after = _results(tmp_path)[run_id]
     assert after["method_fingerprint"] != before["method_fingerprint"]
-    assert staleness(run_id, after) is None and "stale" not in out.split("runs:")[-1]
+    assert staleness(after) is None and "stale" not in out.split("runs:")[-1]
 
 
 def test_an_earlier_versions_result_reads_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,3 +140,34 @@ def test_the_fingerprint_covers_a_suite_adapters_package_and_what_it_imports_fro
     assert "methods.registry" not in files and not any(m.startswith("torch") for m in files)
     assert set(method_source_files(get_method_class("example_adapter:CosinePrototypes"))) == {
         "example_adapter", "methods.base"}
+
+
+# ---- one pooling rule for every reader ------------------------------------------------------------
+def _two_dirs_one_cell(tmp_path: Path, second_seed: int) -> tuple[Path, Path]:
+    from test_reports_support import write_run
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_run(a, "r", metrics={"acc": 60.0})
+    path = write_run(b, "r", seed=second_seed, metrics={"acc": 40.0})
+    data = json.loads(path.read_text())  # the same cell trained 7 epochs instead of the default
+    data["spec"]["method_args"] = {"end_to_end_epochs": 7}
+    data["method_hyperparameters"]["end_to_end_epochs"] = 7
+    path.write_text(json.dumps(data))
+    return a, b
+
+
+@pytest.mark.parametrize("second_seed", [0, 1])
+def test_plot_report_and_export_refuse_one_cell_of_two_settings_with_one_message(
+        tmp_path: Path, second_seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _two_dirs_one_cell(tmp_path, second_seed)
+    messages = []
+    for command in (["report", str(a), str(b)], ["plot", str(a), str(b), "--x", "J", "--y", "acc",
+                                                 "--out", str(tmp_path / "p.png")],
+                    ["export", str(a), str(b), "--out", str(tmp_path / "e.csv")]):
+        assert main(command) == 2
+        messages.append(capsys.readouterr().err)
+    assert messages[0] == messages[1] == messages[2]
+    expected = ("has two results for the same seed" if second_seed == 0 else
+                "differ in settings the table does not show (method_args.end_to_end_epochs 19 vs 7;")
+    assert expected in messages[0]
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "e.csv").exists()

@@ -111,10 +111,10 @@ def method_fingerprint(method: str) -> str:
     return digest.hexdigest()
 
 
-def staleness(run_dir_name: str, result: dict[str, Any]) -> str | None:
-    """Why the finished result in directory ``run_dir_name`` is stale under the current code, or
-    None when it is current: an earlier version's result (no fingerprint), a method whose
-    defaults changed (the spec now resolves to another run id), or edited method code."""
+def staleness(result: dict[str, Any]) -> str | None:
+    """Why a finished result is stale under the current code, or None when it is current: an
+    earlier version's result (no fingerprint), a method whose defaults changed (its spec now
+    resolves to another run id than the one it ran as), or edited method code."""
     recorded = result.get("method_fingerprint")
     spec = result.get("spec")
     if not isinstance(recorded, str) or not isinstance(spec, dict):
@@ -124,7 +124,7 @@ def staleness(run_dir_name: str, result: dict[str, Any]) -> str | None:
         fingerprint = method_fingerprint(current.method)
     except ProtobenchError as err:
         return f"cannot check against the current code ({err})"
-    if current.run_id != run_dir_name:
+    if current.run_id != result.get("run_id"):
         return f"the method's defaults changed (its spec is now run {current.run_id})"
     if fingerprint != recorded:
         return "the method's code changed since it ran"
@@ -137,12 +137,12 @@ def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:
     :attr:`~benchmark.config.RunSpec.earlier_run_id`. None when there is none."""
     result = rd.result()
     if result is not None:
-        reason = staleness(rd.path.name, result)
+        reason = staleness(result)
         return None if reason is None else (rd, reason)
     earlier = RunDir(rd.path.parent / spec.earlier_run_id)
     if earlier.path == rd.path or (old := earlier.result()) is None:
         return None
-    return earlier, staleness(earlier.path.name, old) or "earlier version"
+    return earlier, staleness(old) or "earlier version"
 
 
 def discard_stale(rd: RunDir, *, whole_dir: bool) -> None:

@@ -41,7 +41,7 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
     for rd in find_run_dirs(root):
         spec = rd.spec() or {}
         result = rd.result()
-        stale = staleness(rd.path.name, result) if result is not None else None
+        stale = staleness(result) if result is not None else None
         state = ("stale" if stale else "done") if result is not None else rd.state
         reason = (rd.failure() or {}).get("reason", "") if state == "failed" else None
         if extra_states and str(rd.path) in extra_states and result is None:
