@@ -304,7 +304,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from benchmark.run.reevaluate import reevaluate
 
-    result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir)
+    result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir,
+                        allow_code_change=args.allow_code_change)
     shown = "  ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if v is not None)
     print(shown)
     return 0
@@ -560,6 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a finished run's directory (runs/GRID/RUN_ID)")
     p.add_argument("--map-pool", type=int, choices=[1, 2], help="override the run's map_pool")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="re-evaluate even though the method's code changed since the run trained (stale)")
     p.set_defaults(func=cmd_evaluate)
     return parser
 

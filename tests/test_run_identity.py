@@ -171,3 +171,20 @@ def test_plot_report_and_export_refuse_one_cell_of_two_settings_with_one_message
                 "differ in settings the table does not show (method_args.end_to_end_epochs 19 vs 7;")
     assert expected in messages[0]
     assert not (tmp_path / "p.png").exists() and not (tmp_path / "e.csv").exists()
+
+
+# ---- re-evaluation reproduces the run ---------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_evaluate_reproduces_the_runs_metrics_exactly(tmp_path: Path, precision: str) -> None:
+    from benchmark.run.reevaluate import reevaluate
+    from benchmark.run.runner import execute_run
+    from support import tiny_grid
+
+    spec = tiny_grid("g", tmp_path / "data").runs[0].with_overrides(precision=precision)
+    run_dir = tmp_path / "runs" / "g" / spec.run_id
+    result = execute_run(spec, run_dir, cache_root=tmp_path / "runs" / ".token-cache", progress=False)
+    again = reevaluate(run_dir)
+    assert again["metrics"] == result["metrics"]  # exactly: same precision, kernels, batches, seeds
+    assert again["provenance"]["precision"] == precision
+    assert again["provenance"]["method_fingerprint"] == result["method_fingerprint"]
+    assert json.loads((run_dir / "evaluations" / "map_pool1.json").read_text())["metrics"] == result["metrics"]
