@@ -80,6 +80,16 @@ def method_display_name(cls: type[PrototypeMethod]) -> str:
     return cls.display_name or cls.__name__
 
 
+def display_name_of(method: str, recorded: str | None = None) -> str:
+    """The one label of a method in every output (status, tables, legends, figures, export): the
+    adapter's ``display_name`` (:func:`method_display_name`); for an import path that no longer
+    imports, the name its result recorded, else its class name."""
+    try:
+        return method_display_name(get_method_class(method))
+    except ProtobenchError:
+        return recorded or method.rpartition(":")[2]
+
+
 def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
     """Keyword hyperparameters of an adapter with their defaults (everything after ``ctx``)."""
     params = inspect.signature(cls.__init__).parameters

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import METRICS_FILE, SPEC_FILE, read_json
+from methods.registry import display_name_of
 from reports.plots import check_figure_path, panels, save_figure
 
 
@@ -127,11 +128,13 @@ def _number(where: str, name: str, value: object) -> float:
 
 
 def _run_label(run_dir: Path) -> str:
-    """``vmfproto J=5 seed=0 (a1b2c3d4e5f6)`` from the run's spec.json, else the directory name."""
+    """``vMFProto J=5 seed=0 (a1b2c3d4e5f6)`` from the run's spec.json (the method by its display
+    name), else the directory name."""
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict) or not {"method", "prototypes_per_class", "seed"} <= spec.keys():
         return run_dir.name
-    return f"{spec['method']} J={spec['prototypes_per_class']} seed={spec['seed']} ({run_dir.name})"
+    method = display_name_of(str(spec["method"]))
+    return f"{method} J={spec['prototypes_per_class']} seed={spec['seed']} ({run_dir.name})"
 
 
 def _stage_boundaries(curves: Sequence[Curve]) -> list[float]:

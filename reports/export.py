@@ -45,11 +45,12 @@ def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
     why the result is stale (None: current)."""
     frame = load_runs(runs_dirs, csv=False)
     records = []
-    for source, stale in zip(frame["source"], frame["stale"]):
+    for source, stale, display_name in zip(frame["source"], frame["stale"], frame["method_display_name"]):
         path = Path(source)
         flat = flatten(read_result_json(path))
         flat["run_dir"] = str(path.parent)
         flat["stale"] = stale
+        flat["method_display_name"] = display_name  # the adapter's, as every reader shows it
         records.append(flat)
     return records
 

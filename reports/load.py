@@ -16,6 +16,7 @@ import pandas as pd
 from benchmark.config import identity_fields
 from benchmark.errors import ProtobenchError
 from benchmark.run.identity import staleness
+from methods.registry import display_name_of
 from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
@@ -171,7 +172,8 @@ def _read_result(path: Path) -> Record:
         "grid": data.get("grid"),
         "run_dir": str(path.parent),
         "source": str(path),
-        "method_display_name": _optional_text(path, data, "method_display_name"),
+        "method_display_name": display_name_of(str(spec.get("method")),
+                                               _optional_text(path, data, "method_display_name")),
         "setting": _setting(data, spec),
         "stale": staleness(data),
     }

@@ -98,7 +98,7 @@ def test_curves_read_every_term_and_a_resumed_epoch_replaces_the_old_one(tmp_pat
     assert curve.values["ce"] == (2.0, 1.5, 1.2)
     assert curve.values["ppd"][1:] == (0.3, 0.2) and math.isnan(curve.values["ppd"][0])
     assert curve.values["lr.prototypes"] == (0.1, 0.01, 0.005) and curve.values["seconds"] == (0.5, 0.5, 1.5)
-    assert curve.label == "vmfproto J=5 seed=1 (r1)"
+    assert curve.label == "vMFProto J=5 seed=1 (r1)"
 
 
 def test_cli_curves_of_several_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -188,3 +188,26 @@ def test_evaluate_reproduces_the_runs_metrics_exactly(tmp_path: Path, precision:
     assert again["provenance"]["precision"] == precision
     assert again["provenance"]["method_fingerprint"] == result["method_fingerprint"]
     assert json.loads((run_dir / "evaluations" / "map_pool1.json").read_text())["metrics"] == result["metrics"]
+
+
+# ---- one display name --------------------------------------------------------------------------------
+def test_every_output_names_a_method_by_its_adapters_display_name(tmp_path: Path) -> None:
+    from benchmark.tools.status import status_records
+    from methods.registry import display_name_of, list_methods
+    from reports.curves import _run_label
+    from reports.export import export_records
+    from reports.figures import run_labels
+    from reports.layouts import METHODS
+    from reports.pivot import dimension_label
+    from test_reports_support import write_run
+
+    # the paper's table labels are the adapters' display names
+    assert {key: label.md for key, label in METHODS} == {m: display_name_of(m) for m in list_methods()}
+    assert display_name_of("vmfproto") == "vMFProto"
+    path = write_run(tmp_path / "runs", "r", method="vmfproto", method_display_name="VMFProto")  # an older result
+    atomic_write_json(path.parent / "spec.json", json.loads(path.read_text())["spec"])
+    (record,) = status_records(tmp_path / "runs")
+    (exported,) = export_records([tmp_path / "runs"])
+    spec = {"method": "vmfproto", "prototypes_per_class": 5, "seed": 0}
+    assert {record["method_display_name"], exported["method_display_name"], run_labels([spec], ["VMFProto"])[0],
+            dimension_label("method", "vmfproto", {}).md, _run_label(path.parent).split()[0]} == {"vMFProto"}

@@ -11,6 +11,7 @@ from rich.table import Table
 from benchmark.progress import output_console
 from benchmark.run.identity import staleness
 from benchmark.run.store import find_run_dirs
+from methods.registry import display_name_of
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -48,6 +49,8 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
             state = extra_states[str(rd.path)]
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
+                        "method_display_name": display_name_of(str(spec.get("method", "?")),
+                                                               (result or {}).get("method_display_name")),
                         "warnings": diagnostic_warnings(result)})
     return records
 
@@ -76,7 +79,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
         table.add_row(
             record["grid"], record["run_id"][:8], f"[{style}]{state}[/{style}]",
-            str(spec.get("method", "?")), str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
+            record["method_display_name"], str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS), _warnings_cell(record["warnings"]),
         )
