@@ -11,29 +11,13 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from benchmark.config import RunSpec
 from benchmark.run.identity import method_fingerprint, method_source_files, staleness
 from benchmark.run.store import RunDir, atomic_write_json
 from methods.registry import get_method_class
+from test_reports_e2e import GRID  # a tiny grid of an import-path adapter: seeds 0 and 1, 2 epochs
 
 ADAPTER = Path(__file__).with_name("example_adapter.py")
 MODULE = "edited_adapter"
-GRID = """
-name = "edited"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-batch_size = 8
-eval_batch_size = 16
-device = "cpu"
-method = "{module}:CosinePrototypes"
-method_args = {{ epochs = 1 }}
-prototypes_per_class = 2
-"""
 
 
 def _reload(module: str) -> None:
@@ -63,29 +47,29 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
-    grid = tmp_path / "edited.toml"
-    grid.write_text(GRID.format(root=tmp_path / "synthbirds", module=MODULE))
+    grid = tmp_path / "custom.toml"
+    grid.write_text(GRID.format(root=tmp_path / "synthbirds", method=f"{MODULE}:CosinePrototypes"))
     capsys.readouterr()
     assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs"), *extra]) == 0
     return capsys.readouterr().out
 
 
 def _results(tmp_path: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "runs" / "edited").glob("*/result.json")}
+    return {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "runs" / "custom").glob("*/result.json")}
 
 
 def test_a_changed_default_is_a_new_run_and_the_old_one_reads_stale(
         adapter: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _run(tmp_path, capsys)
-    (first_id, first), = _results(tmp_path).items()
-    assert first["method_hyperparameters"] == {"epochs": 1, "lr": 0.1, "temperature": 0.1}  # defaults included
+    first_id, first = sorted(_results(tmp_path).items())[0]
+    assert first["method_hyperparameters"] == {"epochs": 2, "lr": 0.1, "temperature": 0.1}  # defaults included
     assert first["method_fingerprint"] == method_fingerprint(f"{MODULE}:CosinePrototypes")
 
     _edit(adapter, "temperature: float = 0.1", "temperature: float = 0.2")
     out = _run(tmp_path, capsys)
     results = _results(tmp_path)
-    assert len(results) == 2 and "1 done" in out and "1 stale" in out  # trained again, under a new id
-    (second_id,) = set(results) - {first_id}
+    assert len(results) == 4 and "2 done" in out and "2 stale" in out  # trained again, under new ids
+    (second_id,) = {i for i, r in results.items() if r["spec"] == first["spec"]} - {first_id}
     assert results[second_id]["method_hyperparameters"]["temperature"] == 0.2
     assert staleness(first) == f"the method's defaults changed (its spec is now run {second_id})"
     assert staleness(results[second_id]) is None
@@ -94,11 +78,11 @@ def test_a_changed_default_is_a_new_run_and_the_old_one_reads_stale(
 def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
         adapter: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _run(tmp_path, capsys)
-    (run_id, before), = _results(tmp_path).items()
+    run_id, before = sorted(_results(tmp_path).items())[0]
     _edit(adapter, "# max over the grid", "# max over the grid (edited comment)")
     out = _run(tmp_path, capsys)
     assert f"stale, not re-run: {run_id}" in out and "the method's code changed since it ran" in out
-    assert "--rerun-stale" in out and _results(tmp_path) == {run_id: before}  # kept, not re-run
+    assert "--rerun-stale" in out and _results(tmp_path)[run_id] == before  # kept, not re-run
 
     out = _run(tmp_path, capsys, "--rerun-stale")
     after = _results(tmp_path)[run_id]
@@ -109,28 +93,22 @@ def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
 def test_an_earlier_versions_result_reads_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A result written before run ids covered resolved hyperparameters lies under the id of its
     declared method_args and has no fingerprint: `run` reports it stale and leaves it."""
-    grid = tmp_path / "edited.toml"
-    grid.write_text(GRID.format(root=tmp_path / "synthbirds", module="example_adapter"))
-    spec = RunSpec.from_json({**json.loads(json.dumps(_spec_values(tmp_path)))})
-    old = RunDir(tmp_path / "runs" / "edited" / spec.earlier_run_id)
+    from benchmark.grid import load_grid
+
+    grid = tmp_path / "custom.toml"
+    grid.write_text(GRID.format(root=tmp_path / "synthbirds", method="example_adapter:CosinePrototypes"))
+    spec = load_grid(grid).runs[0]
+    old = RunDir(tmp_path / "runs" / "custom" / spec.earlier_run_id)
     atomic_write_json(old.spec_path, spec.to_json())
     atomic_write_json(old.result_path, {"run_id": spec.earlier_run_id, "spec": spec.to_json(),
                                         "metrics": {"acc": 50.0}})
     assert spec.earlier_run_id != spec.run_id
     capsys.readouterr()
-    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs"), "--only", "seed=0"]) == 0
     out = capsys.readouterr().out
     assert f"stale, not re-run: {spec.run_id}" in out and "earlier version" in out
     assert main(["status", str(tmp_path / "runs")]) == 0
     assert "1 stale" in capsys.readouterr().out
-
-
-def _spec_values(tmp_path: Path) -> dict:
-    return {"dataset": "synthbirds", "data_root": str(tmp_path / "synthbirds"),
-            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0}, "backbone": "dinov2_vits14",
-            "weights": "random", "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2}, "batch_size": 8,
-            "eval_batch_size": 16, "device": "cpu", "method": "example_adapter:CosinePrototypes",
-            "method_args": {"epochs": 1}, "prototypes_per_class": 2}
 
 
 def test_the_fingerprint_covers_a_suite_adapters_package_and_what_it_imports_from_methods() -> None:
