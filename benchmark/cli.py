@@ -344,9 +344,11 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
+    from benchmark.run.identity import staleness
     from benchmark.tools.explain import explain_run
     from benchmark.run.store import RunDir
     from reports.figures import run_labels, write_comparison, write_figures
+    from reports.load import stale_note
 
     cache_dir = Path(args.cache_dir) if args.cache_dir else None
     run_dirs = [Path(d) for d in args.run_dirs]
@@ -358,6 +360,9 @@ def cmd_figures(args: argparse.Namespace) -> int:
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
         written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    note = stale_note((str(d), staleness(result)) for d in run_dirs if (result := RunDir(d).result()) is not None)
+    if note:  # a figure of a stale run shows another code's model
+        print(note, file=sys.stderr)
     return 0
 
 

@@ -3,8 +3,6 @@
 Official code: NPPP ``eval/distinctiveness.py::batch_mean_IoU_bbox`` (72-px boxes centred on
 each map's argmax after bilinear upsampling, ``torchvision.ops.box_iou`` of the unclipped
 boxes, mean over the upper-triangle pairs), score ``1 - mean over images``, here times 100.
-The argmax is the official one, ties included: float32 upsampling, first strict maximum
-(:func:`metrics.maps.official_bilinear_peaks`; README, "Protocol deviations", Metrics).
 
 Undefined case: with J = 1 (or topk = 1) there are no pairs; the functions then return
 ``None``, which callers report as "undefined" (never a number, never an exception).
@@ -16,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_maps
-from .maps import iter_chunks, official_bilinear_peaks, select_topk_maps
+from .maps import peak_positions, select_topk_maps
 
 BOX_SIZE = 72  # NPPP evaluate_distinctiveness(box_size=72)
 
@@ -70,8 +68,7 @@ def distinctiveness(
 ) -> float | None:
     """Distinctiveness (%) from the (N, J, h, w) maps of each image's ground-truth class prototypes.
 
-    float32 bilinear upsampling -> first strict maximum, as the official code breaks ties
-    (:func:`metrics.maps.official_bilinear_peaks`) -> unclipped 72-px boxes -> :func:`distinctiveness_score`.
+    bilinear upsampling -> first argmax -> unclipped 72-px boxes -> :func:`distinctiveness_score`.
     ``topk``: NPPP's selection of the top-k maps by peak value (default None: all J, metrics.md).
     ``None`` when undefined (fewer than 2 maps per image, or no image).
     """
@@ -79,6 +76,5 @@ def distinctiveness(
     maps = select_topk_maps(maps, topk)
     if maps.shape[1] < 2 or maps.shape[0] == 0:
         return None
-    centres = torch.cat([official_bilinear_peaks(maps[sl], map_pool)
-                         for sl in iter_chunks(maps.shape[0], chunk_size, maps.device)])
+    centres = peak_positions(maps, "bilinear", map_pool=map_pool, chunk_size=chunk_size)
     return distinctiveness_score(centres)

@@ -13,7 +13,15 @@ from ._checks import check_labels, check_maps, check_noisy_maps
 from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mask_iou
 from .consistency import consistency_score
 from .distinctiveness import distinctiveness_score
-from .maps import iter_chunks, official_bilinear_peaks, pool_maps, select_topk_maps, upsample_maps, upsampled_peaks
+from .maps import (
+    argmax_positions,
+    iter_chunks,
+    map_scale,
+    pool_maps,
+    select_topk_maps,
+    upsample_maps,
+    upsampled_peaks,
+)
 from .parts import PartGroundTruth, check_parts, part_vectors
 from .stability import stability_score
 
@@ -60,6 +68,7 @@ def explanation_metrics(
 
     j_dis = j if topk is None else min(topk, j)
     want_dis = j_dis >= 2 and n > 0
+    want_bilinear = want_dis or (masks is not None and n > 0)
 
     peaks_clean = torch.empty((n, j, 2), dtype=torch.int64, device=dev)
     peaks_noisy = torch.empty_like(peaks_clean) if noisy_maps is not None else None
@@ -74,14 +83,16 @@ def explanation_metrics(
         if peaks_noisy is not None:
             peaks_noisy[sl] = upsampled_peaks(
                 pool_maps(noisy_maps[sl].to(device=dev, dtype=torch.float64), map_pool), "bicubic")
-        # NPPP distinctiveness / comprehensiveness: bilinear upsampling of the (top-k) maps
-        top = select_topk_maps(raw, topk)
-        if centres_dis is not None:  # the official float32 path, its ties included
-            centres_dis[sl] = official_bilinear_peaks(top, map_pool)
-        if ious is not None:
+        if want_bilinear:
+            # NPPP distinctiveness / comprehensiveness: bilinear upsampling of the (top-k) maps
+            top = select_topk_maps(raw, topk)
             chosen = clean if top is raw else pool_maps(top, map_pool)
-            ious[sl] = mask_iou(foreground_union(upsample_maps(chosen, mode="bilinear"), MAP_THRESHOLD),
-                                masks[sl].to(dev))
+            bil = upsample_maps(chosen, mode="bilinear")
+            if centres_dis is not None:
+                centres_dis[sl] = argmax_positions(bil, scale=map_scale(chosen))
+            if ious is not None:
+                ious[sl] = mask_iou(foreground_union(bil, MAP_THRESHOLD), masks[sl].to(dev))
+            del bil
 
     o_clean = part_vectors(peaks_clean, parts)
     result: dict[str, float | None] = {key: None for key in METRIC_KEYS}

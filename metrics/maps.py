@@ -144,21 +144,6 @@ def upsampled_peaks(maps: Tensor, mode: str, size: int = FRAME_SIZE) -> Tensor:
     return argmax_positions(upsample_maps(maps, size=size, mode=mode), scale=map_scale(maps))
 
 
-def official_bilinear_peaks(maps: Tensor, map_pool: int = 1, size: int = FRAME_SIZE) -> Tensor:
-    """``(N, J, h, w)`` maps -> ``(N, J, 2)`` ``(row, col)`` box centres as NPPP's
-    ``eval/distinctiveness.py`` finds them, ties and near-ties included: the maps in float32 (the
-    network's dtype there), ``F.avg_pool2d`` (``map_pool``) and
-    ``F.interpolate(mode="bilinear", align_corners=False)`` in float32 on the maps' device, then
-    ``F.adaptive_max_pool2d(return_indices=True)``: the first row-major strict maximum of the
-    float32 values. (The float64 path of :func:`peak_positions` decides exact-arithmetic ties as
-    metrics.md does; on a flat or float32-rounded maximum the official code picks another pixel.)
-    """
-    x = pool_maps(maps.to(torch.float32), map_pool)
-    up = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-    index = F.adaptive_max_pool2d(up, 1, return_indices=True)[1].flatten(-3)  # (N, J) flat indices
-    return torch.stack([torch.div(index, size, rounding_mode="floor"), index % size], dim=-1)
-
-
 def select_topk_maps(maps: Tensor, topk: int | None) -> Tensor:
     """Keep, per image, the ``min(topk, J)`` maps with the largest maximum (``None``: all J).
 

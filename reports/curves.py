@@ -16,7 +16,6 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import METRICS_FILE, SPEC_FILE, read_json
-from methods.registry import display_name_of
 from reports.plots import check_figure_path, panels, save_figure
 
 
@@ -133,6 +132,8 @@ def _run_label(run_dir: Path) -> str:
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict) or not {"method", "prototypes_per_class", "seed"} <= spec.keys():
         return run_dir.name
+    from methods.registry import display_name_of
+
     method = display_name_of(str(spec["method"]))
     return f"{method} J={spec['prototypes_per_class']} seed={spec['seed']} ({run_dir.name})"
 

@@ -15,8 +15,6 @@ import pandas as pd
 
 from benchmark.config import identity_fields
 from benchmark.errors import ProtobenchError
-from benchmark.run.identity import staleness
-from methods.registry import display_name_of
 from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
@@ -155,6 +153,10 @@ def _malformed(path: Path, problem: str) -> ProtobenchError:
 
 
 def _read_result(path: Path) -> Record:
+    # the current code's names and fingerprints (imported here: loading reports imports no method)
+    from benchmark.run.identity import staleness
+    from methods.registry import display_name_of
+
     data = read_result_json(path)
     spec = _section(path, data, "spec", required=True)
     metrics = _section(path, data, "metrics", required=True)

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from methods.registry import display_name_of
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
 from reports.layout import BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
 from reports.layouts import ACC, BACKBONES, CON, DIS, EPOCH_TIME, METHODS, STA, THROUGHPUT
@@ -215,6 +214,8 @@ def dimension_label(dim: str, value: KeyValue, display: Mapping[str, str]) -> Te
     tests/test_run_identity.py) and backbones, another method's display name
     (:func:`methods.registry.display_name_of`), other values as they are."""
     if dim == "method":
+        from methods.registry import display_name_of
+
         return _METHOD_LABELS.get(str(value)) or text(display_name_of(str(value), display.get(str(value))))
     if dim == "backbone":
         return text(_BACKBONE_LABELS.get(str(value), str(value)))

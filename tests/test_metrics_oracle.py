@@ -26,7 +26,6 @@ from metrics import (
     consistency,
     distinctiveness,
     explanation_metrics,
-    iou_72,
     part_hit_ratios,
     part_vectors,
     peak_positions,
@@ -253,47 +252,3 @@ def test_vectorised_metrics_match_plain_loop_oracle(grid: int, map_pool: int) ->
     assert math.isclose(stability(t_clean, t_noisy, t_labels, parts, num_classes, map_pool=map_pool), ref["sta"])
     assert math.isclose(distinctiveness(t_clean, map_pool=map_pool, chunk_size=9), ref["dis"])
     assert math.isclose(comprehensiveness(t_clean, t_masks, map_pool=map_pool, chunk_size=5), ref["comp"])
-
-
-def _nppp_distinctiveness(maps: torch.Tensor, map_pool: int) -> float:
-    """NPPP ``eval/distinctiveness.py`` as its code runs (float32 network maps): 2×2 average pool,
-    ``F.interpolate`` bilinear to 224, ``adaptive_max_pool2d`` indices as box centres, 72-px
-    ``cxcywh`` boxes, ``torchvision.ops.box_iou`` per upper-triangle pair, 100·(1 − mean)."""
-    from torchvision.ops import box_convert, box_iou
-
-    acts = maps.float()
-    if map_pool == 2:
-        acts = F.avg_pool2d(acts, kernel_size=(2, 2), stride=2)
-    resized = F.interpolate(acts, size=(SIZE, SIZE), mode="bilinear")
-    _, indices = F.adaptive_max_pool2d(resized, output_size=(1, 1), return_indices=True)
-    cy, cx = torch.unravel_index(indices, (SIZE, SIZE))
-    centres = torch.stack([cy.flatten(1), cx.flatten(1)], dim=-1).float()
-    mean_ious = []
-    for image in centres:
-        boxes = box_convert(torch.cat([image, torch.full_like(image, BOX)], dim=-1), in_fmt="cxcywh", out_fmt="xyxy")
-        k = len(boxes)
-        pairs = [float(box_iou(boxes[a:a + 1], boxes[b:b + 1])) for a in range(k) for b in range(a + 1, k)]
-        mean_ious.append(sum(pairs) / len(pairs))
-    return 100.0 * (1.0 - sum(mean_ious) / len(mean_ious))
-
-
-@pytest.mark.parametrize("map_pool", [1, 2])
-def test_distinctiveness_breaks_ties_as_the_official_code(map_pool: int) -> None:
-    """A peak whose neighbours repeat bf16 values (row above and below: −1.0625): its two upsampled
-    rows 153/154 tie up to float32 rounding. float64 upsampling picks row 154, NPPP's float32 path
-    row 153; distinctiveness follows the official code (1.4 points apart on this pair)."""
-    block = torch.tensor([[-0.12012, -1.0625, -0.10986], [2.3906, 5.0, 2.3906], [-0.38477, -1.0625, -0.10596]])
-    maps = torch.full((1, 2, 8, 8), -2.0)
-    maps[0, 0, 4:7, 4:7] = block.to(torch.bfloat16).float()
-    maps[0, 1, 4, 5] = 1.0  # a second prototype peaking one cell above: the IoU sees the row
-    if map_pool == 2:  # the same maps after NPPP's 2×2 average pooling
-        maps = maps.repeat_interleave(2, dim=-1).repeat_interleave(2, dim=-2)
-    float64_first = peak_positions(maps, "bilinear", map_pool=map_pool)
-    official = _nppp_distinctiveness(maps, map_pool)
-    assert float64_first[0, 0].tolist() == [154, 154]  # the case is a tie the dtype decides
-    assert not math.isclose(100 * (1 - float(iou_72(*float64_first[0]))), official, abs_tol=0.5)
-    # the same centres; the official IoUs are float32 (box_iou of float boxes), ours float64
-    assert math.isclose(distinctiveness(maps, map_pool=map_pool), official, abs_tol=1e-5)
-    parts = PartGroundTruth(torch.zeros(1, 15, 2, dtype=torch.long), torch.zeros(1, 15, dtype=torch.bool))
-    got = explanation_metrics(maps, None, torch.zeros(1, dtype=torch.long), parts, 1, map_pool=map_pool)
-    assert math.isclose(got["dis"], official, abs_tol=1e-5)
