@@ -95,7 +95,7 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
     for path, reason in failed:
         console.print(f"[red]failed[/red] {path}: {reason}")
     for path, why in stale:
-        console.print(f"[yellow]stale[/yellow] {path}: {why} (run the grid with --rerun-stale to train it again)")
+        console.print(f"[yellow]stale[/yellow] {path}: {why} (`run GRID --rerun-stale` trains the grid's stale runs again)")
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
     return counts
