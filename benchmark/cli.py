@@ -92,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
+                         rerun_stale=args.rerun_stale,
                          allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     print_status(runs_root / grid.name)
     return _summary(outcomes)
@@ -103,6 +104,12 @@ def _summary(outcomes: list[Outcome]) -> int:
     for o in outcomes:
         if o.state == "running-elsewhere":
             print(f"running elsewhere: {o.spec.run_id} {o.spec.label}: {o.detail or 'another process holds it'}")
+    stale = [o for o in outcomes if o.state == "skipped-stale"]
+    for o in stale:
+        print(f"stale, not re-run: {o.spec.run_id} {o.spec.label}: {o.detail}")
+    if stale:
+        print(f"{len(stale)} run(s) of the grid have a stale result (README, \"Run identity and stale results\"); "
+              "run the same command with --rerun-stale to train them again")
     failed = [o for o in outcomes if o.failed]
     for o in failed:
         print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
@@ -125,12 +132,12 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
-                             device=device, retry_failed=args.retry_failed,
+                             device=device, retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
                              allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
-        if o.state != "skipped" and not o.failed:  # the failed ones are listed by _summary
+        if o.state not in ("skipped", "skipped-stale") and not o.failed:  # the others are listed by _summary
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
@@ -378,7 +385,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from benchmark.run.reevaluate import reevaluate
 
-    result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir)
+    result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir,
+                        allow_code_change=args.allow_code_change)
     shown = "  ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if v is not None)
     print(shown)
     return 0
@@ -417,9 +425,11 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
+    from benchmark.run.identity import staleness
     from benchmark.tools.explain import explain_run
     from benchmark.run.store import RunDir
     from reports.figures import run_labels, write_comparison, write_figures
+    from reports.load import stale_note
 
     from benchmark.run.reevaluate import check_trained
 
@@ -437,6 +447,9 @@ def cmd_figures(args: argparse.Namespace) -> int:
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
         written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    note = stale_note((str(d), staleness(result)) for d in run_dirs if (result := RunDir(d).result()) is not None)
+    if note:  # a figure of a stale run shows another code's model
+        print(note, file=sys.stderr)
     return 0
 
 
@@ -527,6 +540,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def add_execution_options(p: argparse.ArgumentParser) -> None:
     """What ``run`` and ``demo`` take on top of :func:`add_run_options`: where and how runs execute."""
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    p.add_argument("--rerun-stale", action="store_true",
+                   help="train again the runs whose result is stale (the method's code or defaults changed, or an "
+                        "earlier version wrote it); the stale result is deleted first")
     p.add_argument("--allow-code-change", action="store_true",
                    help="resume checkpoints written by another code version (result.json lists every version)")
     p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
@@ -674,6 +690,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a finished run's directory (runs/GRID/RUN_ID)")
     p.add_argument("--map-pool", type=int, choices=[1, 2], help="override the run's map_pool")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="re-evaluate even though the method's code changed since the run trained (stale)")
     p.set_defaults(func=cmd_evaluate)
     return parser
 

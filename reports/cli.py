@@ -72,7 +72,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
-    from reports.load import load_csv
+    from reports.load import load_csv, load_runs, stale_note
     from reports.pivot import parse_where, pivot_layout
     from reports.render import render_report
 
@@ -89,7 +89,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
-    frame = load_inputs(args.runs_dirs, where)
+    frame = load_runs(args.runs_dirs, where)
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
@@ -108,6 +108,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
     elif args.layout is not None:
         _print_layout_coverage(frame, layout, report.missing)
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
     return 0
 
 
@@ -133,26 +134,15 @@ def _print_layout_coverage(frame, layout, missing: list[str]) -> None:  # (pd.Da
             print(f"    {cell}", file=sys.stderr)
 
 
+def _print_stale(note: str | None) -> None:
+    if note:
+        print(note, file=sys.stderr)
+
+
 def add_where_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="keep the results whose KEY (dataset, backbone, method, J, variant, seed, grid, "
                              "run_id) is VALUE; VALUE may be a comma list; repeat for several keys")
-
-
-def load_inputs(inputs: list[Path], where: dict[str, tuple[str, ...]]):  # -> pd.DataFrame
-    """The tidy frame of result folders and published CSVs, filtered by ``--where``."""
-    import pandas as pd
-
-    from reports.load import load_csv, load_results
-    from reports.pivot import filter_frame
-
-    if not inputs:
-        raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
-    csvs = [p for p in inputs if p.suffix == ".csv" and p.is_file()]
-    dirs = [p for p in inputs if p not in csvs]
-    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return filter_frame(frame, where) if where else frame
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,6 +159,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """One flat row per run (spec, metrics, diagnostics, timings, provenance) to a CSV/JSONL/Parquet file."""
     from reports.export import check_export_path, export_records, per_image_records, write_export
+    from reports.load import stale_note
 
     check_export_path(args.out)
     records = per_image_records(args.runs_dirs) if args.per_image else export_records(args.runs_dirs)
@@ -176,11 +167,14 @@ def run_export(args: argparse.Namespace) -> int:
     runs = len({r["run_dir"] for r in records})
     print(f"wrote {len(records)} row(s) of {runs} run(s) to {args.out}" if args.per_image
           else f"wrote {len(records)} run(s) to {args.out}")
+    if not args.per_image:
+        _print_stale(stale_note((str(r["run_dir"]), r["stale"]) for r in records))
     return 0
 
 
 def _run_cd(args: argparse.Namespace) -> int:
     from reports.cd import plot_cd
+    from reports.load import load_runs
     from reports.pivot import parse_where
     from reports.plots import check_figure_path
 
@@ -190,7 +184,7 @@ def _run_cd(args: argparse.Namespace) -> int:
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; draw one diagram per metric.")
     check_figure_path(args.out)
-    frame = load_inputs(args.inputs, parse_where(args.where))
+    frame = load_runs(args.inputs, parse_where(args.where))
     cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method")
     ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(cd.treatments, cd.mean_ranks))
     friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
@@ -217,12 +211,13 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Paired comparisons of the values of one key, cell by cell (README 'Statistics')."""
+    from reports.load import load_runs
     from reports.paired import compare_levels, render_comparisons
     from reports.pivot import parse_where
 
     if not 0 < args.level < 100:
         raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
-    frame = load_inputs(args.runs_dirs, parse_where(args.where))
+    frame = load_runs(args.runs_dirs, parse_where(args.where))
     comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     if args.out is not None:
@@ -266,6 +261,7 @@ def run_plot(args: argparse.Namespace) -> int:
         curves = plot_curves(args.inputs, args.out, quantities=args.y)
         print(f"wrote curves of {len(curves)} run(s) to {args.out}")
         return 0
+    from reports.load import load_runs, stale_note
     from reports.pivot import parse_where
     from reports.plots import check_figure_path, plot_results
 
@@ -274,8 +270,11 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
-    frame = load_inputs(args.inputs, parse_where(args.where))
+    frame = load_runs(args.inputs, parse_where(args.where))
     series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
+    for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
+        print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
     return 0

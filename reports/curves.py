@@ -154,16 +154,16 @@ def _number(where: str, name: str, value: object) -> float:
 
 
 def _run_label(run_dir: Path) -> str:
-    """``vMFProto J=5 seed=0`` (the method's display name) from the run's spec.json, else the
-    directory name."""
-    from reports.pivot import dimension_label
+    """``vMFProto J=5 seed=0`` (the adapter's display name, methods.registry.display_name_of) from
+    the run's spec.json, else the directory name."""
+    from methods.registry import display_name_of
 
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict) or not {"method", "prototypes_per_class", "seed"} <= spec.keys():
         return run_dir.name
     result = read_json(run_dir / RESULT_FILE)
     recorded = result.get("method_display_name") if isinstance(result, dict) else None
-    method = dimension_label("method", spec["method"], {spec["method"]: recorded} if recorded else {}).md
+    method = display_name_of(str(spec["method"]), recorded if isinstance(recorded, str) else None)
     return f"{method} J={spec['prototypes_per_class']} seed={spec['seed']}"
 
 

@@ -211,12 +211,13 @@ def display_names(frame: pd.DataFrame) -> dict[str, str]:
 
 
 def dimension_label(dim: str, value: KeyValue, display: Mapping[str, str]) -> Text:
-    """How a value of a dimension is labelled: paper names of methods and backbones, a method's
-    recorded display name (else its class name), other values as they are."""
+    """How a value of a dimension is labelled: paper names of methods (the adapters' display names,
+    tests/test_run_identity.py) and backbones, another method's display name
+    (:func:`methods.registry.display_name_of`), other values as they are."""
     if dim == "method":
-        # an import path "pkg.mod:Class" without a recorded display name shows its class name
-        fallback = str(value).rpartition(":")[2]
-        return _METHOD_LABELS.get(str(value)) or text(display.get(str(value), fallback))
+        from methods.registry import display_name_of
+
+        return _METHOD_LABELS.get(str(value)) or text(display_name_of(str(value), display.get(str(value))))
     if dim == "backbone":
         return text(_BACKBONE_LABELS.get(str(value), str(value)))
     return text(str(value))

@@ -127,7 +127,9 @@ def test_status_json_lists_every_run(tmp_path, capsys):
     atomic_write_json(failed / "failure.json", {"reason": "ProtobenchError: boom"})
     assert main(["status", str(tmp_path), "--json"]) == 0
     records = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
-    assert records["aaa"]["state"] == "done" and records["aaa"]["metrics"]["acc"] == 91.5
+    # a result without the method's fingerprint is an earlier version's: kept and shown, stale
+    assert records["aaa"]["state"] == "stale" and records["aaa"]["metrics"]["acc"] == 91.5
+    assert records["aaa"]["stale"].startswith("earlier version")
     assert records["bbb"]["state"] == "failed" and records["bbb"]["failure"] == "ProtobenchError: boom"
     assert records["aaa"]["spec"]["prototypes_per_class"] == 3
 

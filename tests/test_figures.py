@@ -120,7 +120,7 @@ def test_runs_with_other_test_images_are_refused(tmp_path):
 def test_run_labels_name_what_differs():
     specs = [{"method": "vmfproto", "prototypes_per_class": 3, "seed": 0},
              {"method": "my.pkg:MyProto", "prototypes_per_class": 5, "seed": 0}]
-    assert run_labels(specs) == ["vmfproto J=3", "MyProto J=5"]
+    assert run_labels(specs) == ["vMFProto J=3", "MyProto J=5"]
     assert run_labels(specs, ["vMFProto", None]) == ["vMFProto J=3", "MyProto J=5"]
 
 

@@ -67,7 +67,8 @@ def test_report_reads_the_csv_export_wrote(workdir, capsys):
     assert capsys.readouterr().out == direct
     frame, again = load_results([runs]), load_csv(exported)
     compared = [c for c in frame.columns if c != "source"]  # a CSV row's source is FILE:LINE
-    assert frame[compared].equals(again[compared])
+    for column in compared:
+        assert frame[column].equals(again[column]), (column, frame[column].tolist(), again[column].tolist())
 
 
 def test_the_prefix_is_what_the_shell_finds(tmp_path, monkeypatch):

@@ -30,12 +30,17 @@ def test_markdown_to_stdout_and_missing_cells_to_stderr(capsys: pytest.CaptureFi
     assert report(str(RUNS), "--layout", "gating") == 0
     out, err = capsys.readouterr()
     assert out == render_report(load_results([RUNS]), "gating", "markdown").text
-    assert err.splitlines()[0].startswith("gating: ")  # what to act on first: tests/test_reports_pivot.py
-    assert err.splitlines()[1:] == [
+    lines = err.splitlines()
+    assert lines[0].startswith("gating: ")  # what to act on first: tests/test_reports_pivot.py
+    assert lines[1:7] == [
         "4 cell(s) of layout gating have no result:",
         "  4× no result has variant gating_attention",  # one line per reason, with its count
         *(f"    Attention only | {m}" for m in ("Con.", "Sta.", "Dis.", "Acc.")),  # few: listed too
     ]
+    # the fixture runs predate run ids over resolved hyperparameters: flagged stale, one line each
+    stale = [p for p in RUNS.rglob("result.json")]
+    assert lines[7].startswith(f"{len(stale)} stale result(s) are included")
+    assert len(lines) == 8 + len(stale)
 
 
 def test_a_layout_far_from_the_results_summarises_its_empty_cells(tmp_path: Path,

@@ -46,7 +46,8 @@ def test_points_are_seed_means_with_sample_std(runs: Path) -> None:
 def test_cli_draws_a_figure(runs: Path, tmp_path: Path, suffix: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "figs" / f"acc{suffix}"
     assert main(["plot", str(runs), "--x", "J", "--y", "acc", "--hue", "method", "--out", str(out)]) == 0
-    assert capsys.readouterr().out == f"wrote 4 point(s) in 2 series to {out}\n"
+    assert capsys.readouterr().out == (f"wrote 4 point(s) in 2 series to {out}\n"
+                                       "  NPPP: J=3 n=1, J=5 n=2\n  vMFProto: J=3 n=3, J=5 n=2\n")
     if suffix == ".png":
         with Image.open(out) as image:
             assert image.format == "PNG" and image.width > 400

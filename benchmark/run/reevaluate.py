@@ -9,10 +9,13 @@ from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
+from benchmark.run.identity import method_fingerprint
+from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.store import RunDir, atomic_write_json, default_cache_root
-from benchmark.run.training import load_checkpoint
+from benchmark.run.training import deterministic_algorithms, load_checkpoint
+from methods.common.precision import matmul_precision
 
 
 def check_trained(run_dir: Path) -> RunSpec:
@@ -55,19 +58,37 @@ def run_cache_root(run_dir: Path) -> Path:
     return default_cache_root(run_dir.parent.parent)
 
 
-def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | None = None) -> dict[str, Any]:
-    """Metrics of the run's final checkpoint; written to ``RUN_DIR/evaluations/map_pool<k>.json``.
+def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | None = None,
+               allow_code_change: bool = False) -> dict[str, Any]:
+    """Metrics of the run's final checkpoint, computed as the run computed them: its precision
+    (autocast and matmul mode), deterministic-kernel choice, batch sizes and evaluation seeds, so
+    a finished run re-evaluated gives its result.json metrics exactly (another ``map_pool`` aside).
+    Written to ``RUN_DIR/evaluations/map_pool<k>.json`` with the precision and the code used.
     With the run's own ``map_pool`` (the default), also the run's per-image and per-prototype
-    records (:mod:`benchmark.run.records`): how a run finished before they existed gets them."""
+    records (:mod:`benchmark.run.records`): how a run finished before they existed gets them.
+    A run whose method code has changed since (benchmark/run/identity.py) is refused unless
+    ``allow_code_change``: the numbers would be another code's."""
+    result = RunDir(run_dir).result() or {}
+    recorded = result.get("method_fingerprint")
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
     own_map_pool = RunSpec.from_json(RunDir(run_dir).spec() or {}).map_pool  # load_trained read it
+    fingerprint = method_fingerprint(spec.method)
+    if isinstance(recorded, str) and recorded != fingerprint and not allow_code_change:
+        raise ProtobenchError(f"the code of method {spec.method!r} changed since run {str(run_dir)!r} was trained "
+                              "(its result is stale): re-evaluating would score another code's numbers; retrain it "
+                              "(protobench run GRID --rerun-stale) or pass --allow-code-change")
     cache_root = Path(cache_dir) if cache_dir else run_cache_root(run_dir)
     test_src, noisy_src = prep.test_sources(cache_root)
-    evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
-                         device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
-                         train=prep.train_source(cache_root, augmented=False), train_dataset=prep.train_set)
-    atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", evaluated.summary)
+    with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
+        evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
+                             device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
+                             precision=spec.precision, train=prep.train_source(cache_root, augmented=False),
+                             train_dataset=prep.train_set)
+    summary = evaluated.summary
+    summary["provenance"] = {**provenance(prep.device), "precision": spec.precision,
+                             "deterministic_algorithms": spec.deterministic, "method_fingerprint": fingerprint}
+    atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", summary)
     if spec.map_pool == own_map_pool:
         write_records(run_dir, evaluated.tables)
-    return evaluated.summary
+    return summary

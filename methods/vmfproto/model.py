@@ -59,6 +59,8 @@ class VMFProto(PrototypeMethod):
     ``ot_max_iterations`` iterations).
     """
 
+    display_name = "vMFProto"  # the paper's spelling, in every table, legend and figure
+
     reads = frozenset({"tokens", "block_input", "attention"})
 
     def __init__(
