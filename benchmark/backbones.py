@@ -105,12 +105,16 @@ class BackboneSpec:
         if self.factory is None:
             return timm.create_model(self.timm_name, pretrained=pretrained, **kwargs)
         try:
-            return _import_factory(self.factory)(pretrained=pretrained, **kwargs)
+            model = _import_factory(self.factory)(pretrained=pretrained, **kwargs)
         except ProtobenchError:
             raise
         except Exception as error:  # the user's code: one message naming it, the cause chained
             raise ProtobenchError(f"backbone {self.key!r}: the factory raised {type(error).__name__}: {error}; "
                                   f"fix the factory or its backbone_args.") from error
+        if not isinstance(model, (VisionTransformer, Eva)):
+            raise ProtobenchError(f"backbone {self.key!r}: the factory returned a {type(model).__name__}, not a timm "
+                                  "VisionTransformer or Eva (or a subclass); return one, e.g. timm.create_model(...).")
+        return model
 
     @property
     def patch_size(self) -> int:
@@ -498,9 +502,6 @@ def _create_user_trunk(spec: BackboneSpec, weights: str | os.PathLike[str] | Non
 
     own_weights = weights in (None, "hf-cache")
     model = spec.create_model(pretrained=own_weights, **kwargs)
-    if not isinstance(model, (VisionTransformer, Eva)):
-        raise ProtobenchError(f"backbone {spec.key!r}: the factory returned a {type(model).__name__}, not a timm "
-                              "VisionTransformer or Eva (or a subclass); return one, e.g. timm.create_model(...).")
     if weights_file is not None:
         try:
             timm.models.load_checkpoint(model, str(weights_file), strict=True)

@@ -6,6 +6,8 @@ attention shapes, architecture.md seam 2) and that the cached path gives the liv
 from __future__ import annotations
 
 import torch
+from timm.layers import Attention
+from timm.models.eva import EvaAttention
 
 from benchmark.backbones import FrozenTrunk
 from benchmark.errors import ProtobenchError
@@ -31,11 +33,11 @@ def check_trunk_contract(trunk: FrozenTrunk) -> None:
     if sequence.shape[1] != prefix + patches:
         raise broken(f"its embedding yields {sequence.shape[1]} tokens, not num_prefix_tokens + grid = "
                      f"{prefix} + {patches}", "set num_prefix_tokens to the CLS + register tokens it prepends")
-    try:
-        live = trunk(probe)
-    except TypeError as error:  # cls_attention: an attention module that is not timm's
-        raise broken(f"its last block's attention cannot give the CLS attention ({error})",
-                     "use timm's Attention or EvaAttention in the blocks") from None
+    last_attention = trunk.model.blocks[-1].attn
+    if trunk.has_cls_token and not isinstance(last_attention, (Attention, EvaAttention)):
+        raise broken(f"its last block's attention is a {type(last_attention).__name__}, whose CLS attention "
+                     "benchmark.backbones.cls_attention cannot read", "use timm's Attention or EvaAttention there")
+    live = trunk(probe)
     if tuple(live.tokens.shape) != (2, patches, trunk.embed_dim):
         raise broken(f"tokens are {tuple(live.tokens.shape)}, not B×N×D = (2, {patches}, {trunk.embed_dim})",
                      "keep embed_dim the width of every block's output")
