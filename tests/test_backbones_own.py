@@ -109,3 +109,5 @@ def test_a_tiny_grid_runs_end_to_end_on_a_user_trunk(tmp_path: Path) -> None:
     result = run.result()
     assert result["spec"]["backbone"] == OWN and result["evaluation"]["map_grid"] == [7, 7]
     assert result["metrics"]["acc"] is not None
+    entries = {entry.name.rsplit("-", 1)[0] for entry in (tmp_path / "runs" / ".token-cache").iterdir()}
+    assert {f"{OWN}-train-clean", f"{OWN}-test-clean"} <= entries  # through the token cache
