@@ -8,6 +8,7 @@ directory it imported, its place in the task).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import sys
@@ -33,20 +34,23 @@ LOCK_WAIT_S = 180.0
 
 
 def adapter_paths(specs: list[RunSpec]) -> tuple[Path, ...]:
-    """The absolute ``sys.path`` entries this process imported the runs' own adapters from (methods
-    named ``package.module:Class``, already imported by the pre-submit checks): a job appends them
-    to its ``sys.path``, so an adapter found through a relative ``PYTHONPATH`` here is found in a
-    job started elsewhere (in its code snapshot) too, read from where it lies."""
+    """The absolute ``sys.path`` entries this process imports the runs' own code from (methods
+    named ``package.module:Class`` and trunks named ``package.module:factory``): a job appends
+    them to its ``sys.path``, so an adapter or trunk found through a relative ``PYTHONPATH`` here
+    is found in a job started elsewhere (in its code snapshot) too, read from where it lies."""
+    from benchmark.backbones import TIMM_PREFIX
+
     found: dict[Path, None] = {}
     for spec in specs:
-        if ":" not in spec.method:
-            continue
-        top = sys.modules[spec.method.partition(":")[0].split(".")[0]]
-        if top.__file__ is None:  # a namespace package: its folder lies in the entry
-            found[Path(next(iter(top.__path__))).resolve().parent] = None
-        else:  # a module file, or a package's __init__.py one level further down
-            origin = Path(top.__file__).resolve()
-            found[origin.parent.parent if origin.name == "__init__.py" else origin.parent] = None
+        for name in (spec.method, spec.backbone):
+            if ":" not in name or name.startswith(TIMM_PREFIX):
+                continue
+            top = importlib.import_module(name.partition(":")[0].split(".")[0])  # imported by the checks
+            if top.__file__ is None:  # a namespace package: its folder lies in the entry
+                found[Path(next(iter(top.__path__))).resolve().parent] = None
+            else:  # a module file, or a package's __init__.py one level further down
+                origin = Path(top.__file__).resolve()
+                found[origin.parent.parent if origin.name == "__init__.py" else origin.parent] = None
     return tuple(found)
 
 

@@ -300,3 +300,9 @@ def test_adapter_paths_are_the_absolute_entries_own_adapters_were_imported_from(
     for spec in specs:  # what the pre-submit checks do
         stand_in_method(spec.method, {}, 2)
     assert adapter_paths(specs) == (tmp_path / "contrib", Path(__file__).resolve().parent)
+    trunks = tmp_path / "trunks"
+    trunks.mkdir()
+    shutil.copy(Path(__file__).parent / "example_trunk.py", trunks / "lab_trunk.py")
+    monkeypatch.syspath_prepend("trunks")
+    own_trunk = grid.runs[0].with_overrides(backbone="lab_trunk:tiny_vit")  # a trunk by import path too
+    assert adapter_paths([own_trunk]) == (trunks,)
