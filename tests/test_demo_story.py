@@ -31,7 +31,7 @@ def render(table) -> str:
 
 def test_rows_sorted_by_j_and_seed_then_mean_and_std(tmp_path):
     text = render(demo_table(*fake_runs(tmp_path)))
-    rows = [line.split("│") for line in text.splitlines() if "vmfproto" in line]
+    rows = [line.split("│") for line in text.splitlines() if "vMFProto" in line]
     assert [(r[2].strip(), r[3].strip()) for r in rows[:4]] == [("3", "0"), ("3", "1"), ("5", "0"), ("5", "1")]
     std3 = np.std([50.0, 60.0], ddof=1)
     assert f"55.0 ± {std3:.1f}" in rows[4][4] and "mean ± std (n=2)" in rows[4][3]

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from benchmark.config import RunSpec
 from benchmark.progress import output_console
+from methods.registry import display_name_of
 from benchmark.run.store import RunDir
 
 METRICS = ("acc", "con", "sta", "dis", "comp")
@@ -46,11 +47,11 @@ def demo_table(runs: list[RunSpec], run_dirs: list[Path]) -> Table:
     for spec, result in finished:
         metrics = result["metrics"]
         by_j.setdefault((spec.method, spec.prototypes_per_class), []).append(metrics)
-        table.add_row(spec.method, str(spec.prototypes_per_class), str(spec.seed),
+        table.add_row(display_name_of(spec.method), str(spec.prototypes_per_class), str(spec.seed),
                       *(_cell([metrics[m]] if metrics.get(m) is not None else []) for m in METRICS))
     table.add_section()
     for (method, j), rows in by_j.items():
-        table.add_row(method, str(j), f"mean ± std (n={len(rows)})",
+        table.add_row(display_name_of(method), str(j), f"mean ± std (n={len(rows)})",
                       *(_cell([r[m] for r in rows if r.get(m) is not None]) for m in METRICS), style="bold")
     return table
 
