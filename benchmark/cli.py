@@ -236,7 +236,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     what, dirs = _cancel_targets(args)
     live = {path: state.job for path, state in run_states(dirs).items() if state.live and state.job}
-    jobs = list(dict.fromkeys(job.job_id for job in live.values()))  # the runs of a packed task share its job
+    jobs = sorted(dict.fromkeys(job.job_id for job in live.values()),  # the runs of a packed task share its job
+                  key=lambda job_id: tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in job_id.split("_")))
     if not jobs:
         print(f"no pending or running SLURM job for {what}")
         return 0
