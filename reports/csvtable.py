@@ -34,7 +34,7 @@ def render_csv(table: TableView) -> str:
     header += [f"{name}{suffix}" for name in names for suffix in suffixes]
     tidy = _tidy_cells(table)
     if tidy is not None:
-        header += [TIDY_PREFIX + column for column in tidy[0]]
+        header += tidy[0]
     rows = iter(tidy[1]) if tidy is not None else None
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
