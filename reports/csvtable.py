@@ -6,10 +6,10 @@ whether or not the LaTeX/markdown version of the layout prints them. Row labels 
 table's (with the qualifier, ``ProtoPNet (J=3)``); a layout with headings gets a first
 ``section`` column naming them (``DINOv2 ViT-B/14 / NPPP``).
 
-Where every row is one cell key whose metrics share one number of seeds (the default layout),
-the display columns are followed by ``tidy.<column>`` columns: the row's key, ``n_seeds`` and
-each metric's unrounded mean and std, which ``reports.load.load_csv`` reads back as published
-aggregates, so ``report table.csv`` prints the cells of the report that wrote it.
+The display columns are followed by ``tidy.[<g>.]<column>`` columns, per column group g: the
+cell's key, ``n_seeds`` and each metric's unrounded mean and std, which ``reports.load.load_csv``
+reads back as published aggregates, so ``report table.csv`` prints the cells of the report that
+wrote it (not written where a cell's metrics differ in their number of seeds).
 """
 from __future__ import annotations
 
@@ -32,10 +32,9 @@ def render_csv(table: TableView) -> str:
     intervals = table.interval_note is not None
     suffixes = ("", " std", " n") + ((" ci_low", " ci_high", " img_ci_low", " img_ci_high") if intervals else ())
     header += [f"{name}{suffix}" for name in names for suffix in suffixes]
-    tidy = _tidy_cells(table)
-    if tidy is not None:
-        header += tidy[0]
-    rows = iter(tidy[1]) if tidy is not None else None
+    tidy_header, tidy_lines = _tidy_cells(table) or ([], [])
+    header += tidy_header
+    tidy_rows = iter(tidy_lines)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -48,7 +47,7 @@ def render_csv(table: TableView) -> str:
             values = [v for c in item.cells for v in (c.value or "", c.std or "", c.n or "")
                       + ((*(c.ci or ("", "")), *(c.image_ci or ("", ""))) if intervals else ())]
             writer.writerow(([" / ".join(context)] if sectioned else []) + labels + values
-                            + (next(rows) if rows is not None else []))
+                            + next(tidy_rows, []))
     return out.getvalue()
 
 
