@@ -25,6 +25,7 @@ from reports.columns import (
     PROVENANCE_COLUMNS,
     TIDY_COLUMNS,
 )
+from reports.csvtable import TIDY_PREFIX
 
 RESULT_FILE = "result.json"
 _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global", "del")
@@ -145,6 +146,8 @@ def load_csv(path: str | Path) -> pd.DataFrame:
     raw.columns = [str(c).strip() for c in raw.columns]
     if EXPORT_MARKER in raw.columns:
         return _tidy(_export_records(path, raw))
+    if any(c.startswith(TIDY_PREFIX) for c in raw.columns):
+        return _tidy(_table_records(path, raw))
     _check_csv_columns(path, list(raw.columns))
     records = [
         _csv_record(path, line, row)
@@ -328,12 +331,34 @@ def _export_cell(where: str, column: str, text: str) -> object:
     return text
 
 
+def _table_records(path: Path, raw: pd.DataFrame) -> list[Record]:
+    """The cells of a ``report --format csv`` table (reports.csvtable): its ``tidy.[<g>.]<column>``
+    columns, one published aggregate per column group and line; the display columns are for people."""
+    groups: dict[str, dict[str, str]] = {}
+    for column in raw.columns:
+        if column.startswith(TIDY_PREFIX):
+            group, _, name = column.removeprefix(TIDY_PREFIX).rpartition(".")
+            groups.setdefault(group, {})[column] = name
+    records = []
+    for renamed in groups.values():
+        _check_csv_columns(path, list(renamed.values()))
+        cells = raw[list(renamed)].rename(columns=renamed)
+        for line, row in zip(range(2, len(raw) + 2), cells.to_dict(orient="records")):
+            if any(row[column].strip() for column in KEY_COLUMNS):  # empty: the row has no value there
+                records.append(_csv_record(path, line, row))
+    return records
+
+
 def _check_csv_columns(path: Path, columns: list[str]) -> None:
     unknown = [c for c in columns if c not in TIDY_COLUMNS]
     if unknown:
+        rendered = not any(c in KEY_COLUMNS for c in columns)  # a report --format csv table without tidy. columns
         raise ProtobenchError(
             f"CSV {path} has unknown column(s) {', '.join(unknown)}; allowed columns are "
             f"{', '.join(TIDY_COLUMNS)}."
+            + (" A `report --format csv` table reads back through its tidy. columns, which it lacks where "
+               "a cell's metrics average different numbers of seeds: report the runs, or their "
+               "`protobench export` CSV." if rendered else "")
         )
     missing = [c for c in KEY_COLUMNS if c not in columns]
     if missing:

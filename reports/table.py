@@ -37,6 +37,7 @@ class CellView:
     n: int = 0
     ci: tuple[str, str] | None = None  # report --ci: (lo, hi) over seeds, as shown
     image_ci: tuple[str, str] | None = None  # report --ci, accuracy: (lo, hi) over test images
+    stat: Stat | None = None  # the unrounded statistic (report --format csv writes it to read back)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def build_table(
                 n=0 if stats[r][c] is None else stats[r][c].n,
                 ci=_interval(stats[r][c], "ci", digits[c]),
                 image_ci=_interval(stats[r][c], "image_ci", digits[c]),
+                stat=stats[r][c],
             )
             for c in range(len(columns))
         )

@@ -11,7 +11,7 @@ from reports.cli import FORMATS, add_report_arguments, run_report
 from reports.layouts import LAYOUTS
 from reports.load import load_csv, load_results
 from reports.render import WRITERS, render_report
-from test_reports_support import PAPER_CSV, RUNS, markdown_rows
+from test_reports_support import PAPER_CSV, RUNS, markdown_rows, write_run
 
 
 def report(*argv: str) -> int:
@@ -107,3 +107,26 @@ def test_runtime_layout_shows_the_live_trunk_and_cached_epoch_times(capsys: pyte
         ["NPPP", "81.3 (76.9, +4.4)", "23.4 (–)", "189.0 (189.0, 0.0)"],
         ["vMFProto", "214.6 (206.8, +7.8)", "131.7 (–)", "73.0 (73.0, 0.0)"],
     ]
+
+
+@pytest.mark.parametrize("options", [(), ("--decimals", "3"), ("--layout", "cub_main")])
+def test_rendered_csv_reads_back_as_the_report_it_came_from(tmp_path, capsys, options) -> None:
+    runs = str(RUNS / "cub_main")  # column groups per backbone, cells of 1 to 3 seeds
+    table = tmp_path / "t.csv"
+    assert report(runs, *options, "--format", "csv", "--out", str(table)) == 0
+    capsys.readouterr()
+    assert report(runs, *options) == 0
+    expected = capsys.readouterr().out
+    assert report(str(table), *options) == 0
+    assert capsys.readouterr().out == expected
+    assert "**" in expected and ("(n=" in expected or "†" in expected)  # marks and seeds travelled
+
+
+def test_rendered_csv_without_one_seed_count_per_cell_is_not_read_back(tmp_path, capsys) -> None:
+    write_run(tmp_path / "runs", "a", seed=0, metrics={"acc": 50.0, "con": 10.0})
+    write_run(tmp_path / "runs", "b", seed=1, metrics={"acc": 52.0, "con": None})
+    table = tmp_path / "t.csv"
+    assert report(str(tmp_path / "runs"), "--format", "csv", "--out", str(table)) == 0
+    assert "tidy." not in table.read_text(encoding="utf-8")  # acc over 2 seeds, con over 1
+    with pytest.raises(ProtobenchError, match="reads back through its tidy. columns"):
+        report(str(table))
