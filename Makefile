@@ -31,7 +31,8 @@ gpu-check: $(STAMP)
 		--out $(GPU_CHECK_OUT)/perf-paper-scale.json
 	$(BIN)/protobench plan benchmark/grids/cub_main.toml --perf $(GPU_CHECK_OUT)/perf-paper-scale.json \
 		> $(GPU_CHECK_OUT)/plan-cub_main.txt
-	cat $(GPU_CHECK_OUT)/plan-cub_main.txt
+	$(BIN)/protobench plan benchmark/grids/cub_main.toml > $(GPU_CHECK_OUT)/plan-cub_main-model.txt
+	cat $(GPU_CHECK_OUT)/plan-cub_main.txt $(GPU_CHECK_OUT)/plan-cub_main-model.txt
 
 clean:
 	rm -rf $(VENV) runs data .cache

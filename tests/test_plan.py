@@ -204,6 +204,17 @@ def test_plan_prints_the_model_its_device_and_assumptions(capsys: pytest.Capture
     assert "cost model: FLOPs-and-bytes model on V100" in capsys.readouterr().out
 
 
+def test_profile_names_the_device_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "p.toml"
+    profile.write_text('device_model = "A100"\nstorage_gb_s = 0.5\n')
+    grid = str(REPO / "benchmark" / "grids" / "demo.toml")
+    assert main(["plan", grid, "--profile", str(profile)]) == 0
+    assert "cost model: FLOPs-and-bytes model on A100" in capsys.readouterr().out
+    profile.write_text('device_model = "H200"\n')
+    with pytest.raises(ProtobenchError, match="device_model = 'H200' must be one of H100, A100, V100, RTX8000"):
+        load_profile(profile)
+
+
 def test_demo_grid_plan_lists_its_caches() -> None:
     plan = make_plan(load_grid(REPO / "benchmark" / "grids" / "demo.toml"), ClusterProfile(), model_costs())
     assert len(plan.runs) == 4 and len(plan.arrays) == 1
