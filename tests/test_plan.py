@@ -199,7 +199,7 @@ def test_plan_prints_the_model_its_device_and_assumptions(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "cost model: FLOPs-and-bytes model on H100" in out and "assumptions:" in out
     assert "calibrated on the paper's live-trunk RTX8000 epochs (NPPP 76.9 s, vMFProto 206.8 s" in out
-    assert "run(s): model (H100)" in out
+    assert "run(s): model (H100)" in out and "storage: token-cache entries written, and training entries read, at 1 GB/s" in out
     assert main(["plan", grid, "--device-model", "V100"]) == 0
     assert "cost model: FLOPs-and-bytes model on V100" in capsys.readouterr().out
 

@@ -127,14 +127,15 @@ class CostModel:
 
     def describe(self) -> str:
         d = self.device
-        vmf = self.calibration.overhead_bytes_per_image.get("vmfproto", 0.0) / 1e6
+        vmf_ms = self.overhead_seconds("vmfproto", 1) * 1e3
         return (f"FLOPs-and-bytes model on {d.name} (peak bf16 {d.bf16_tflops:g} / fp32 {d.fp32_tflops:g} "
                 f"TFLOP/s, {d.memory_gb_s:g} GB/s) at {self.calibration.achieved_fraction:.1%} of peak, "
                 f"calibrated on the paper's live-trunk {CALIBRATION_DEVICE} epochs (NPPP "
                 f"{CALIBRATION_EPOCH_SECONDS['nppp']} s, vMFProto {CALIBRATION_EPOCH_SECONDS['vmfproto']} s, "
-                f"taken as {CALIBRATION_PRECISION}); assumptions: trunk forward once per cache entry; "
-                f"head fwd + bwd = 3× forward multiply-adds per epoch; vMFProto's non-matmul work "
-                f"({vmf:.0f} MB-equivalent per image per epoch) memory-bound and charged every cached epoch "
-                f"(an upper bound: its gate is read from the cache); other methods FLOPs only (measure "
-                f"EM, Sinkhorn, deformable offsets with `perf`); fp32 and tf32 at the fp32 peak")
+                f"taken as {CALIBRATION_PRECISION}); assumptions: trunk forward once per cache entry, at fp32; "
+                f"head forward + backward = 3× its forward multiply-adds per training image per epoch; one "
+                f"head forward per push and for evaluation; vMFProto's non-matmul work memory-bound "
+                f"({vmf_ms:.1f} ms per training image per epoch here) and charged every cached epoch (an upper "
+                f"bound: its gate is read from the cache); other methods FLOPs only (measure EM, Sinkhorn, "
+                f"deformable offsets with `perf`); tf32 at the fp32 peak")
 

@@ -512,6 +512,11 @@ def print_plan(plan: Plan) -> None:
     for source, n in sorted(sources.items(), key=lambda item: -item[1]):
         console.print(f"  {n} run(s): {source}")
     console.print(f"cost model: {plan.costs.source}")
+    console.print(f"storage: token-cache entries written, and training entries read, at {plan.profile.storage_gb_s:g} "
+                  f"GB/s from the shared storage (once if within the job's mem_gb, else every epoch; "
+                  f"cache_stage = \"local\": copied once, then read at {plan.profile.local_storage_gb_s:g} GB/s); "
+                  f"job start-up {plan.profile.task_startup_s} s per array task (profile: storage_gb_s, "
+                  f"local_storage_gb_s, task_startup_s)")
     print_epoch_reads(plan)
 
 
