@@ -14,12 +14,14 @@ import copy
 import difflib
 import fnmatch
 import hashlib
+import importlib
 import os
 import pickle
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import huggingface_hub
 import timm
@@ -76,9 +78,9 @@ class Architecture:
 
 
 @lru_cache(maxsize=None)
-def _architecture(timm_name: str) -> Architecture:
+def _architecture(spec: BackboneSpec) -> Architecture:
     with torch.device("meta"):  # no memory, no weights
-        model = timm.create_model(timm_name, pretrained=False, num_classes=0)
+        model = spec.create_model(pretrained=False, num_classes=0)
     data = resolve_model_data_config(model)
     return Architecture(patch_size=int(model.patch_embed.patch_size[0]), embed_dim=int(model.embed_dim),
                         num_prefix_tokens=int(model.num_prefix_tokens), has_cls_token=model.cls_token is not None,
@@ -93,10 +95,28 @@ class BackboneSpec:
 
     key: str
     timm_name: str
+    #: a user trunk (``backbone = "module:factory"``): the factory's import path, else None
+    factory: str | None = None
 
     @property
     def architecture(self) -> Architecture:
-        return _architecture(self.timm_name)
+        return _architecture(self)
+
+    def create_model(self, *, pretrained: bool, **kwargs: Any) -> nn.Module:
+        """The model: ``timm.create_model`` of ``timm_name``, or the user factory called the same way."""
+        if self.factory is None:
+            return timm.create_model(self.timm_name, pretrained=pretrained, **kwargs)
+        try:
+            model = _import_factory(self.factory)(pretrained=pretrained, **kwargs)
+        except ProtobenchError:
+            raise
+        except Exception as error:  # the user's code: one message naming it, the cause chained
+            raise ProtobenchError(f"backbone {self.key!r}: the factory raised {type(error).__name__}: {error}; "
+                                  f"fix the factory or its backbone_args.") from error
+        if not isinstance(model, (VisionTransformer, Eva)):
+            raise ProtobenchError(f"backbone {self.key!r}: the factory returned a {type(model).__name__}, not a timm "
+                                  "VisionTransformer or Eva (or a subclass); return one, e.g. timm.create_model(...).")
+        return model
 
     @property
     def patch_size(self) -> int:
@@ -129,6 +149,8 @@ def backbone_spec(name: str) -> BackboneSpec:
     trunk always has one key (and runs on it one run id)."""
     if name in BACKBONES:
         return BACKBONES[name]
+    if ":" in name and not name.startswith(TIMM_PREFIX):
+        return _user_trunk_spec(name)
     if not name.startswith(TIMM_PREFIX):
         close = difflib.get_close_matches(name, list(BACKBONES), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -149,6 +171,37 @@ def backbone_spec(name: str) -> BackboneSpec:
                               f"'{architecture}*'`.") from None
     canonical = f"{architecture}.{cfg.tag}" if cfg is not None and cfg.tag else architecture
     return _ALIAS_OF_TIMM_NAME.get(canonical) or BackboneSpec(TIMM_PREFIX + canonical, canonical)
+
+
+def _import_factory(path: str) -> Any:
+    """The object ``module:attr`` names (as ``methods.registry`` resolves ``module:Class`` methods)."""
+    module_name, _, attr = path.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise ProtobenchError(f"backbone {path!r}: cannot import {attr!r} from {module_name!r} ({error}); "
+                              "name a trunk factory as 'module:function' or 'module:Class' on PYTHONPATH.") from None
+    if not callable(factory):
+        raise ProtobenchError(f"backbone {path!r} is a {type(factory).__name__}, not a callable; "
+                              "name a function or class that returns the trunk model.")
+    return factory
+
+
+def _user_trunk_spec(path: str) -> BackboneSpec:
+    """A trunk named by import path. Its key is where the factory is defined
+    (``__module__:__qualname__``), so a re-exported factory, named either way, has one key and
+    its runs one run id."""
+    factory = _import_factory(path)
+    defined = f"{factory.__module__}:{factory.__qualname__}"
+    key = defined if _import_factory_or_none(defined) is factory else path  # nested: keep the path given
+    return BackboneSpec(key, key, factory=key)
+
+
+def _import_factory_or_none(path: str) -> Any:
+    try:
+        return _import_factory(path)
+    except ProtobenchError:
+        return None
 
 
 def list_backbones(pattern: str | None = None) -> list[tuple[str, str]]:
@@ -377,6 +430,8 @@ def resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) 
     """None for random init, else the weights file to load (ProtobenchError when absent)."""
     if weights == "random":
         return None
+    if spec.factory is not None and weights in (None, "hf-cache"):
+        return None  # a user trunk's factory loads its own pretrained weights (create_backbone)
     if weights is None or weights == "hf-cache":
         found = _hf_cached_weights(spec)
         if found is None:
@@ -415,6 +470,8 @@ def create_backbone(
         )
     weights_file = resolve_weights(spec, weights)
     kwargs = dict(img_size=image_size, num_classes=0, **overrides)
+    if spec.factory is not None:
+        return _create_user_trunk(spec, weights, weights_file, image_size, kwargs)
     if weights_file is None:
         model = timm.create_model(spec.timm_name, pretrained=False, **kwargs)
         source = "random"
@@ -423,12 +480,37 @@ def create_backbone(
             model = timm.create_model(
                 spec.timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(weights_file)), **kwargs
             )
-        except (RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ProtobenchError(
-                f"The weights file {weights_file} cannot be loaded into {key} ({spec.timm_name}): {first_line}; "
-                f"pass a checkpoint of that model."
-            ) from error
+        except _LOAD_ERRORS as error:
+            raise _unloadable(weights_file, spec, error) from error
         source = str(weights_file)
     return FrozenTrunk(spec, model, image_size, source)
+
+
+_LOAD_ERRORS = (RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError)
+
+
+def _unloadable(weights_file: Path, spec: BackboneSpec, error: Exception) -> ProtobenchError:
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ProtobenchError(f"The weights file {weights_file} cannot be loaded into {spec.key} ({spec.timm_name}): "
+                           f"{first_line}; pass a checkpoint of that model.")
+
+
+def _create_user_trunk(spec: BackboneSpec, weights: str | os.PathLike[str] | None, weights_file: Path | None,
+                       image_size: int, kwargs: dict[str, Any]) -> FrozenTrunk:
+    """A user trunk: ``factory(pretrained=…, img_size=…, num_classes=0, **backbone_args)`` as
+    ``timm.create_model`` is called ('hf-cache': the factory's own weights; a file: loaded strictly
+    through timm's ``load_checkpoint``), then the contract check of :mod:`benchmark.trunk_contract`."""
+    from benchmark.trunk_contract import check_trunk_contract
+
+    own_weights = weights in (None, "hf-cache")
+    model = spec.create_model(pretrained=own_weights, **kwargs)
+    if weights_file is not None:
+        try:
+            timm.models.load_checkpoint(model, str(weights_file), strict=True)
+        except _LOAD_ERRORS as error:
+            raise _unloadable(weights_file, spec, error) from error
+    source = str(weights_file) if weights_file is not None else ("factory" if own_weights else "random")
+    trunk = FrozenTrunk(spec, model, image_size, source)
+    check_trunk_contract(trunk)
+    return trunk
 

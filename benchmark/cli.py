@@ -31,9 +31,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _grid_overrides(args: argparse.Namespace) -> dict[str, object]:
-    from benchmark.grid import parse_set_options
+    from benchmark.grid import parse_set_options, parse_sweep_options
 
     overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
+    overrides.update(parse_sweep_options(getattr(args, "sweep", None) or []))
     if getattr(args, "data_root", None):
         overrides["data_root"] = args.data_root
     if getattr(args, "weights", None):
@@ -91,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ProtobenchError("--profile only applies to submitted runs; add --executor slurm (or submitit-local)")
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
+                         rerun_stale=args.rerun_stale,
                          allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     print_status(runs_root / grid.name)
     return _summary(outcomes)
@@ -102,6 +104,12 @@ def _summary(outcomes: list[Outcome]) -> int:
     for o in outcomes:
         if o.state == "running-elsewhere":
             print(f"running elsewhere: {o.spec.run_id} {o.spec.label}: {o.detail or 'another process holds it'}")
+    stale = [o for o in outcomes if o.state == "skipped-stale"]
+    for o in stale:
+        print(f"stale, not re-run: {o.spec.run_id} {o.spec.label}: {o.detail}")
+    if stale:
+        print(f"{len(stale)} run(s) of the grid have a stale result (README, \"Run identity and stale results\"); "
+              "run the same command with --rerun-stale to train them again")
     failed = [o for o in outcomes if o.failed]
     for o in failed:
         print(f"failed: {o.spec.run_id} {o.spec.label}: {o.detail}", file=sys.stderr)
@@ -124,12 +132,12 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device = None if args.device or not args.profile else profile.device
     submission = submit_runs(grid, runs, runs_root, cache_root, executor=args.executor, profile=profile,
-                             device=device, retry_failed=args.retry_failed,
+                             device=device, retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
                              allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
     done = sum(o.state == "skipped" for o in submission.settled)
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}; {done} already done")
     for o in submission.settled:
-        if o.state != "skipped" and not o.failed:  # the failed ones are listed by _summary
+        if o.state not in ("skipped", "skipped-stale") and not o.failed:  # the others are listed by _summary
             print(f"  not submitted: {o.spec.run_id} {o.spec.label}: {o.detail}")
     for array in submission.arrays:
         ids = array.job_ids
@@ -249,11 +257,15 @@ def _check_cache_space(runs: list[RunSpec], cache_root: Path) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from slurm.cluster import ClusterProfile, load_profile
-    from benchmark.grid import load_grid
+    from benchmark.grid import load_grid, select_runs
     from benchmark.tools.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
+    if args.only:
+        grid = dataclasses.replace(grid, runs=tuple(select_runs(grid, args.only)))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device_model = args.device_model or profile.device_model
     costs = load_perf(args.perf, device_model) if args.perf else model_costs(device_model)
@@ -302,35 +314,80 @@ def cmd_make_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+LIST_SECTIONS = ("methods", "backbones", "datasets", "grids")
+
+
+def _listing(pattern: str | None, sections: tuple[str, ...]) -> dict[str, object]:
+    """What ``protobench list`` shows, each section filtered by ``pattern`` (a case-insensitive
+    substring or shell glob of the name); a pattern with ':' names a method by import path.
+    Backbones: the aliases, and every ``timm:NAME`` trunk when a pattern or the section is given."""
+    from fnmatch import fnmatch
+
     from benchmark.backbones import BACKBONES, list_backbones
     from benchmark.config import DATASET_NAMES
     from methods.registry import get_method_class, list_methods, method_hyperparameters
 
-    if args.what == "backbones":
-        for key, what in list_backbones(args.pattern):
-            print(f"{key}  ({what})")
-        return 0
-    if args.pattern is not None:
-        raise ProtobenchError("a PATTERN filters only `protobench list backbones PATTERN`")
+    wildcard = pattern is not None and any(c in pattern for c in "*?[")
 
-    print("methods:")
-    for name in list_methods():
-        params = ", ".join(f"{k}={v!r}" for k, v in method_hyperparameters(get_method_class(name)).items())
-        print(f"  {name}: {params}")
-    print("backbones (and any timm ViT as timm:NAME: `protobench list backbones PATTERN`):")
-    for key, spec in sorted(BACKBONES.items()):
-        print(f"  {key}: {spec.timm_name}")
-    print("datasets:", ", ".join(DATASET_NAMES))
+    def keep(name: str) -> bool:
+        if pattern is None:
+            return True
+        return fnmatch(name.lower(), pattern.lower()) if wildcard else pattern.lower() in name.lower()
+
+    methods = [pattern] if pattern and ":" in pattern else [m for m in list_methods() if keep(m)]
     grids = sorted(p.name for p in resources.files("benchmark").joinpath("grids").iterdir() if p.name.endswith(".toml"))
-    print("grids (benchmark/grids/):", ", ".join(grids))
+    if pattern is None and sections != ("backbones",):
+        backbones = {k: spec.timm_name for k, spec in sorted(BACKBONES.items())}
+    else:
+        backbones = dict(list_backbones(None if pattern is None else pattern.lower() if wildcard
+                                        else f"*{pattern.lower()}*"))
+    return {
+        "methods": {m: method_hyperparameters(get_method_class(m)) for m in methods},
+        "backbones": backbones,
+        "datasets": [d for d in DATASET_NAMES if keep(d)],
+        "grids": [g for g in grids if keep(g)],
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import json
+
+    terms = list(args.terms)
+    sections = LIST_SECTIONS
+    if terms and terms[0] in LIST_SECTIONS:
+        sections = (terms.pop(0),)
+    if len(terms) > 1:
+        raise ProtobenchError(f"list takes one PATTERN, got {' '.join(terms)}; e.g. `protobench list vit` or "
+                              "`protobench list methods proto`")
+    shown = {k: v for k, v in _listing(terms[0] if terms else None, sections).items() if k in sections}
+    if args.json:
+        print(json.dumps(shown, indent=2, default=repr))
+        return 0
+    if not any(shown.values()):
+        print(f"nothing named like {terms[0]!r} in {', '.join(sections)}")
+        return 1
+    for section, entries in shown.items():
+        if not entries:
+            continue
+        if section == "methods":
+            print("methods:")
+            for name, params in entries.items():  # type: ignore[union-attr]
+                print(f"  {name}: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+        elif section == "backbones":
+            print("backbones:")
+            for key, timm_name in entries.items():  # type: ignore[union-attr]
+                print(f"  {key}: {timm_name}")
+        else:
+            where = " (benchmark/grids/)" if section == "grids" else ""
+            print(f"{section}{where}:", ", ".join(entries))  # type: ignore[arg-type]
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from benchmark.run.reevaluate import reevaluate
 
-    result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir)
+    result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir,
+                        allow_code_change=args.allow_code_change)
     shown = "  ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if v is not None)
     print(shown)
     return 0
@@ -369,12 +426,20 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
+    from benchmark.run.identity import staleness
     from benchmark.tools.explain import explain_run
     from benchmark.run.store import RunDir
     from reports.figures import run_labels, write_comparison, write_figures
+    from reports.load import stale_note
+
+    from benchmark.run.reevaluate import check_trained
 
     cache_dir = Path(args.cache_dir) if args.cache_dir else None
     run_dirs = [Path(d) for d in args.run_dirs]
+    if args.images < 1 or args.top < 1:
+        raise ProtobenchError(f"--images {args.images} and --top {args.top} must be ≥ 1")
+    for run_dir in run_dirs:  # every run's imports and paths before the first run's compute
+        check_trained(run_dir)
     explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
     if len(run_dirs) == 1:
         written = write_figures(explained[0], Path(args.out))
@@ -383,6 +448,17 @@ def cmd_figures(args: argparse.Namespace) -> int:
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
         written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    note = stale_note((str(d), staleness(result)) for d in run_dirs if (result := RunDir(d).result()) is not None)
+    if note:  # a figure of a stale run shows another code's model
+        print(note, file=sys.stderr)
+    return 0
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from benchmark.run.epochlog import export_tensorboard
+
+    written = export_tensorboard([Path(d) for d in args.run_dirs], Path(args.out))
+    print(f"wrote the curves of {len(written)} run(s) to {args.out}; view with `tensorboard --logdir {args.out}`")
     return 0
 
 
@@ -438,15 +514,23 @@ def add_grid_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", help="'hf-cache', 'random' or a weights file for every run (replaces the grid's "
                                      "weights, a string or a table by backbone)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a RunSpec field or method_args.NAME in every run; VALUE is a TOML literal "
-                        "(--set batch_size=64 --set method_args.lambda_ppd=0.5); repeatable")
+                   help="override a RunSpec field or method_args.NAME in every run, or METHOD.NAME in that "
+                        "method's runs; VALUE is a TOML literal (--set batch_size=64 --set vmfproto.lambda_ppd=0.5); "
+                        "repeatable")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,…",
+                   help="add an axis to the grid: every run once per value (--sweep seed=0,1,2 "
+                        "--sweep vmfproto.lambda_ppd=0.1,0.5); keys as --set's; repeatable")
+
+
+def add_only_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
+                   help="a subset: method=vmfproto J=3,5 seed=0 … (comma lists keep any of the values; "
+                        "J is prototypes_per_class) or run-id prefixes")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """What every command that trains or measures runs takes."""
-    p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
-                   help="a subset: method=vmfproto J=3,5 seed=0 … (comma lists keep any of the values; "
-                        "J is prototypes_per_class) or run-id prefixes")
+    add_only_option(p)
     add_grid_options(p)
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
@@ -457,6 +541,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def add_execution_options(p: argparse.ArgumentParser) -> None:
     """What ``run`` and ``demo`` take on top of :func:`add_run_options`: where and how runs execute."""
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    p.add_argument("--rerun-stale", action="store_true",
+                   help="train again the runs whose result is stale (the method's code or defaults changed, or an "
+                        "earlier version wrote it); the stale result is deleted first")
     p.add_argument("--allow-code-change", action="store_true",
                    help="resume checkpoints written by another code version (result.json lists every version)")
     p.add_argument("--executor", default="local", choices=["local", "submitit-local", "debug", "slurm"],
@@ -517,6 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "from the target device (default: the FLOPs-and-bytes model)")
     p.add_argument("--device-model", choices=sorted(DEVICES),
                    help="the GPU the cost model assumes (default: the profile's device_model, H100)")
+    add_only_option(p)
     add_grid_options(p)
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory whose free space is checked "
@@ -561,6 +649,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
     p.set_defaults(func=cmd_figures)
 
+    p = sub.add_parser("tensorboard", help="the training curves of runs (finished or not) from their metrics.jsonl "
+                                           "as TensorBoard scalars")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them (runs/demo)")
+    p.add_argument("--out", required=True, help="TensorBoard log folder; each run goes to OUT/GRID/RUN_ID")
+    p.set_defaults(func=cmd_tensorboard)
+
     p = sub.add_parser("doctor", help="check this machine for a grid: Python/torch/CUDA, data, weights, disk, SLURM")
     p.add_argument("grid", nargs="?", help="grid TOML whose data roots, weights and caches to check "
                                            "(none: the machine only)")
@@ -578,10 +672,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_make_data)
 
     p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids; "
-                                    "`list backbones [PATTERN]`: every backbone name (aliases and timm:NAME)")
-    p.add_argument("what", nargs="?", choices=("backbones",),
-                   help="backbones: the aliases and every timm VisionTransformer/Eva model as timm:NAME")
-    p.add_argument("pattern", nargs="?", help="a shell pattern on the names, as timm.list_models ('*siglip*')")
+                                    "[SECTION] [PATTERN] to filter (`list backbones PATTERN`: every timm ViT as timm:NAME too)")
+    p.add_argument("terms", nargs="*", metavar="[SECTION] [PATTERN]",
+                   help=f"a section ({', '.join(LIST_SECTIONS)}) and/or a name pattern: a case-insensitive "
+                        "substring or glob (vit, 'dinov2_*'); a method's import path (mypkg.mod:MyMethod) shows it")
+    p.add_argument("--json", action="store_true", help="print the listing as one JSON object")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("cache", help="token-cache entries: ls, verify (rehash every block), rm (names or --unused)")
@@ -600,6 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a finished run's directory (runs/GRID/RUN_ID)")
     p.add_argument("--map-pool", type=int, choices=[1, 2], help="override the run's map_pool")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="re-evaluate even though the method's code changed since the run trained (stale)")
     p.set_defaults(func=cmd_evaluate)
     return parser
 

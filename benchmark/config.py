@@ -93,18 +93,25 @@ class RunSpec:
 
     # ---- identity ----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        """The normalised fields that define the result (what the run id hashes)."""
-        d = asdict(self)
-        for name in OPERATIONAL_FIELDS:
-            d.pop(name)
-        # A random trunk and a named weights file are different science; the path is not.
-        d["weights_id"] = self.weights_id or ("random" if self.weights == "random" else "pretrained")
-        return d
+        """The normalised fields that define the result (what the run id hashes), the method's
+        hyperparameters resolved: its defaults with ``method_args`` applied (README, "Run
+        identity and stale results")."""
+        from methods.registry import resolved_method_args
+
+        return {**self._declared_identity(), "method_args": resolved_method_args(self.method, self.method_args)}
+
+    def _declared_identity(self) -> dict[str, Any]:
+        return identity_fields(asdict(self))
 
     @property
     def run_id(self) -> str:
-        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return _hash_id(self.identity())
+
+    @property
+    def earlier_run_id(self) -> str:
+        """The id this spec had before run ids covered resolved hyperparameters (only the
+        ``method_args`` a grid gave): where an earlier version's result of it lies."""
+        return _hash_id(self._declared_identity())
 
     @property
     def is_cub_format(self) -> bool:
@@ -124,6 +131,20 @@ class RunSpec:
     def label(self) -> str:
         return (f"{self.method} J={self.prototypes_per_class} seed={self.seed} "
                 f"{self.backbone} {self.dataset}" + ("" if self.variant == "default" else f" [{self.variant}]"))
+
+
+def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a RunSpec's plain values (``asdict``, or a ``spec`` read back from
+    result.json) that define the result: operational ones dropped, the weights by their label."""
+    d = {k: v for k, v in values.items() if k not in OPERATIONAL_FIELDS}
+    # A random trunk and a named weights file are different science; the path is not.
+    d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
+    return d
+
+
+def _hash_id(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 RUN_FIELDS: dict[str, Any] = {f.name: f for f in fields(RunSpec)}

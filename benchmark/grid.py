@@ -20,10 +20,13 @@ against the working directory when the grid is read (:func:`absolute_paths`).
 
 ``weights`` may be a table by backbone (``weights = { dinov2_vitb14 = "/w/b14.safetensors",
 dinov3_vitb16 = "hf-cache" }``): each run takes its backbone's entry. Command-line overrides
-(``--data-root``, ``--weights``, ``--set KEY=VALUE``) replace a field in every run.
+(``--data-root``, ``--weights``, ``--set KEY=VALUE``) replace a field in every run;
+``--set METHOD.NAME=VALUE`` sets one hyperparameter of one method's runs; ``--sweep KEY=V1,V2``
+adds an axis to the whole grid (every run once per value, as Hydra's multirun does).
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 import tomllib
@@ -36,7 +39,9 @@ from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
-ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`
+ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`, `--set J=3`, `--sweep J=3,5`
+#: the command-line option behind an override key (any other key came from --set or --sweep)
+OPTION_OF_KEY = {"data_root": "--data-root", "weights": "--weights", "device": "--device", "cache": "--no-cache"}
 # A grid's name is its folder under the runs directory: one path component, never '.' or '..'.
 GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -91,36 +96,131 @@ def toml_literal(text: str) -> Any:
         return text
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """The value of a ``--sweep KEY=V1,V2`` override: every run of the grid once per value."""
+    values: tuple[Any, ...]
+
+
+def _override_key(key: str, option: str, term: str) -> str:
+    """Check an override key: a RunSpec field (``J`` for prototypes_per_class), ``FIELD.NAME`` of a
+    table field, or ``METHOD.NAME`` (a hyperparameter of one method, checked once the grid is read)."""
+    scope, dot, name = key.rpartition(".")
+    if not dot:
+        key = ONLY_ALIASES.get(key, key)
+        if key not in RUN_FIELDS:
+            raise unknown_key_error(key, [*RUN_FIELDS, *ONLY_ALIASES], option)
+        return key
+    if not scope or not name:
+        raise ProtobenchError(f"{option} {term!r}: {key!r} is not FIELD.NAME or METHOD.NAME")
+    if scope in RUN_FIELDS and scope not in TABLE_FIELDS:
+        raise ProtobenchError(f"{option} {key}: only {', '.join(TABLE_FIELDS)} take FIELD.NAME keys "
+                              f"(or a method: {option} vmfproto.lambda_ppd=…)")
+    return key
+
+
+def _split_term(term: str, option: str, example: str) -> tuple[str, str]:
+    key, eq, text = term.partition("=")
+    if not eq or not key:
+        raise ProtobenchError(f"{option} {term!r} is not KEY=VALUE (e.g. {option} {example})")
+    return key, text
+
+
 def parse_set_options(terms: list[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` terms → grid overrides. KEY is a RunSpec field or ``FIELD.NAME`` of a
-    table field (``method_args.lambda_ppd=0.5``); VALUE a TOML literal (:func:`toml_literal`)."""
+    """``--set KEY=VALUE`` terms → grid overrides. KEY is a RunSpec field, ``FIELD.NAME`` of a
+    table field (``method_args.lambda_ppd=0.5``) or ``METHOD.NAME`` (``vmfproto.lambda_ppd=0.5``:
+    that method's runs only); VALUE a TOML literal (:func:`toml_literal`)."""
     overrides: dict[str, Any] = {}
     for term in terms:
-        key, eq, text = term.partition("=")
-        if not eq or not key:
-            raise ProtobenchError(f"--set {term!r} is not KEY=VALUE (e.g. --set batch_size=64, "
-                                  "--set method_args.lambda_ppd=0.5)")
-        field_name, dot, name = key.partition(".")
-        if field_name not in RUN_FIELDS:
-            raise unknown_key_error(field_name, list(RUN_FIELDS), "--set")
-        if dot and (field_name not in TABLE_FIELDS or not name):
-            raise ProtobenchError(f"--set {key}: only {', '.join(TABLE_FIELDS)} take FIELD.NAME keys")
-        overrides[key] = toml_literal(text)
+        key, text = _split_term(term, "--set", "batch_size=64, --set vmfproto.lambda_ppd=0.5")
+        key = _override_key(key, "--set", term)
+        value = toml_literal(text)
+        if isinstance(value, list):  # no RunSpec field or hyperparameter is a list
+            shown = ",".join(toml_literal_text(v) for v in value)
+            raise ProtobenchError(f"--set {term}: a list of values is a sweep; use --sweep {key}={shown}")
+        overrides[key] = value
     return overrides
+
+
+def toml_literal_text(value: Any) -> str:
+    """How a value is written back on the command line (strings bare)."""
+    return value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parse_sweep_options(terms: list[str]) -> dict[str, Sweep]:
+    """``--sweep KEY=V1,V2,…`` terms → axes added to the grid (keys as ``--set``'s; each value a
+    TOML literal, or the whole right-hand side a TOML array: ``--sweep 'backbone_args={depth=2},{depth=4}'``
+    is read as ``[{depth=2},{depth=4}]``)."""
+    sweeps: dict[str, Sweep] = {}
+    for term in terms:
+        key, text = _split_term(term, "--sweep", "seed=0,1,2")
+        key = _override_key(key, "--sweep", term)
+        array = toml_literal(f"[{text}]")
+        values = array if isinstance(array, list) else [toml_literal(v.strip()) for v in text.split(",")]
+        if not text.strip() or not values:
+            raise ProtobenchError(f"--sweep {term!r} gives no values (e.g. --sweep {key}=0,1,2)")
+        if len(set(map(repr, values))) < len(values):
+            raise ProtobenchError(f"--sweep {term}: a value is repeated")
+        sweeps[key] = Sweep(tuple(values))
+    return sweeps
+
+
+def describe_overrides(overrides: dict[str, Any]) -> str:
+    """The command-line options behind ``overrides``, as the user typed them (for error messages)."""
+    shown = []
+    for key, value in overrides.items():
+        if key in OPTION_OF_KEY:
+            shown.append(OPTION_OF_KEY[key] if key == "cache" else f"{OPTION_OF_KEY[key]} {value}")
+        elif isinstance(value, Sweep):
+            shown.append(f"--sweep {key}={','.join(toml_literal_text(v) for v in value.values)}")
+        else:
+            shown.append(f"--set {key}={toml_literal_text(value)}")
+    return "command-line " + " ".join(shown)
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """``values`` with ``overrides`` applied: a ``FIELD.NAME`` key sets one entry of a table field,
-    any other key replaces the field."""
+    a ``METHOD.NAME`` key one entry of method_args when the run's method is METHOD, any other key
+    replaces the field."""
     merged = dict(values)
     for key, value in overrides.items():
-        field_name, dot, name = key.partition(".")
+        scope, dot, name = key.rpartition(".")
+        if dot and scope not in TABLE_FIELDS:
+            if merged.get("method") != scope:
+                continue
+            scope = "method_args"
         if dot:
-            table = merged.get(field_name, {})
-            merged[field_name] = {**(table if isinstance(table, dict) else {}), name: value}
+            table = merged.get(scope, {})
+            merged[scope] = {**(table if isinstance(table, dict) else {}), name: value}
         else:
             merged[key] = value
     return merged
+
+
+def _check_method_scopes(overrides: dict[str, Any], runs: list[RunSpec]) -> None:
+    """A ``METHOD.NAME`` override must reach a run: a misspelt method would otherwise change nothing."""
+    methods = sorted({spec.method for spec in runs})
+    for key, value in overrides.items():
+        scope, dot, _ = key.rpartition(".")
+        if dot and scope not in TABLE_FIELDS and scope not in methods:
+            option = describe_overrides({key: value}).removeprefix("command-line ")
+            close = difflib.get_close_matches(scope, methods, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ProtobenchError(f"{option}: no run of the grid has method {scope!r}{hint}; its methods are "
+                                  f"{', '.join(methods)}")
+
+
+def _build(values: dict[str, Any], overrides: dict[str, Any], where: str, options: str) -> RunSpec:
+    """The RunSpec of one grid point with the overrides applied. A bad value is blamed on the
+    command-line ``options`` when the grid point alone is valid, on the grid file otherwise."""
+    if not overrides:
+        return build_run_spec(weights_for_backbone(values, where), where=where)
+    blamed = f"{where} with {options}"
+    try:
+        return build_run_spec(weights_for_backbone(apply_overrides(values, overrides), blamed), where=blamed)
+    except ProtobenchError:
+        build_run_spec(weights_for_backbone(values, where), where=where)  # raises when the grid is at fault
+        raise
 
 
 def weights_for_backbone(values: dict[str, Any], where: str) -> dict[str, Any]:
@@ -170,6 +270,10 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
     sweeps = data.get("sweep", [{}])
     if not isinstance(sweeps, list) or not all(isinstance(s, dict) for s in sweeps):
         raise ProtobenchError(f"{source}: 'sweep' must be an array of tables ([[sweep]])")
+    overrides = overrides or {}
+    fixed = {k: v for k, v in overrides.items() if not isinstance(v, Sweep)}
+    axes = {k: list(v.values) for k, v in overrides.items() if isinstance(v, Sweep)}
+    options = describe_overrides(overrides)
     runs: dict[str, RunSpec] = {}
     for i, block in enumerate(sweeps):
         where = f"{source} [[sweep]] #{i + 1}"
@@ -177,11 +281,12 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
             if key not in RUN_FIELDS:
                 raise unknown_key_error(key, list(RUN_FIELDS), where)
         for values in _axes(block):
-            merged = apply_overrides({**defaults, **values}, overrides or {})
-            spec = absolute_paths(build_run_spec(weights_for_backbone(merged, where), where=where))
-            runs.setdefault(spec.run_id, spec)
+            for swept in _axes(axes):
+                spec = absolute_paths(_build({**defaults, **values}, {**fixed, **swept}, where, options))
+                runs.setdefault(spec.run_id, spec)
     if not runs:
         raise ProtobenchError(f"{source}: the grid expands to no runs")
+    _check_method_scopes(overrides, list(runs.values()))
     return GridSpec(
         name=name,
         runs=share_early_token_caches(list(runs.values())),

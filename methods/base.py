@@ -257,3 +257,9 @@ class PrototypeMethod(nn.Module, ABC):
         """Expected range of diagnostics, keyed by their dotted path in ``diagnostics()`` (e.g.
         ``"kappa.max"``); a value outside its range is reported as a warning (``protobench status``)."""
         return {}
+
+    def expected_warnings(self) -> dict[str, str]:
+        """Ranged diagnostics (dotted path → why) that this configuration is known to leave its
+        range, e.g. the paper's fixed iteration count that does not converge: such a value is
+        reported once per grid with the reason, not per run as a fault (default: none)."""
+        return {}

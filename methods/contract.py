@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import io
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,15 @@ class ContractError(AssertionError):
 
 
 
+#: a terminal's colour and style codes (ECMA-48 CSI sequences), kept out of messages
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain_text(message: str) -> str:
+    """A message as plain text: terminal colour codes removed, whole (every line kept)."""
+    return _TERMINAL_CODES.sub("", message).strip()
+
+
 def _require(condition: bool, rule: str) -> None:
     if not condition:
         raise ContractError(rule)
@@ -34,6 +44,7 @@ def _build(name: str, source: SyntheticTokens, J: int, seed: int, **overrides: A
 
 
 def check_constructor(name: str, source: SyntheticTokens, J: int) -> None:
+    """Every hyperparameter has a default; the class subclasses PrototypeMethod and sets loss_weights."""
     cls = get_method_class(name)
     for param, default in method_hyperparameters(cls).items():
         _require(default is not inspect.Parameter.empty, f"{name}: hyperparameter {param!r} needs a default (the paper's)")
@@ -43,6 +54,7 @@ def check_constructor(name: str, source: SyntheticTokens, J: int) -> None:
 
 
 def check_outputs(name: str, source: SyntheticTokens, J: int) -> None:
+    """Logits B×C, activation maps B×J×H×W depending on the class asked for, contributions B×J; all finite."""
     method = _build(name, source, J, 0).eval()
     batch = source.batch(torch.arange(6))
     H, W = source.grid
@@ -92,6 +104,7 @@ def _training_stages(method: PrototypeMethod) -> list[Stage]:
 
 
 def check_stages_and_losses(name: str, source: SyntheticTokens, J: int) -> None:
+    """Every stage: epochs ≥ 0, lr > 0 on own parameters, named finite loss terms, a gradient where it trains."""
     method = _build(name, source, J, 0)
     stages = method.stages()
     _require(len(stages) > 0, f"{name}: stages() must return at least one Stage")
@@ -131,6 +144,7 @@ def check_stages_and_losses(name: str, source: SyntheticTokens, J: int) -> None:
 
 
 def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> None:
+    """state_dict() loads with weights_only=True (the checkpoint loader) and restores identical outputs."""
     method = _build(name, source, J, 0)
     data = SyntheticTrainData(source)
     stage = _training_stages(method)[0]
@@ -145,7 +159,7 @@ def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> N
         state = torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise ContractError(f"{name}: state_dict() must hold only tensors and plain Python data, so that "
-                            f"checkpoints load with weights_only=True ({str(err).splitlines()[0]})") from err
+                            f"checkpoints load with weights_only=True; torch says: {plain_text(str(err))}") from err
     restored.load_state_dict(state)
     method.eval(), restored.eval()
     with torch.no_grad():
@@ -156,6 +170,7 @@ def check_state_dict_round_trip(name: str, source: SyntheticTokens, J: int) -> N
 
 
 def check_determinism(name: str, source: SyntheticTokens, J: int) -> None:
+    """Two builds and training steps with the same seed give identical logits."""
     outputs = []
     for _ in range(2):
         method = _build(name, source, J, 0)
@@ -211,8 +226,52 @@ CHECKS: tuple[Callable[[str, SyntheticTokens, int], None], ...] = (
 )
 
 
-def check_method(name: str, *, prototypes_per_class: int = 3) -> None:
-    """Run every contract check on method ``name``; raises ContractError naming the broken rule."""
+def check_method(name: str, *, prototypes_per_class: int = 3,
+                 echo: Callable[[str], None] | None = None) -> None:
+    """Run every contract check on method ``name``; raises ContractError naming the broken rule.
+    ``echo`` (e.g. ``print``) receives one plain-text line per check passed, saying what it checked."""
     source = SyntheticTokens(num_classes=4, images_per_class=6)
     for check in CHECKS:
         check(name, source, prototypes_per_class)
+        if echo is not None:
+            echo(f"ok    {_check_name(check)}: {_first_line(check)}")
+
+
+def _check_name(check: Callable[..., None]) -> str:
+    return check.__name__.removeprefix("check_").replace("_", " ")
+
+
+def _first_line(check: Callable[..., None]) -> str:
+    return (inspect.getdoc(check) or "").split("\n")[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m methods.contract METHOD…``: the contract battery with one plain line per check,
+    ``FAIL`` and the broken rule on the first failure; exit status 1 when any method fails."""
+    import argparse
+
+    from benchmark.errors import ProtobenchError
+
+    parser = argparse.ArgumentParser(prog="python -m methods.contract", description=main.__doc__)
+    parser.add_argument("methods", nargs="+", metavar="METHOD",
+                        help="a registry name (vmfproto) or an import path (mypkg.mymodule:MyMethod)")
+    parser.add_argument("-J", "--prototypes-per-class", type=int, default=3, help="J of the checked instances")
+    args = parser.parse_args(argv)
+    failed = 0
+    for name in args.methods:
+        print(f"{name}:")
+        try:
+            check_method(name, prototypes_per_class=args.prototypes_per_class, echo=lambda line: print(f"  {line}"))
+        except (ContractError, ProtobenchError) as err:  # a broken rule; an unknown method or failing import
+            print(f"  FAIL  {plain_text(str(err))}")
+            failed += 1
+        except Exception as err:  # noqa: BLE001 - the adapter's own error, reported as a failure
+            print(f"  FAIL  {name}: the adapter raised {type(err).__name__}: {plain_text(str(err))}")
+            failed += 1
+        else:
+            print(f"  all {len(CHECKS)} checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,8 +9,10 @@ import torch
 
 from methods.base import DiagnosticRange, PrototypeMethod, TrainData
 
-#: the key under which ``collect_diagnostics`` lists the out-of-range values
+#: the key under which ``collect_diagnostics`` lists the out-of-range values a user should act on
 WARNINGS = "warnings"
+#: … and those the method's configuration makes expected: ``[{"warning": line, "why": reason}]``
+EXPECTED_WARNINGS = "expected_warnings"
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -43,8 +45,14 @@ def range_warnings(values: Mapping[str, Any], ranges: Mapping[str, DiagnosticRan
 
 @torch.no_grad()
 def collect_diagnostics(method: PrototypeMethod, splits: Mapping[str, TrainData]) -> dict[str, Any]:
-    """The method's diagnostics plus ``"warnings"``: the list of out-of-range values."""
+    """The method's diagnostics plus ``"warnings"``: the out-of-range values, and
+    ``"expected_warnings"``: those the method's ``expected_warnings()`` explains, with the reason."""
     values = method.diagnostics(splits)
-    if WARNINGS in values:
-        raise ValueError(f"method {method.name!r} reports a diagnostic named {WARNINGS!r}, which is reserved")
-    return {**values, WARNINGS: range_warnings(values, method.diagnostic_ranges())}
+    for reserved in (WARNINGS, EXPECTED_WARNINGS):
+        if reserved in values:
+            raise ValueError(f"method {method.name!r} reports a diagnostic named {reserved!r}, which is reserved")
+    expected = method.expected_warnings()
+    warnings = range_warnings(values, method.diagnostic_ranges())
+    explained = [{"warning": w, "why": expected[w.split(" ", 1)[0]]} for w in warnings if w.split(" ", 1)[0] in expected]
+    return {**values, WARNINGS: [w for w in warnings if w.split(" ", 1)[0] not in expected],
+            EXPECTED_WARNINGS: explained}

@@ -41,12 +41,14 @@ from methods.common.lineage import (
     separation_cost,
     warm_joint_stages,
 )
+from methods.common.precision import float32_island
 from methods.registry import register_method
 
 #: ε of the log similarity (official model.py ``self.epsilon``)
 EPSILON = 1e-4
 
 
+@float32_island  # ‖z‖² − 2z·p + ‖p‖² cancels to ≈ 0 at a close patch: in bf16 it errs by up to 0.3 (README, GPU)
 def squared_distances(latent: Tensor, prototypes: Tensor) -> Tensor:
     """``d = ‖z − p‖²`` as ``‖z‖² − 2 z·p + ‖p‖²`` clamped at 0 (model.py ``_l2_convolution``, ReLU).
 

@@ -80,6 +80,16 @@ def method_display_name(cls: type[PrototypeMethod]) -> str:
     return cls.display_name or cls.__name__
 
 
+def display_name_of(method: str, recorded: str | None = None) -> str:
+    """The one label of a method in every output (status, tables, legends, figures, export): the
+    adapter's ``display_name`` (:func:`method_display_name`); for an import path that no longer
+    imports, the name its result recorded, else its class name."""
+    try:
+        return method_display_name(get_method_class(method))
+    except ProtobenchError:
+        return recorded or method.rpartition(":")[2]
+
+
 def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
     """Keyword hyperparameters of an adapter with their defaults (everything after ``ctx``)."""
     params = inspect.signature(cls.__init__).parameters
@@ -88,6 +98,15 @@ def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
         for n, p in params.items()
         if n not in ("self", "ctx") and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     }
+
+
+def resolved_method_args(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Every hyperparameter the method runs with: its defaults with ``overrides`` applied, as
+    JSON values (a tuple default reads as a list), so a default the code changes is another
+    configuration (:meth:`benchmark.config.RunSpec.identity`)."""
+    defaults = {k: v for k, v in method_hyperparameters(get_method_class(name)).items()
+                if v is not inspect.Parameter.empty}
+    return json.loads(json.dumps({**defaults, **overrides}, sort_keys=True, default=str))
 
 
 def validate_method_args(name: str, overrides: dict[str, Any]) -> None:

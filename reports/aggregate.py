@@ -11,6 +11,7 @@ stratified bootstrap interval over test images (``reports.stats``).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 
@@ -65,6 +66,32 @@ def cell_stats(frame: pd.DataFrame, layout: Layout, *, level: float | None = Non
                 if stat is not None:
                     stats[(key, metric.key)] = stat
     return stats
+
+
+def check_pools(frame: pd.DataFrame) -> None:
+    """The pooling rule of every reader (``reports.load.load_runs``): the rows of one cell (one
+    value of every key column) are one published aggregate, or single runs of distinct seeds
+    that share every setting besides the seed (resolved hyperparameters included)."""
+    for key, rows in frame.groupby(list(KEY_COLUMNS), sort=False, dropna=False):
+        _check_seeds(tuple(key), rows)
+        _check_settings(tuple(key), rows)
+
+
+def _check_settings(key: CellKey, rows: pd.DataFrame) -> None:
+    settings = rows["setting"].dropna().unique()
+    if len(settings) < 2:
+        return
+    from reports.export import flatten
+
+    first, other = (flatten(json.loads(s)) for s in settings[:2])
+    differ = ", ".join(f"{name} {first.get(name)!r} vs {other.get(name)!r}"
+                       for name in sorted(set(first) | set(other)) if first.get(name) != other.get(name))
+    sources = ", ".join(str(s) for s in rows["source"])
+    raise ProtobenchError(
+        f"Cell {describe_key(key)} has runs that differ in settings the table does not show ({differ}; "
+        f"{sources}); pass one runs directory per setting, narrow with --where run_id=…, or give the runs "
+        f"distinct variants."
+    )
 
 
 def _check_seeds(key: CellKey, rows: pd.DataFrame) -> None:

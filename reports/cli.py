@@ -52,7 +52,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="without --layout: column dimensions (default: dataset,backbone, those that vary); "
                              "metrics are the innermost columns")
     parser.add_argument("--metrics", type=_names, metavar="NAMES",
-                        help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, "
+                        help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, epoch_seconds_live_trunk, "
                              "inference_images_per_second (default: those of con…acc that any result has)")
     add_where_argument(parser)
     parser.add_argument("--method-macro", action="store_true",
@@ -72,8 +72,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
-    from reports.coverage import left_out_message
-    from reports.load import load_csv
+    from reports.load import load_csv, load_runs, stale_note
     from reports.pivot import parse_where, pivot_layout
     from reports.render import render_report
 
@@ -90,7 +89,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
-    frame = load_inputs(args.runs_dirs, where)
+    frame = load_runs(args.runs_dirs, where)
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
@@ -107,36 +106,43 @@ def run_report(args: argparse.Namespace) -> int:
         print(report.interval_note, file=sys.stderr)
     if report.missing and args.layout is None:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
-    elif report.missing:
-        print(f"{len(report.missing)} cell(s) of layout {layout.name} have no result:", file=sys.stderr)
-        for cell in report.missing:
-            print(f"  {cell}", file=sys.stderr)
-    left_out = left_out_message(frame, layout) if args.layout is not None else None
+    elif args.layout is not None:
+        _print_layout_coverage(frame, layout, report.missing)
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    return 0
+
+
+#: a layout's empty cells are listed one by one up to this many (else only counted per reason)
+LISTED_MISSING_CELLS = 8
+
+
+def _print_layout_coverage(frame, layout, missing: list[str]) -> None:  # (pd.DataFrame, Layout, …)
+    """On stderr: the results the layout leaves out with the suggestion (first: it is what to act
+    on), then its empty cells counted per reason, one line each, listed when few."""
+    from reports.coverage import left_out_message, missing_reasons
+
+    left_out = left_out_message(frame, layout)
     if left_out:
         print(left_out, file=sys.stderr)
-    return 0
+    if not missing:
+        return
+    print(f"{len(missing)} cell(s) of layout {layout.name} have no result:", file=sys.stderr)
+    for reason, count in missing_reasons(frame, layout).most_common():
+        print(f"  {count}× {reason}", file=sys.stderr)
+    if len(missing) <= LISTED_MISSING_CELLS:
+        for cell in missing:
+            print(f"    {cell}", file=sys.stderr)
+
+
+def _print_stale(note: str | None) -> None:
+    if note:
+        print(note, file=sys.stderr)
 
 
 def add_where_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="keep the results whose KEY (dataset, backbone, method, J, variant, seed, grid, "
                              "run_id) is VALUE; VALUE may be a comma list; repeat for several keys")
-
-
-def load_inputs(inputs: list[Path], where: dict[str, tuple[str, ...]]):  # -> pd.DataFrame
-    """The tidy frame of result folders and published CSVs, filtered by ``--where``."""
-    import pandas as pd
-
-    from reports.load import load_csv, load_results
-    from reports.pivot import filter_frame
-
-    if not inputs:
-        raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
-    csvs = [p for p in inputs if p.suffix == ".csv" and p.is_file()]
-    dirs = [p for p in inputs if p not in csvs]
-    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return filter_frame(frame, where) if where else frame
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -153,6 +159,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """One flat row per run (spec, metrics, diagnostics, timings, provenance) to a CSV/JSONL/Parquet file."""
     from reports.export import check_export_path, export_records, per_image_records, write_export
+    from reports.load import stale_note
 
     check_export_path(args.out)
     records = per_image_records(args.runs_dirs) if args.per_image else export_records(args.runs_dirs)
@@ -160,11 +167,14 @@ def run_export(args: argparse.Namespace) -> int:
     runs = len({r["run_dir"] for r in records})
     print(f"wrote {len(records)} row(s) of {runs} run(s) to {args.out}" if args.per_image
           else f"wrote {len(records)} run(s) to {args.out}")
+    if not args.per_image:
+        _print_stale(stale_note((str(r["run_dir"]), r["stale"]) for r in records))
     return 0
 
 
 def _run_cd(args: argparse.Namespace) -> int:
     from reports.cd import plot_cd
+    from reports.load import load_runs
     from reports.pivot import parse_where
     from reports.plots import check_figure_path
 
@@ -174,7 +184,7 @@ def _run_cd(args: argparse.Namespace) -> int:
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; draw one diagram per metric.")
     check_figure_path(args.out)
-    frame = load_inputs(args.inputs, parse_where(args.where))
+    frame = load_runs(args.inputs, parse_where(args.where))
     cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method")
     ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(cd.treatments, cd.mean_ranks))
     friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
@@ -201,12 +211,13 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Paired comparisons of the values of one key, cell by cell (README 'Statistics')."""
+    from reports.load import load_runs
     from reports.paired import compare_levels, render_comparisons
     from reports.pivot import parse_where
 
     if not 0 < args.level < 100:
         raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
-    frame = load_inputs(args.runs_dirs, parse_where(args.where))
+    frame = load_runs(args.runs_dirs, parse_where(args.where))
     comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     if args.out is not None:
@@ -250,6 +261,7 @@ def run_plot(args: argparse.Namespace) -> int:
         curves = plot_curves(args.inputs, args.out, quantities=args.y)
         print(f"wrote curves of {len(curves)} run(s) to {args.out}")
         return 0
+    from reports.load import load_runs, stale_note
     from reports.pivot import parse_where
     from reports.plots import check_figure_path, plot_results
 
@@ -258,8 +270,11 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
-    frame = load_inputs(args.inputs, parse_where(args.where))
+    frame = load_runs(args.inputs, parse_where(args.where))
     series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
+    for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
+        print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
     return 0

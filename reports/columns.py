@@ -46,6 +46,11 @@ ORIGIN_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "source")
 # How reports label the method: the adapter's ``display_name`` the runner wrote (None: unknown).
 LABEL_COLUMNS: tuple[str, ...] = ("method_display_name",)
 
+# What a run computed and whether the current code still gives it (benchmark/run/identity.py):
+# setting, its resolved configuration but the seed as canonical JSON (the pooling rule: a cell's
+# runs share it); stale, why its result is stale (None: current). Both None for CSV rows.
+IDENTITY_COLUMNS: tuple[str, ...] = ("setting", "stale")
+
 PROVENANCE_COLUMNS: tuple[str, ...] = (
     "code_version",
     "device",
@@ -56,7 +61,7 @@ PROVENANCE_COLUMNS: tuple[str, ...] = (
 
 TIDY_COLUMNS: tuple[str, ...] = (
     KEY_COLUMNS + SEED_COLUMNS + METRIC_COLUMNS + STD_COLUMNS + ORIGIN_COLUMNS + LABEL_COLUMNS
-    + PROVENANCE_COLUMNS
+    + IDENTITY_COLUMNS + PROVENANCE_COLUMNS
 )
 
 INTEGER_COLUMNS: tuple[str, ...] = ("J", "seed", "n_seeds")

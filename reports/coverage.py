@@ -26,7 +26,7 @@ def left_out(frame: pd.DataFrame, layout: Layout) -> tuple[Counter[str], ValueSe
     counts: Counter[str] = Counter()
     values: dict[str, set[KeyValue]] = defaultdict(set)
     for row in frame[list(KEY_COLUMNS)].itertuples(index=False):
-        key = tuple(v if isinstance(v, str) else int(v) for v in row)
+        key = _key(tuple(row))
         if key in keys:
             continue
         column = next((c for c, v in zip(KEY_COLUMNS, key) if v not in used[c]), COMBINATION)
@@ -50,6 +50,40 @@ def left_out_message(frame: pd.DataFrame, layout: Layout) -> str | None:
         f"{layout.name}: {total} result{'s' if total != 1 else ''} not in this layout ({'; '.join(parts)}) — "
         f"try `protobench report RUNS` without --layout"
     )
+
+
+def missing_reasons(frame: pd.DataFrame, layout: Layout) -> Counter[str]:
+    """Why each empty cell of ``layout`` is empty, counted per reason: the first key column whose
+    value no result has (``no result has dataset cub``), else ``no result has this combination``,
+    else the metric the matching results lack (``the results have no sta``)."""
+    groups = {_key(values): rows for values, rows in frame.groupby(list(KEY_COLUMNS))}
+    present = {column: {key[i] for key in groups} for i, column in enumerate(KEY_COLUMNS)}
+    absent: dict[str, set[KeyValue]] = defaultdict(set)
+    cells: Counter[str] = Counter()
+    for row in layout.rows:
+        for group in layout.columns:
+            key = layout.cell_key(row, group)
+            column = next((c for c, v in zip(KEY_COLUMNS, key) if v not in present[c]), None)
+            matching = groups.get(key)
+            for metric in group.metrics:
+                if column is not None:
+                    absent[column].add(key[KEY_COLUMNS.index(column)])
+                    cells[column] += 1
+                elif matching is None:
+                    cells[COMBINATION] += 1
+                elif not matching[metric.key].notna().any():
+                    cells[f"the results have no {metric.key}"] += 1
+    return Counter({(_absent_reason(c, absent[c]) if c in KEY_COLUMNS else
+                     "no result has this combination" if c == COMBINATION else c): n for c, n in cells.items()})
+
+
+def _absent_reason(column: str, values: set[KeyValue]) -> str:
+    return f"no result has {column} {_listing(values)}"
+
+
+def _key(values: tuple[object, ...]) -> tuple[KeyValue, ...]:
+    """A (dataset, backbone, method, J, variant) tuple as a Layout's cell_key spells it."""
+    return tuple(v if isinstance(v, str) else int(v) for v in values)  # type: ignore[call-overload]
 
 
 def _reason(column: str, left: set[KeyValue], used: set[KeyValue]) -> str:

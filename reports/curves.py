@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import METRICS_FILE, SPEC_FILE, UnreadableRunFile, parse_run_json, read_json
-from reports.plots import check_figure_path, panels, save_figure
+from benchmark.run.store import METRICS_FILE, RESULT_FILE, SPEC_FILE, UnreadableRunFile, parse_run_json, read_json
+from reports.plots import check_figure_path, one_legend, panels, save_figure
 
 
 @dataclass(frozen=True)
@@ -79,20 +79,50 @@ def plot_curves(run_dirs: Sequence[Path], out: Path, *, quantities: Sequence[str
         raise ProtobenchError(
             f"No curve named {', '.join(unknown) or '(any loss term)'}; the runs logged: {', '.join(available)}."
         )
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = panels(len(chosen))
+    labels = _unique_labels(curves)
     for ax, name in zip(axes, chosen):
-        for curve in curves:
+        for curve, label in zip(curves, labels):
             if name in curve.values:
                 epochs = range(1, len(curve.stages) + 1)
-                ax.plot(epochs, curve.values[name], marker=".", linewidth=1.5, label=curve.label)
-        for boundary in _stage_boundaries(curves):
-            ax.axvline(boundary, color="0.6", linestyle=":", linewidth=1)
-        ax.set_title(name)
+                ax.plot(epochs, curve.values[name], marker=".", linewidth=1.5, label=label)
+        starts = _stage_starts(curves)
+        for start, _ in starts[1:]:
+            ax.axvline(start, color="0.6", linestyle=":", linewidth=1)
+        last = max(len(c.stages) for c in curves) + 0.5
+        ax.set_xlim(0.5, last)  # an epoch with no value of this quantity keeps its place
+        stages = ax.secondary_xaxis("top")  # each stage's name over its epochs
+        ends = [start for start, _ in starts[1:]] + [last]
+        stages.set_xticks([(start + end) / 2 for (start, _), end in zip(starts, ends)],
+                          [stage for _, stage in starts], fontsize="x-small", color="0.35")
+        stages.tick_params(length=0)
+        ax.set_title(name, fontsize="medium")
         ax.set_xlabel("epoch (all stages)")
+        ax.set_ylabel(_axis_label(name))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    one_legend(fig, axes[0])
     save_figure(fig, out)
     return curves
+
+
+def _axis_label(name: str) -> str:
+    """The y-axis label of a quantity: a loss term's value, a learning rate, or the epoch's seconds."""
+    if name == "seconds":
+        return "epoch time (s)"
+    if name.startswith("lr."):
+        return f"learning rate ({name.removeprefix('lr.')})"
+    return f"{name} (epoch mean)"
+
+
+def _unique_labels(curves: Sequence[Curve]) -> list[str]:
+    """The curves' labels, each followed by its run id only where two runs share a label."""
+    counts: dict[str, int] = {}
+    for curve in curves:
+        counts[curve.label] = counts.get(curve.label, 0) + 1
+    return [f"{c.label} ({c.run_dir.name})" if counts[c.label] > 1 else c.label for c in curves]
 
 
 def _record(path: Path, number: int, line: str) -> tuple[str, int, dict[str, float]]:
@@ -124,15 +154,23 @@ def _number(where: str, name: str, value: object) -> float:
 
 
 def _run_label(run_dir: Path) -> str:
-    """``vmfproto J=5 seed=0 (a1b2c3d4e5f6)`` from the run's spec.json, else the directory name."""
+    """``vMFProto J=5 seed=0`` (the adapter's display name, methods.registry.display_name_of) from
+    the run's spec.json, else the directory name."""
+    from methods.registry import display_name_of
+
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict) or not {"method", "prototypes_per_class", "seed"} <= spec.keys():
         return run_dir.name
-    return f"{spec['method']} J={spec['prototypes_per_class']} seed={spec['seed']} ({run_dir.name})"
+    result = read_json(run_dir / RESULT_FILE)
+    recorded = result.get("method_display_name") if isinstance(result, dict) else None
+    method = display_name_of(str(spec["method"]), recorded if isinstance(recorded, str) else None)
+    return f"{method} J={spec['prototypes_per_class']} seed={spec['seed']}"
 
 
-def _stage_boundaries(curves: Sequence[Curve]) -> list[float]:
-    """x positions between the last epoch of a stage and the first of the next, over all runs."""
-    return sorted(
-        {i + 0.5 for c in curves for i in range(1, len(c.stages)) if c.stages[i] != c.stages[i - 1]}
-    )
+def _stage_starts(curves: Sequence[Curve]) -> list[tuple[float, str]]:
+    """(x position, stage) where each stage begins, over all runs, in order: 0.5 for the first epoch,
+    else between the last epoch of a stage and the first of the next (a dotted boundary)."""
+    found = {0.5: c.stages[0] for c in curves}
+    found.update({i + 0.5: c.stages[i] for c in curves for i in range(1, len(c.stages))
+                  if c.stages[i] != c.stages[i - 1]})
+    return sorted(found.items())

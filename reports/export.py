@@ -2,8 +2,9 @@
 
 Every ``result.json`` becomes one record with dotted column names: ``spec.*`` (every RunSpec
 field, ``spec.method_args.*`` included), ``metrics.*``, ``diagnostics.*`` (when present),
-``timing.*``, ``evaluation.*``, ``provenance.*``, plus ``run_id``, ``grid``,
-``method_display_name`` and ``run_dir``. An empty mapping stays one column holding ``{}``
+``timing.*``, ``evaluation.*``, ``provenance.*``, ``method_hyperparameters.*`` (the values the
+method ran with, defaults included), ``method_fingerprint``, plus ``run_id``, ``grid``,
+``method_display_name``, ``run_dir`` and ``stale`` (why the result is stale; empty: current). An empty mapping stays one column holding ``{}``
 (so a spec field never vanishes); lists stay lists in JSON Lines and are JSON text in CSV
 and Parquet cells.
 
@@ -21,10 +22,10 @@ from pathlib import Path
 from benchmark.errors import ProtobenchError
 from benchmark.run.records import read_records
 from benchmark.run.store import atomic_write_bytes
-from reports.load import read_result_json, readable, result_files
+from reports.load import load_runs, read_result_json, result_files
 
 #: columns first in every export, in this order; the rest follow in first-seen order
-LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name")
+LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name", "stale")
 FORMATS: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
 PARQUET_EXTRA = "pip install 'protobench[parquet]' (or pip install pyarrow)"
 
@@ -44,9 +45,19 @@ def flatten(value: Mapping[str, object], prefix: str = "") -> Record:
 
 
 def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
-    """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths)."""
-    return readable(result_files(runs_dirs), lambda path: {**flatten(read_result_json(path)),
-                                                           "run_dir": str(path.parent)})
+    """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths),
+    read by ``reports.load.load_runs`` (the pooling rule of every reader holds), with ``stale``:
+    why the result is stale (None: current)."""
+    frame = load_runs(runs_dirs, csv=False)
+    records = []
+    for source, stale, display_name in zip(frame["source"], frame["stale"], frame["method_display_name"]):
+        path = Path(source)
+        flat = flatten(read_result_json(path))
+        flat["run_dir"] = str(path.parent)
+        flat["stale"] = stale
+        flat["method_display_name"] = display_name  # the adapter's, as every reader shows it
+        records.append(flat)
+    return records
 
 
 #: the spec fields that name a run's cell and seed in a per-image export, and their column names
@@ -57,6 +68,8 @@ PER_IMAGE_SPEC: dict[str, str] = {"dataset": "dataset", "backbone": "backbone", 
 def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
     """One record per run × test image. Raises before writing when a run has no per-image
     records, naming the runs and the command that writes them."""
+    from methods.registry import display_name_of
+
     records: list[Record] = []
     without: list[str] = []
     for path in result_files(runs_dirs):
@@ -66,8 +79,10 @@ def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
             continue
         data = read_result_json(path)
         spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+        recorded = data.get("method_display_name")
         identity: Record = {"run_id": data.get("run_id"), "grid": data.get("grid"), "run_dir": str(path.parent),
-                            "method_display_name": data.get("method_display_name")}
+                            "method_display_name": display_name_of(str(spec.get("method")),
+                                                                   recorded if isinstance(recorded, str) else None)}
         identity.update({column: spec.get(field) for field, column in PER_IMAGE_SPEC.items()})
         cells = table.astype(object).where(table.notna(), None)
         records.extend({**identity, **row} for row in cells.to_dict(orient="records"))

@@ -26,6 +26,8 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from methods.registry import display_name_of  # noqa: E402
+
 FORMATS = ("png", "pdf")
 COLORMAP = "viridis"  # perceptually uniform, readable in greyscale and by colour-blind readers
 OVERLAY_ALPHA = 0.55
@@ -107,32 +109,48 @@ def _figure(rows: int, columns: int, title_lines: int = 2) -> tuple[plt.Figure, 
     return fig, axes
 
 
+def _centred_rows(fig: plt.Figure, counts: Sequence[int]) -> list[list[plt.Axes]]:
+    """Rows of ``counts[r]`` square panels each, every row centred on the widest (no empty slot at
+    a row's end): a grid of half-panel columns, a shorter row starting half a panel further in per
+    panel it lacks."""
+    columns = max(counts)
+    grid = fig.add_gridspec(len(counts), 2 * columns)
+    rows = []
+    for r, count in enumerate(counts):
+        offset = columns - count
+        rows.append([fig.add_subplot(grid[r, offset + 2 * k: offset + 2 * k + 2]) for k in range(count)])
+    return rows
+
+
 def draw_explanation(exp: ExplanationLike) -> plt.Figure:
     """One figure: row 1 the image and its top ground-truth-class prototype maps; row 2 for each
-    prototype that drove the prediction its nearest training patch and its activation map."""
-    columns = max(1 + len(exp.top_gt), 2 * len(exp.why), 1)
-    fig, axes = _figure(2, columns)
+    prototype that drove the prediction its nearest training patch and its activation map. Rows
+    are centred; when the prediction is wrong, row 2's prototypes are named as the predicted
+    class's (pN indexes the prototypes within a class)."""
+    counts = [1 + len(exp.top_gt), 2 * len(exp.why)] if exp.why else [1 + len(exp.top_gt)]
+    columns = max(counts)
+    whose = "" if exp.label == exp.predicted else "predicted class\n"  # a third title line in row 2
+    height = len(counts) * (PANEL_INCHES + 0.36) + 0.14 * (whose != "") + 0.45
+    fig = plt.figure(figsize=(columns * PANEL_INCHES + 1.0, height), layout="constrained")
+    rows = _centred_rows(fig, counts)
     truth, guess = class_label(exp.class_names[exp.label]), class_label(exp.class_names[exp.predicted])
     size = exp.image.shape[:2]
-    axes[0, 0].set_axis_on()
-    axes[0, 0].imshow(exp.image)
-    axes[0, 0].set_title(f"test image #{exp.image_index}\n{truth}", fontsize=FONT_SIZE)
-    _blank(axes[0, 0])
-    for k, (j, heat) in enumerate(zip(exp.top_gt, joint_normalise([exp.gt_maps[j] for j in exp.top_gt], size))):
-        axes[0, 1 + k].set_axis_on()
-        _overlay(axes[0, 1 + k], exp.image, heat, f"true class\nprototype p{j}")
+    rows[0][0].imshow(exp.image)
+    rows[0][0].set_title(f"test image #{exp.image_index}\n{truth}", fontsize=FONT_SIZE)
+    _blank(rows[0][0])
+    for ax, j, heat in zip(rows[0][1:], exp.top_gt, joint_normalise([exp.gt_maps[j] for j in exp.top_gt], size)):
+        _overlay(ax, exp.image, heat, f"true class\nprototype p{j}")
     why_heat = joint_normalise([ev.activation_map for ev in exp.why], size)
     for k, (ev, heat) in enumerate(zip(exp.why, why_heat)):
-        patch_ax, map_ax = axes[1, 2 * k], axes[1, 2 * k + 1]
-        patch_ax.set_axis_on()
+        patch_ax, map_ax = rows[1][2 * k], rows[1][2 * k + 1]
         patch_ax.imshow(ev.nearest_patch)
-        patch_ax.set_title(f"p{ev.prototype}: nearest\ntraining patch", fontsize=FONT_SIZE)
+        patch_ax.set_title(f"{whose}p{ev.prototype}: nearest\ntraining patch", fontsize=FONT_SIZE)
         _blank(patch_ax)
-        map_ax.set_axis_on()
-        _overlay(map_ax, exp.image, heat, f"p{ev.prototype} activation\n{ev.contribution:+.2f} to logit")
-    _colorbar(fig, axes, "activation (min–max over the maps of its row)")
-    fig.supxlabel(f"row 1: the true class's prototypes with the highest peaks; row 2: the predicted class's "
-                  f"prototypes by contribution to its logit", fontsize=FONT_SIZE - 1)
+        _overlay(map_ax, exp.image, heat, f"{whose}p{ev.prototype} activation\n{ev.contribution:+.2f} to logit")
+    _colorbar(fig, np.array([ax for row in rows for ax in row]), "activation (min–max over the maps of its row)")
+    legend = ("row 1: the true class's prototypes with the highest peaks; row 2: the predicted class's "
+              "prototypes by contribution to its logit")
+    fig.supxlabel(textwrap.fill(legend, width=int(fig.get_figwidth() * 15)), fontsize=FONT_SIZE - 1)
     verdict = "correct" if exp.label == exp.predicted else f"wrong; true: {truth}"
     fig.suptitle(f"predicted: {guess} ({verdict})".replace("\n", " "), fontsize=FONT_SIZE + 1)
     return fig
@@ -141,10 +159,11 @@ def draw_explanation(exp: ExplanationLike) -> plt.Figure:
 def draw_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], *, top: int = 3) -> plt.Figure:
     """Rows: the test images; columns: the image, then for each run (label, its explanations of
     the same images in the same order) its ``top`` ground-truth-class prototype maps by peak
-    activation, one (min, max) per run and image. A ✗ marks a run that misclassified the image."""
+    activation, one (min, max) per run and image. Each run's label spans its columns over a rule,
+    vertical rules separate the column groups, and a ✗ marks a run that misclassified the image."""
     images = runs[0][1]
-    columns = 1 + sum(min(top, len(exps[0].top_gt)) for _, exps in runs)
-    fig, axes = _figure(len(images), columns)
+    widths = [min(top, len(exps[0].top_gt)) for _, exps in runs]
+    fig, axes = _figure(len(images), 1 + sum(widths))
     for row, first in enumerate(images):
         size = first.image.shape[:2]
         ax = axes[row, 0]
@@ -153,21 +172,43 @@ def draw_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], *, to
         ax.set_ylabel(class_label(first.class_names[first.label], 16), fontsize=FONT_SIZE)
         _blank(ax)
         if row == 0:
-            ax.set_title("test image", fontsize=FONT_SIZE)
+            ax.set_title("\ntest image", fontsize=FONT_SIZE)  # the first line is the run headers' room
         column = 1
-        for label, exps in runs:
+        for _, exps in runs:
             exp = exps[row]
             shown = exp.top_gt[:top]
             for k, (j, heat) in enumerate(zip(shown, joint_normalise([exp.gt_maps[j] for j in shown], size))):
-                head = f"{label}\n" if row == 0 and k == 0 else ("\n" if row == 0 else "")
                 mark = "" if exp.predicted == exp.label or k else " ✗"
+                room = "\n" if row == 0 else ""
                 axes[row, column].set_axis_on()
-                _overlay(axes[row, column], exp.image, heat, f"{head}p{j}{mark}")
+                _overlay(axes[row, column], exp.image, heat, f"{room}p{j}{mark}")
                 column += 1
     _colorbar(fig, axes, "activation (min–max over a run's maps of the image)")
     fig.supxlabel("pN: prototype N of the true class, by peak activation; ✗: the run misclassifies the image",
                   fontsize=FONT_SIZE - 1)
+    _run_headers(fig, axes, [label for label, _ in runs], widths)
     return fig
+
+
+def _run_headers(fig: plt.Figure, axes: np.ndarray, labels: Sequence[str], widths: Sequence[int]) -> None:
+    """Each run's label centred over its columns with a rule under it, and a vertical rule between
+    column groups. Placed on the finished layout, which is then frozen so that saving keeps it."""
+    from matplotlib.lines import Line2D
+
+    fig.canvas.draw()  # runs the constrained layout
+    fig.set_layout_engine("none")
+    boxes = [ax.get_position() for ax in axes[0]]  # figure coordinates
+    title = axes[0, 1].title.get_window_extent().transformed(fig.transFigure.inverted())
+    rule = (title.y0 + title.y1) / 2  # between the header line and the prototype names
+    bottom = axes[-1, 0].get_position().y0
+    start = 1
+    for label, width in zip(labels, widths):
+        first, last = boxes[start], boxes[start + width - 1]
+        fig.add_artist(Line2D([first.x0, last.x1], [rule, rule], color="0.25", linewidth=0.6))
+        fig.text((first.x0 + last.x1) / 2, rule + 0.004, label, ha="center", va="bottom", fontsize=FONT_SIZE)
+        separator = (boxes[start - 1].x1 + first.x0) / 2
+        fig.add_artist(Line2D([separator, separator], [bottom, rule], color="0.6", linewidth=0.6))
+        start += width
 
 
 LABEL_FIELDS = (("prototypes_per_class", "J={}"), ("seed", "seed {}"), ("backbone", "{}"), ("variant", "{}"),
@@ -175,14 +216,14 @@ LABEL_FIELDS = (("prototypes_per_class", "J={}"), ("seed", "seed {}"), ("backbon
 
 
 def run_labels(specs: Sequence[dict[str, object]], display_names: Sequence[str | None] | None = None) -> list[str]:
-    """A caption per run (from its spec.json): the method's display name (result.json's
-    ``method_display_name``; else the registry key, or the class name of an import path), then each
+    """A caption per run (from its spec.json): the method's display name
+    (:func:`methods.registry.display_name_of`; ``display_names``: those the results recorded), then each
     of J, seed, backbone, variant, dataset that differs between the runs."""
     differing = [(key, fmt) for key, fmt in LABEL_FIELDS if len({str(s.get(key)) for s in specs}) > 1]
     names = display_names or [None] * len(specs)
     labels = []
     for spec, name in zip(specs, names):
-        method = name or str(spec.get("method", "?")).rpartition(":")[2]
+        method = display_name_of(str(spec.get("method", "?")), name)
         labels.append(" ".join([method, *(fmt.format(spec.get(key)) for key, fmt in differing)]))
     return labels
 

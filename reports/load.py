@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from benchmark.config import identity_fields
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import UnreadableRunFile, load_json
 from reports.columns import (
@@ -30,6 +31,38 @@ _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_lo
 _TIMING_METRICS = ("epoch_seconds", "epoch_seconds_live_trunk", "inference_images_per_second")
 
 Record = dict[str, object]
+
+
+def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] | None = None, *,
+              csv: bool = True) -> pd.DataFrame:
+    """The one loader of ``report``, ``plot`` and ``export``: the tidy frame of the result folders
+    (and, with ``csv``, the published-number CSVs) among ``inputs``, filtered by ``where``
+    (``--where``), that every reader pools by one rule (:func:`reports.aggregate.check_pools`:
+    a cell holds distinct seeds of one setting, or one aggregate). Stale results stay in, with
+    their reason in the ``stale`` column (:func:`stale_note`)."""
+    from reports.aggregate import check_pools
+    from reports.pivot import filter_frame
+
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
+    csvs = [p for p in paths if csv and p.suffix == ".csv" and p.is_file()]
+    dirs = [p for p in paths if p not in csvs]
+    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame = filter_frame(frame, where) if where else frame
+    check_pools(frame)
+    return frame
+
+
+def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
+    """The stale results among ``runs`` (run directory, ``stale`` column), one line each with
+    why, for stderr; None when there is none."""
+    lines = [f"  {run_dir}: {why}" for run_dir, why in runs if isinstance(why, str)]
+    if not lines:
+        return None
+    return (f"{len(lines)} stale result(s) are included (README, \"Run identity and stale results\"); "
+            "`protobench run GRID --rerun-stale` trains them again:\n" + "\n".join(lines))
 
 
 def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -110,6 +143,8 @@ def load_csv(path: str | Path) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ProtobenchError(f"CSV {path} cannot be parsed ({exc}); fix the file.") from exc
     raw.columns = [str(c).strip() for c in raw.columns]
+    if EXPORT_MARKER in raw.columns:
+        return _tidy(_export_records(path, raw))
     _check_csv_columns(path, list(raw.columns))
     records = [
         _csv_record(path, line, row)
@@ -130,7 +165,7 @@ def _tidy(records: list[Record]) -> pd.DataFrame:
 # --- result.json -------------------------------------------------------------------------
 
 
-def _malformed(path: Path, problem: str) -> ProtobenchError:
+def _malformed(path: Path | str, problem: str) -> ProtobenchError:
     return ProtobenchError(
         f"{path} is malformed: {problem}; re-run that run or delete the file "
         f"(the run then counts as unfinished)."
@@ -138,7 +173,15 @@ def _malformed(path: Path, problem: str) -> ProtobenchError:
 
 
 def _read_result(path: Path) -> Record:
-    data = read_result_json(path)
+    return _result_record(path, read_result_json(path), run_dir=str(path.parent))
+
+
+def _result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str | None) -> Record:
+    """The tidy record of one result (``path`` names it in errors and in the source column)."""
+    # the current code's names and fingerprints (imported here: loading reports imports no method)
+    from benchmark.run.identity import staleness
+    from methods.registry import display_name_of
+
     spec = _section(path, data, "spec", required=True)
     metrics = _section(path, data, "metrics", required=True)
     timing = _section(path, data, "timing", required=False)
@@ -153,14 +196,28 @@ def _read_result(path: Path) -> Record:
         "n_seeds": 1,
         "run_id": _text(path, data, "", "run_id"),
         "grid": data.get("grid"),
-        "run_dir": str(path.parent),
+        "run_dir": run_dir,
         "source": str(path),
-        "method_display_name": _optional_text(path, data, "method_display_name"),
+        "method_display_name": display_name_of(str(spec.get("method")),
+                                               _optional_text(path, data, "method_display_name")),
+        "setting": _setting(data, spec),
+        "stale": staleness(data),
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})
     record.update({k: _provenance_text(provenance.get(k)) for k in PROVENANCE_COLUMNS})
     return record
+
+
+def _setting(data: Mapping[str, object], spec: Mapping[str, object]) -> str:
+    """The run's resolved configuration but the seed, as canonical JSON: what its cell's other
+    runs must share (the hyperparameters it ran with where recorded, else those it declared)."""
+    setting = identity_fields(dict(spec))
+    setting.pop("seed", None)
+    resolved = data.get("method_hyperparameters")
+    if isinstance(resolved, dict):
+        setting["method_args"] = resolved
+    return json.dumps(setting, sort_keys=True, default=str)
 
 
 def _provenance_text(value: object) -> str | None:
@@ -170,7 +227,7 @@ def _provenance_text(value: object) -> str | None:
     return json.dumps(value, sort_keys=True)
 
 
-def _section(path: Path, data: Mapping[str, object], name: str, *, required: bool) -> Mapping[str, object]:
+def _section(path: Path | str, data: Mapping[str, object], name: str, *, required: bool) -> Mapping[str, object]:
     value = data.get(name)
     if value is None and not required:
         return {}
@@ -183,28 +240,28 @@ def _field(section: str, key: str) -> str:
     return f"{section}.{key}" if section else key
 
 
-def _text(path: Path, data: Mapping[str, object], section: str, key: str) -> str:
+def _text(path: Path | str, data: Mapping[str, object], section: str, key: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
         raise _malformed(path, f"{_field(section, key)} must be a non-empty string, got {value!r}")
     return value
 
 
-def _optional_text(path: Path, data: Mapping[str, object], key: str) -> str | None:
+def _optional_text(path: Path | str, data: Mapping[str, object], key: str) -> str | None:
     value = data.get(key)
     if value is not None and (not isinstance(value, str) or not value):
         raise _malformed(path, f"{key} must be a non-empty string or absent, got {value!r}")
     return value
 
 
-def _integer(path: Path, data: Mapping[str, object], section: str, key: str) -> int:
+def _integer(path: Path | str, data: Mapping[str, object], section: str, key: str) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _malformed(path, f"{_field(section, key)} must be an integer, got {value!r}")
     return value
 
 
-def _number(path: Path, data: Mapping[str, object], section: str, key: str) -> float:
+def _number(path: Path | str, data: Mapping[str, object], section: str, key: str) -> float:
     value = data.get(key)
     if value is None:
         return math.nan
@@ -214,6 +271,61 @@ def _number(path: Path, data: Mapping[str, object], section: str, key: str) -> f
 
 
 # --- CSV ---------------------------------------------------------------------------------
+
+#: a column every ``protobench export`` CSV has and no tidy CSV has: such a file is read as the
+#: result.json files it flattened (reports.export.flatten), so ``report runs.csv`` equals ``report runs/``
+EXPORT_MARKER = "spec.method"
+_EXPORT_INTEGERS = ("spec.prototypes_per_class", "spec.seed")
+#: sections whose scalars name a run's setting (the pooling rule compares them): read back typed
+_EXPORT_SCALAR_SECTIONS = ("spec.", "method_hyperparameters.")
+
+
+def _export_records(path: Path, raw: pd.DataFrame) -> list[Record]:
+    records = []
+    for line, row in zip(range(2, len(raw) + 2), raw.to_dict(orient="records")):
+        where = f"{path}:{line}"
+        nested: dict[str, object] = {}
+        for column, cell in row.items():
+            value = _export_cell(where, column, cell.strip())
+            *parents, leaf = column.split(".")
+            node = nested
+            for parent in parents:
+                node = node.setdefault(parent, {})  # type: ignore[assignment]
+            node[leaf] = value  # type: ignore[index]
+        records.append(_result_record(where, nested, run_dir=row.get("run_dir") or None))
+    return records
+
+
+def _csv_scalar(text: str) -> object:
+    """A scalar as pandas wrote it: ``True``/``False``, an integer, a float, else the text."""
+    if text in ("True", "False"):
+        return text == "True"
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _export_cell(where: str, column: str, text: str) -> object:
+    """One cell of an export CSV as result.json held it: numbers where the tidy frame reads
+    numbers, JSON text of lists and mappings decoded, any other text as is (a version "2.0"
+    stays a string)."""
+    if not text:  # RunSpec's text fields have no None ("" is their empty value)
+        return "" if column.startswith("spec.") and column.count(".") == 1 else None
+    if column.startswith(("metrics.", "timing.")):
+        return _csv_float(where, column, text)
+    if column in _EXPORT_INTEGERS:
+        return _csv_integer(where, column, text)
+    if column.startswith(_EXPORT_SCALAR_SECTIONS):
+        return _csv_scalar(text)
+    if text[0] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
 
 
 def _check_csv_columns(path: Path, columns: list[str]) -> None:

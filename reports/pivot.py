@@ -15,10 +15,12 @@ import pandas as pd
 from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
 from reports.layout import BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
-from reports.layouts import ACC, BACKBONES, BEYOND_THE_PAPER, CON, DIS, EPOCH_TIME, METHODS, STA, THROUGHPUT
+from reports.layouts import (ACC, BACKBONES, BEYOND_THE_PAPER, CACHED_EPOCH_TIME, CON, DIS, EPOCH_TIME, METHODS, STA,
+                             THROUGHPUT)
 
 #: every metric a pivot can show, in the order of its columns
-METRICS: dict[str, Metric] = {m.key: m for m in (CON, STA, DIS, *BEYOND_THE_PAPER, ACC, EPOCH_TIME, THROUGHPUT)}
+METRICS: dict[str, Metric] = {m.key: m for m in (CON, STA, DIS, *BEYOND_THE_PAPER, ACC, CACHED_EPOCH_TIME, EPOCH_TIME,
+                                                 THROUGHPUT)}
 #: shown by default when any result has them (timings only on request: --metrics epoch_seconds)
 DEFAULT_METRICS: tuple[str, ...] = ("con", "sta", "dis", "comp", "acc")
 DEFAULT_ROWS: tuple[str, ...] = ("method", "J", "variant")
@@ -209,12 +211,13 @@ def display_names(frame: pd.DataFrame) -> dict[str, str]:
 
 
 def dimension_label(dim: str, value: KeyValue, display: Mapping[str, str]) -> Text:
-    """How a value of a dimension is labelled: paper names of methods and backbones, a method's
-    recorded display name (else its class name), other values as they are."""
+    """How a value of a dimension is labelled: paper names of methods (the adapters' display names,
+    tests/test_run_identity.py) and backbones, another method's display name
+    (:func:`methods.registry.display_name_of`), other values as they are."""
     if dim == "method":
-        # an import path "pkg.mod:Class" without a recorded display name shows its class name
-        fallback = str(value).rpartition(":")[2]
-        return _METHOD_LABELS.get(str(value)) or text(display.get(str(value), fallback))
+        from methods.registry import display_name_of
+
+        return _METHOD_LABELS.get(str(value)) or text(display_name_of(str(value), display.get(str(value))))
     if dim == "backbone":
         return text(_BACKBONE_LABELS.get(str(value), str(value)))
     return text(str(value))

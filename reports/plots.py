@@ -26,6 +26,9 @@ FIGURE_FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")
 X_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, "seed")
 PERCENT_METRICS = frozenset({"acc", "con", "sta", "dis", "comp", "purity", "loc", "del"})
 _PANEL_INCHES = (4.2, 3.2)
+#: axis titles of the dimensions
+AXIS_NAMES: dict[str, str] = {"dataset": "dataset", "backbone": "backbone", "method": "method",
+                              "J": "J (prototypes per class)", "variant": "variant", "seed": "seed"}
 _MAX_PANELS_PER_ROW = 4
 
 
@@ -83,7 +86,11 @@ def result_series(
 def plot_results(
     frame: pd.DataFrame, out: Path, *, x: str, y: str, hue: str | None = None, facet: str | None = None
 ) -> list[Series]:
-    """Draw the mean ± seed spread of ``y`` against ``x`` to ``out`` (PNG, PDF or SVG); returns the series."""
+    """Draw the mean ± seed spread of ``y`` against ``x`` to ``out`` (PNG, PDF or SVG); returns the series.
+
+    A numeric x draws lines; a categorical x (method, backbone, …) dots with error bars, the hue
+    values side by side at each category. The number of seeds per point is in the title when
+    every point has the same, else written next to each point."""
     check_figure_path(out)
     series = result_series(frame, x=x, y=y, hue=hue, facet=facet)
     names = display_names(frame)
@@ -93,30 +100,54 @@ def plot_results(
     colours = [f"C{i % 10}" for i in range(len(hues))]
     categorical = any(isinstance(p.x, str) for s in series for p in s.points)
     ticks = list(dict.fromkeys(p.x for s in series for p in s.points))
+    counts = {p.n for s in series for p in s.points}
     for ax, facet_value in zip(axes, facets):
         for s in (s for s in series if s.facet == facet_value):
-            xs = [ticks.index(p.x) if categorical else p.x for p in s.points]
+            slot = hues.index(s.hue)
+            # categories: the hue values side by side, within 0.35 of their tick
+            dodge = (slot - (len(hues) - 1) / 2) * min(0.7 / len(hues), 0.3) if categorical else 0.0
+            xs = [(ticks.index(p.x) if categorical else p.x) + dodge for p in s.points]
             ax.errorbar(
-                xs, [p.mean for p in s.points], yerr=[p.std or 0.0 for p in s.points],
-                marker="o", capsize=3, linewidth=1.5, label=s.label, color=colours[hues.index(s.hue)],
+                xs, [p.mean for p in s.points], yerr=[p.std or 0.0 for p in s.points], marker="o", capsize=3,
+                linewidth=1.5, linestyle="none" if categorical else "-", label=s.label, color=colours[slot],
             )
+            if len(counts) > 1:
+                ax.margins(y=0.15)  # room for the labels above the top points
+                for px, p in zip(xs, s.points):
+                    ax.annotate(f"n={p.n}", (px, p.mean + (p.std or 0.0)), textcoords="offset points",
+                                xytext=(0, 3), ha="center", fontsize="x-small", color=colours[slot])
         if categorical:
             ax.set_xticks(range(len(ticks)), [dimension_label(x, t, names).md for t in ticks], rotation=30, ha="right")
+            ax.set_xlim(-0.5, len(ticks) - 0.5)
         elif all(isinstance(t, int) for t in ticks):
             ax.set_xticks(sorted(ticks))
         if facet is not None:
-            ax.set_title(f"{facet}: {dimension_label(facet, facet_value, names).md}")
-        ax.set_xlabel(x)
+            ax.set_title(f"{AXIS_NAMES[facet]} = {dimension_label(facet, facet_value, names).md}", fontsize="medium")
+        ax.set_xlabel(AXIS_NAMES[x])
         ax.set_ylabel(METRICS[y].header.md + (" (%)" if y in PERCENT_METRICS else ""))
         ax.grid(alpha=0.3)
-        if hue is not None:
-            ax.legend(fontsize="small")
-    fixed = ", ".join(f"{d} {dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items())
-    title = f"{fixed}; mean over seeds, error bars ±1 sample s.d."
+    if hue is not None:
+        one_legend(fig, axes[0], title=AXIS_NAMES[hue])
+    # "key = value" held together by no-break spaces when the title wraps
+    fixed = [f"{d}\u00a0=\u00a0{dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items()]
+    seeds = [f"n\u00a0=\u00a0{counts.pop()} seed(s) per point"] if len(counts) == 1 else ["n (seeds) marked at each point"]
+    title = "; ".join([", ".join(fixed), "mean over seeds ± 1 sample s.d.", *seeds] if fixed else
+                      ["mean over seeds ± 1 sample s.d.", *seeds])
     # wrapped to the figure's width (about 11 characters per inch at the small font)
     fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 11)), fontsize="small")
     save_figure(fig, out)
     return series
+
+
+def one_legend(fig, ax, *, title: str | None = None) -> None:  # (Figure, Axes)
+    """One legend for the whole figure, below the panels (never over a panel's ticks or the title)."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for other in fig.axes:
+        for handle, label in zip(*other.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=min(len(seen), 4),
+               fontsize="small", title=title, title_fontsize="small")
 
 
 def panels(count: int):  # -> tuple[Figure, list[Axes]]
@@ -129,7 +160,8 @@ def panels(count: int):  # -> tuple[Figure, list[Axes]]
     ncols = min(count, _MAX_PANELS_PER_ROW)
     nrows = math.ceil(count / ncols)
     fig, grid = plt.subplots(
-        nrows, ncols, figsize=(_PANEL_INCHES[0] * ncols, _PANEL_INCHES[1] * nrows), squeeze=False
+        nrows, ncols, figsize=(_PANEL_INCHES[0] * ncols, _PANEL_INCHES[1] * nrows), squeeze=False,
+        layout="constrained",  # room for the suptitle and a legend outside the panels
     )
     axes = [ax for row in grid for ax in row]
     for ax in axes[count:]:
@@ -143,7 +175,6 @@ def save_figure(fig, out: Path) -> None:
 
     buffer = io.BytesIO()
     try:
-        fig.tight_layout()
         fig.savefig(buffer, format=out.suffix[1:], dpi=200)
     finally:
         plt.close(fig)

@@ -35,6 +35,7 @@ from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, adapter_pa
 from benchmark.tools.plan import model_costs, run_hours
 from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
 from slurm.snapshot import code_snapshot, snapshot_path
+from benchmark.run.identity import discard_stale, stale_result
 from benchmark.run.store import RunBusy, RunDir, atomic_write_json
 from methods.registry import stand_in_method
 
@@ -46,6 +47,7 @@ SUBMITIT_DIR = ".submitit"
 class Outcome:
     spec: RunSpec
     state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" (pending or running in SLURM)
+    #           | "skipped-stale" (a result the current code would not give: --rerun-stale)
     #           | "running-elsewhere" (another live process holds the run's lock)
     detail: str = ""
 
@@ -56,16 +58,27 @@ class Outcome:
 
 
 def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
-                 retry_failed: bool) -> tuple[list[RunSpec], list[Outcome]]:
-    """Split runs into those to execute and those settled: done, still pending or running in
-    SLURM, or failed (a failure.json, or a SLURM job that ended without a result) unless
-    ``retry_failed``. SLURM is asked only about unfinished runs that were submitted to it."""
+                 retry_failed: bool, rerun_stale: bool = False) -> tuple[list[RunSpec], list[Outcome]]:
+    """Split runs into those to execute and those settled: done, stale (benchmark/run/identity.py)
+    unless ``rerun_stale``, still pending or running in SLURM, or failed (a failure.json, or a
+    SLURM job that ended without a result) unless ``retry_failed``. SLURM is asked only about
+    unfinished runs that were submitted to it. A stale result re-run is deleted first (with its
+    checkpoint and epoch log; an earlier version's run directory as a whole)."""
     dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in runs]
     states = run_states(dirs)
     todo, settled = [], []
     for spec, rd in zip(runs, dirs):
         state = states[rd.path]
-        if state.label == "done":
+        stale = stale_result(spec, rd)
+        if stale is not None and not rerun_stale:
+            settled.append(Outcome(spec, "skipped-stale", f"{stale[1]}: {stale[0].path} (use --rerun-stale)"))
+        elif stale is not None:
+            try:
+                discard_stale(stale[0], whole_dir=stale[0].path != rd.path)
+                todo.append(spec)
+            except RunBusy as busy:
+                settled.append(Outcome(spec, "running-elsewhere", busy.holder))
+        elif state.label == "done":
             settled.append(Outcome(spec, "skipped", "already done"))
         elif state.live:
             settled.append(Outcome(spec, "queued", f"job {state.job.job_id if state.job else '?'} is {state.label}"))
@@ -98,11 +111,11 @@ def preflight(runs: list[RunSpec]) -> None:
 
 
 def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
-              retry_failed: bool = False, progress: bool | None = None,
+              retry_failed: bool = False, rerun_stale: bool = False, progress: bool | None = None,
               allow_code_change: bool = False, tensorboard_root: Path | None = None) -> list[Outcome]:
     """Execute the pending runs in this process; a failed run is recorded and the next one starts.
     ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
-    todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
+    todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale)
     for spec in {spec.device: spec for spec in todo}.values():  # a device this machine lacks is a user error
         check_device(spec)
     preflight(todo)
@@ -178,11 +191,12 @@ def make_executor(executor: str, folder: Path, profile: ClusterProfile, job_name
 
 def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *, executor: str,
                 profile: ClusterProfile, device: str | None = None, retry_failed: bool = False,
-                allow_code_change: bool = False, tensorboard_root: Path | None = None) -> Submission:
+                rerun_stale: bool = False, allow_code_change: bool = False,
+                tensorboard_root: Path | None = None) -> Submission:
     """Submit the runs still to do as one job array per job shape; record each run's job in
     its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device;
     ``tensorboard_root`` as in :func:`run_local`."""
-    todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed)
+    todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale)
     runs_root = runs_root.resolve()
     result = Submission(runs_root / SUBMITIT_DIR / grid.name, settled=settled)
     if not todo:

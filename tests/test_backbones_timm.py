@@ -74,8 +74,8 @@ def test_list_backbones_command(capsys) -> None:
     from benchmark.cli import main
 
     assert main(["list", "backbones", "*siglip_224*"]) == 0
-    shown = capsys.readouterr().out.splitlines()
-    assert "timm:vit_base_patch16_siglip_224.v2_webli  (timm)" in shown
+    header, *shown = capsys.readouterr().out.splitlines()
+    assert header == "backbones:" and "  timm:vit_base_patch16_siglip_224.v2_webli: timm" in shown
     assert all("siglip_224" in line for line in shown)
 
 

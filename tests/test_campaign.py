@@ -21,6 +21,7 @@ from cache_helpers import NAME, ROWS, build_toy
 from support import tiny_grid
 from test_faults_runs import write_grid
 from test_reports_load import GOOD_RESULT
+from test_reports_support import write_run
 
 import benchmark.cache.store as store
 import benchmark.run.runner as runner
@@ -37,13 +38,12 @@ from slurm.jobs import JOB_FILE
 
 
 def runs_with_one_hostile_result(root: Path, hostile: str, file: str = "result.json") -> Path:
-    """Two finished runs and a third whose ``file`` holds ``hostile``; the bad file's path."""
+    """Two finished (current) runs and a third whose ``file`` holds ``hostile``; the bad file's path."""
     spec = tiny_grid("camp", root / "data").runs[0]
     for index, name in enumerate(("good-a", "good-b", "bad")):
         run = root / "runs" / "camp" / name
         atomic_write_json(run / "spec.json", spec.with_overrides(seed=index).to_json())
-        atomic_write_json(run / "result.json", {**GOOD_RESULT, "run_id": name,
-                                                "spec": {**GOOD_RESULT["spec"], "seed": index}})
+        write_run(root / "runs" / "camp", name, seed=index)
     bad = root / "runs" / "camp" / "bad" / file
     bad.write_text(hostile)
     return bad

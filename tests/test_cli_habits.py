@@ -127,7 +127,9 @@ def test_status_json_lists_every_run(tmp_path, capsys):
     atomic_write_json(failed / "failure.json", {"reason": "ProtobenchError: boom"})
     assert main(["status", str(tmp_path), "--json"]) == 0
     records = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
-    assert records["aaa"]["state"] == "done" and records["aaa"]["metrics"]["acc"] == 91.5
+    # a result without the method's fingerprint is an earlier version's: kept and shown, stale
+    assert records["aaa"]["state"] == "stale" and records["aaa"]["metrics"]["acc"] == 91.5
+    assert records["aaa"]["stale"].startswith("earlier version")
     assert records["bbb"]["state"] == "failed" and records["bbb"]["failure"] == "ProtobenchError: boom"
     assert records["aaa"]["spec"]["prototypes_per_class"] == 3
 
@@ -181,3 +183,58 @@ def test_positionals_have_help_and_defaults_are_shown():
     perf_help = _commands()["perf"].format_help()
     assert "(default: 5)" in perf_help  # --warmup
     assert "(default: None)" not in perf_help
+
+
+# ---- method-scoped --set, --sweep, errors naming the option -----------------------------------------
+TWO_METHODS = {**GRID, "sweep": [{"method": "vmfproto", "prototypes_per_class": 3},
+                                 {"method": "protopnet", "prototypes_per_class": 3, "method_args": {}}]}
+
+
+def test_set_method_name_reaches_that_methods_runs_only():
+    from benchmark.grid import parse_grid
+
+    runs = parse_grid(TWO_METHODS, source="two.toml", overrides=parse_set_options(["vmfproto.lambda_ppd=0.5"])).runs
+    args = {spec.method: spec.method_args for spec in runs}
+    assert args["vmfproto"]["lambda_ppd"] == 0.5 and "lambda_ppd" not in args["protopnet"]
+    with pytest.raises(ProtobenchError, match=r"--set vmfprot.lambda_ppd=0.5: no run .* \(did you mean 'vmfproto'"):
+        parse_grid(TWO_METHODS, source="two.toml", overrides=parse_set_options(["vmfprot.lambda_ppd=0.5"]))
+
+
+def test_sweep_adds_an_axis_to_every_run():
+    from benchmark.grid import parse_sweep_options
+
+    runs = grid({**parse_sweep_options(["seed=0,1,2", "vmfproto.lambda_ppd=0.1,0.5"])}).runs
+    points = sorted((r.prototypes_per_class, r.seed, r.method_args["lambda_ppd"]) for r in runs)
+    assert points == sorted((j, s, lam) for j in (3, 5, 7) for s in (0, 1, 2) for lam in (0.1, 0.5))
+    assert parse_sweep_options(["backbone_args={depth=2},{depth=4}"])["backbone_args"].values == (
+        {"depth": 2}, {"depth": 4})
+
+
+def test_a_list_in_set_points_to_sweep_and_errors_name_the_option():
+    with pytest.raises(ProtobenchError, match=r"--set seed=\[0,1,2\]: a list of values is a sweep; "
+                                              r"use --sweep seed=0,1,2"):
+        parse_set_options(["seed=[0,1,2]"])
+    with pytest.raises(ProtobenchError, match="with command-line --set seed=x: seed = 'x' must be of type int"):
+        grid(parse_set_options(["seed=x"]))
+    with pytest.raises(ProtobenchError, match="habits.toml .*batch_size = 'x' must be of type int") as bad_grid:
+        grid(parse_set_options(["seed=3"]), defaults={**GRID["defaults"], "batch_size": "x"})
+    assert "command-line" not in str(bad_grid.value)  # the grid file is at fault, not --set
+
+
+def test_plan_takes_only_and_set_as_run_does(capsys):
+    assert main(["plan", "benchmark/grids/demo.toml", "--only", "J=3", "--set", "seed=5"]) == 0
+    assert "demo (benchmark/grids/demo.toml): 1 runs" in capsys.readouterr().out
+
+
+def test_list_filters_by_section_and_pattern_and_prints_json(capsys):
+    assert main(["list", "backbones", "vitb14"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("backbones:\n") and "dinov2_vitb14:" in out and "dinov2_vits14" not in out
+    assert "methods:" not in out
+    assert main(["list", "dinov3*", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert set(listing["backbones"]) and all(k.startswith("dinov3") for k in listing["backbones"])
+    assert listing["methods"] == {} and listing["grids"] == []
+    assert main(["list", "example_adapter:CosinePrototypes", "--json"]) == 0  # a method by import path
+    assert json.loads(capsys.readouterr().out)["methods"]["example_adapter:CosinePrototypes"]["epochs"] == 10
+    assert main(["list", "zzz"]) == 1 and "nothing named like 'zzz'" in capsys.readouterr().out

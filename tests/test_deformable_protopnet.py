@@ -258,6 +258,65 @@ def test_push_copies_the_best_same_class_deformed_parts_and_records_them():
     assert (at_source >= before.flatten(2)[method.push_image, torch.arange(6), method.push_position] - 1e-6).all()
 
 
+def per_prototype_push(method: DeformableProtoPNet, source: SyntheticTokens,
+                       split: torch.Tensor) -> dict[int, tuple[int, int, torch.Tensor, torch.Tensor]]:
+    """Oracle: push.py's loop, one prototype at a time over the images of its class in split order
+    (one image per forward pass), cells row-major, replaced only on a strictly higher activation.
+    Returns prototype → (image, cell, D×2×2 parts at FEATURE_SCALE, K×2 part positions)."""
+    per_image = {}
+    with torch.no_grad():
+        for i in split.tolist():
+            image = source.batch(torch.tensor([i]))
+            samples, positions = method.deformed_parts(method.unit_features(image))
+            scores = method.prototype_activations(image)[0].flatten(1)  # M×N
+            per_image[i] = (samples[0], positions[0], scores)
+    width = source.grid[1]
+    found = {}
+    for m in range(method.ctx.num_prototypes):
+        best = -math.inf
+        for i in split.tolist():
+            if source.labels[i] != m // method.prototypes_per_class:
+                continue
+            samples, positions, scores = per_image[i]
+            for n in range(scores.shape[1]):
+                if scores[m, n] > best:
+                    best, y, x = scores[m, n].item(), n // width, n % width
+                    found[m] = (i, n, FEATURE_SCALE * samples[:, :, y, x].reshape(-1, 2, 2), positions[:, y, x])
+    return found
+
+
+def test_batched_push_equals_the_per_prototype_loop_with_ties_and_an_absent_class():
+    source = SyntheticTokens(num_classes=3, images_per_class=4, dim=8, grid=(5, 5), seed=5)
+    # ties: image 1 repeats image 0 (same batch) and image 3 (next batch); image 6 holds one token at
+    # every cell, so its interior cells tie; class 2 has no image in the split
+    for copy_to in (1, 3):
+        source.tokens[copy_to] = source.tokens[0]
+    source.tokens[6] = source.tokens[6, 12]
+    method = build(source.context(2), push_epochs=(3,))
+    # offsets of exact binary fractions: the same corner weights at every cell, so the ties are exact
+    set_constant_offsets(method, torch.tensor([[0.5, -0.25], [0.0, 0.5], [-0.75, 0.0], [0.25, -0.5]]))
+    with torch.no_grad():  # class 1's prototypes: its constant image's parts, so they tie on its interior
+        constant, _ = method.deformed_parts(method.unit_features(source.batch(torch.tensor([6]))))
+        method.prototypes[2:4] = constant[0, :, :, 2, 2].view(8, 2, 2)
+        on_constant = method.prototype_activations(source.batch(torch.tensor([6])))[0, 2].flatten()
+    assert (on_constant == on_constant.max()).sum() >= 2
+    untouched = method.prototypes[4:].clone()
+    split = torch.nonzero(source.labels != 2).squeeze(1)
+    expected = per_prototype_push(method, source, split)
+    with torch.no_grad():
+        method.on_epoch_end(method.stages()[1], 3, SyntheticTrainData(source, split, batch_size=3))
+    assert set(expected) == {0, 1, 2, 3}
+    assert {expected[m][0] for m in (0, 1)} <= {0, 2}  # a tie with a later copy goes to image 0
+    assert expected[2][0] == 6 and expected[2][1] == int(on_constant.argmax())  # the first tied cell
+    for m, (image, cell, parts, positions) in expected.items():
+        assert (method.push_image[m].item(), method.push_position[m].item()) == (image, cell)
+        assert torch.allclose(method.prototypes[m], parts, atol=1e-5)
+        assert torch.allclose(method.push_part_positions[m], positions, atol=1e-6)
+    assert method.push_image[4:].eq(-1).all() and method.push_position[4:].eq(-1).all()
+    assert torch.equal(method.prototypes[4:], untouched)
+
+
+
 # ---- stages, expanded variant, validation ----------------------------------------------------------
 def test_stages_follow_the_official_schedule():
     source = SyntheticTokens()

@@ -65,7 +65,7 @@ def test_run_writes_result_with_all_metrics_and_provenance(finished):
     assert set(result["timing"]["stage_seconds"]) == {"discovery", "end_to_end"}
     diagnostics = result["diagnostics"]
     assert set(diagnostics) == {"gating_fallback_images", "foreground_fraction", "ot_marginal_error", "kappa",
-                                "warnings"}
+                                "warnings", "expected_warnings"}
     assert set(diagnostics["gating_fallback_images"]) == {"train", "test"}
     assert diagnostics["ot_marginal_error"]["epoch"] == 2 and diagnostics["ot_marginal_error"]["problems"] > 0
     for name in ("spec.json", "checkpoint.pt", "result.json", "log.txt"):

@@ -118,3 +118,36 @@ def test_tensorboard_events_hold_the_records(tmp_path):
     tags = events.Tags()["scalars"]
     assert {"loss/ce", "time/epoch_seconds"} <= set(tags) and any(t.startswith("lr/") for t in tags)
     assert [e.step for e in events.Scalars("loss/ce")] == [1, 2]
+
+
+def test_tensorboard_command_writes_the_curves_of_finished_runs(tmp_path, monkeypatch, capsys):
+    """``protobench tensorboard RUNS --out DIR``: every record of metrics.jsonl, as the live writer
+    logs it (a stand-in SummaryWriter records the calls; the real one is tested above)."""
+    import benchmark.run.epochlog as epochlog
+    from benchmark.cli import main
+
+    calls = []
+
+    class Writer:
+        def __init__(self, log_dir, purge_step):
+            calls.append(("open", log_dir, purge_step))
+
+        def add_scalar(self, tag, value, step):
+            calls.append((tag, value, step))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            calls.append(("close",))
+
+    monkeypatch.setattr(epochlog, "summary_writer_class", lambda: Writer)
+    run = tmp_path / "runs" / "g" / "r1"
+    log = EpochLog(run / "metrics.jsonl")
+    for epoch, stage in ((1, "discovery"), (2, "end_to_end")):
+        log.append(EpochRecord(epoch, stage, 0.5 * epoch, {"mu": 1e-2}, {"ce": 1.0 / epoch}))
+    assert main(["tensorboard", str(tmp_path / "runs"), "--out", str(tmp_path / "tb")]) == 0
+    assert calls == [("open", str(tmp_path / "tb" / "g" / "r1"), 1),
+                     ("loss/ce", 1.0, 1), ("lr/mu", 1e-2, 1), ("time/epoch_seconds", 0.5, 1),
+                     ("loss/ce", 0.5, 2), ("lr/mu", 1e-2, 2), ("time/epoch_seconds", 1.0, 2), ("close",)]
+    assert "wrote the curves of 1 run(s)" in capsys.readouterr().out

@@ -141,6 +141,19 @@ def test_checkpoint_of_another_format_is_refused(tmp_path: Path, payload, shown)
     assert f"reads format {CHECKPOINT_FORMAT}" in str(err.value) and "rm " in str(err.value)
 
 
+def test_a_cpu_runs_rng_state_never_touches_cuda(monkeypatch) -> None:
+    """Only the run's device's generator is saved and restored: a CPU run starts no CUDA context
+    (and a checkpoint does not depend on how many GPUs are visible)."""
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("a CPU run read or set a CUDA generator")
+
+    for name in ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all"):
+        monkeypatch.setattr(torch.cuda, name, no_cuda)
+    state = _rng_state(torch.device("cpu"))
+    assert "cuda" not in state
+    _set_rng_state({**state, "cuda": [torch.zeros(16, dtype=torch.uint8)]}, torch.device("cpu"))
+
+
 def test_rng_states_survive_the_weights_only_loader_exactly() -> None:
     """Draws after restoring a saved state equal the draws right after saving it (Python, NumPy
     with a cached Gaussian, torch)."""
@@ -148,11 +161,11 @@ def test_rng_states_survive_the_weights_only_loader_exactly() -> None:
     np.random.standard_normal()  # odd number of Box–Muller draws: NumPy caches the second Gaussian
     assert np.random.get_state()[3] == 1
     buffer = io.BytesIO()
-    torch.save(_rng_state(), buffer)
+    torch.save(_rng_state(torch.device("cpu")), buffer)
     expected = (random.random(), np.random.standard_normal(3).tolist(), np.random.randint(0, 2**31, 5).tolist(),
                 torch.rand(4))
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
-    _set_rng_state(torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True))
+    _set_rng_state(torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True), torch.device("cpu"))
     again = (random.random(), np.random.standard_normal(3).tolist(), np.random.randint(0, 2**31, 5).tolist(),
              torch.rand(4))
     assert again[:3] == expected[:3] and torch.equal(again[3], expected[3])

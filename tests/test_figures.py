@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.lines import Line2D
 
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
@@ -70,7 +71,17 @@ def test_comparison_puts_runs_side_by_side_with_equal_panels_and_a_colorbar():
     assert heat and all(im.get_cmap().name == COLORMAP for im in heat)
     assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
     titles = " ".join(ax.get_title() for ax in fig.axes)
-    assert "vmfproto" in titles and "protopnet" in titles and "✗" in titles  # run 1 misclassifies image 5
+    assert "✗" in titles  # run 1 misclassifies image 5
+    headers = {t.get_text(): t.get_position()[0] for t in fig.texts}
+    top = [ax.get_position() for ax in fig.axes[:5]]  # the first row: image, then 2 panels per run
+    for label, (first, last) in (("vmfproto", (top[1], top[2])), ("protopnet", (top[3], top[4]))):
+        assert abs(headers[label] - (first.x0 + last.x1) / 2) < 1e-6  # centred over the run's columns
+    rules = [artist for artist in fig.artists if isinstance(artist, Line2D)]
+    spans = sorted((round(min(r.get_xdata()), 4), round(max(r.get_xdata()), 4)) for r in rules
+                   if r.get_ydata()[0] == r.get_ydata()[1])
+    assert spans == [(round(top[1].x0, 4), round(top[2].x1, 4)), (round(top[3].x0, 4), round(top[4].x1, 4))]
+    separators = sorted(r.get_xdata()[0] for r in rules if r.get_xdata()[0] == r.get_xdata()[1])
+    assert len(separators) == 2 and top[0].x1 < separators[0] < top[1].x0 and top[2].x1 < separators[1] < top[3].x0
     assert "Cardinal" in " ".join(ax.get_ylabel() for ax in fig.axes)
 
 
@@ -78,6 +89,15 @@ def test_single_run_panels_use_the_same_colormap_and_names():
     fig = draw_explanation(FakeExplanation(3, 1, 0))
     text = " ".join([ax.get_title() for ax in fig.axes] + [fig._suptitle.get_text()])
     assert "Cardinal" in text and "Black footed" in text and "wrong" in text
+    # wrong: the second row's prototypes are the predicted class's, named so (pN is within a class)
+    second_row = [ax.get_title() for ax in fig.axes if ax.images and ax.get_position().y0 < 0.4]
+    assert second_row and all(t.startswith("predicted class\np") for t in second_row)
+    assert all(ax.images for ax in fig.axes if ax.get_label() != "<colorbar>")  # no empty slot
+    rows = {}
+    for ax in (a for a in fig.axes if a.get_label() != "<colorbar>"):
+        rows.setdefault(round(ax.get_position().y0, 3), []).append(ax.get_position())
+    centres = [(min(b.x0 for b in row) + max(b.x1 for b in row)) / 2 for row in rows.values()]
+    assert len(rows) == 2 and abs(centres[0] - centres[1]) < 1e-3  # 4 panels over 4: rows centred on each other
     assert all(im.get_cmap().name == COLORMAP for ax in fig.axes for im in ax.images[1:])
     assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
 
@@ -100,7 +120,7 @@ def test_runs_with_other_test_images_are_refused(tmp_path):
 def test_run_labels_name_what_differs():
     specs = [{"method": "vmfproto", "prototypes_per_class": 3, "seed": 0},
              {"method": "my.pkg:MyProto", "prototypes_per_class": 5, "seed": 0}]
-    assert run_labels(specs) == ["vmfproto J=3", "MyProto J=5"]
+    assert run_labels(specs) == ["vMFProto J=3", "MyProto J=5"]
     assert run_labels(specs, ["vMFProto", None]) == ["vMFProto J=3", "MyProto J=5"]
 
 
@@ -166,3 +186,23 @@ def test_plot_curves_reads_the_runs_metrics_jsonl(two_runs):
     out = work / "curves.png"
     assert main(["plot", "--curves", *map(str, runs), "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+
+
+def test_every_run_is_checked_before_any_compute(tmp_path, capsys):
+    """An adapter that does not import (its PYTHONPATH missing) fails at once, not after the first run's maps."""
+    import json
+
+    from benchmark.config import RunSpec
+
+    dirs = []
+    for name, method in (("good", "vmfproto"), ("adapter", "mypkg.missing:MyMethod")):
+        spec = RunSpec(dataset="synthbirds", backbone="dinov2_vits14", method="vmfproto", prototypes_per_class=2)
+        run = tmp_path / "runs" / "g" / name
+        run.mkdir(parents=True)
+        (run / "spec.json").write_text(json.dumps({**spec.to_json(), "method": method}))
+        (run / "checkpoint.pt").write_bytes(b"")  # never read: the checks come first
+        dirs.append(str(run))
+    assert main(["figures", *dirs, "--out", str(tmp_path / "figs")]) == 2
+    err = capsys.readouterr().err
+    assert "mypkg.missing:MyMethod" in err and "PYTHONPATH" in err
+    assert not (tmp_path / "figs").exists()

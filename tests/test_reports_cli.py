@@ -30,12 +30,29 @@ def test_markdown_to_stdout_and_missing_cells_to_stderr(capsys: pytest.CaptureFi
     assert report(str(RUNS), "--layout", "gating") == 0
     out, err = capsys.readouterr()
     assert out == render_report(load_results([RUNS]), "gating", "markdown").text
-    assert err.splitlines()[:5] == [
+    lines = err.splitlines()
+    assert lines[0].startswith("gating: ")  # what to act on first: tests/test_reports_pivot.py
+    assert lines[1:7] == [
         "4 cell(s) of layout gating have no result:",
-        *(f"  Attention only | {m}" for m in ("Con.", "Sta.", "Dis.", "Acc.")),
+        "  4× no result has variant gating_attention",  # one line per reason, with its count
+        *(f"    Attention only | {m}" for m in ("Con.", "Sta.", "Dis.", "Acc.")),  # few: listed too
     ]
-    assert err.splitlines()[5].startswith("gating: ")  # the count: tests/test_reports_pivot.py
-    assert len(err.splitlines()) == 6
+    # the fixture runs predate run ids over resolved hyperparameters: flagged stale, one line each
+    stale = [p for p in RUNS.rglob("result.json")]
+    assert lines[7].startswith(f"{len(stale)} stale result(s) are included")
+    assert len(lines) == 8 + len(stale)
+
+
+def test_a_layout_far_from_the_results_summarises_its_empty_cells(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from test_reports_support import write_run
+
+    write_run(tmp_path, "a", dataset="synthbirds")
+    assert report(str(tmp_path), "--layout", "cub_main") == 0
+    err = capsys.readouterr().err.splitlines()
+    cells = int(err[1].split()[0])
+    assert err[0].startswith("cub_main: 1 result not in this layout (dataset synthbirds ≠ cub) — try")
+    assert err[1:] == [f"{cells} cell(s) of layout cub_main have no result:", f"  {cells}× no result has dataset cub"]
 
 
 def test_latex_against_paper_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -110,7 +110,13 @@ def test_csv_pivot_has_value_std_and_n_columns(grid: Path) -> None:
 
 
 def test_a_method_without_display_name_shows_its_class_name(tmp_path: Path) -> None:
-    write_run(tmp_path, "a", method=CUSTOM)  # e.g. a result written before display names existed
+    path = write_run(tmp_path, "a", method=CUSTOM)  # e.g. a result written before display names existed
+    frame = load_results([tmp_path])
+    rows = markdown_rows(render_report(frame, pivot_layout(frame), "markdown").text)
+    assert rows == [["Cosine prototypes", "**50.0**"]]  # the adapter's display name, recorded or not
+    data = json.loads(path.read_text())  # an import path that no longer imports: its class name
+    data["spec"]["method"] = "gone_adapter:CosinePrototypes"
+    path.write_text(json.dumps(data))
     frame = load_results([tmp_path])
     rows = markdown_rows(render_report(frame, pivot_layout(frame), "markdown").text)
     assert rows == [["CosinePrototypes", "**50.0**"]]
@@ -131,7 +137,7 @@ def test_paper_layout_says_which_results_it_leaves_out(tmp_path: Path, capsys: p
     for seed in range(4):
         write_run(tmp_path, f"s{seed}", seed=seed)
     assert main(["report", str(tmp_path), "--layout", "cub_main"]) == 0
-    last = capsys.readouterr().err.splitlines()[-1]
+    last = capsys.readouterr().err.splitlines()[0]  # first: the suggestion
     assert last == ("cub_main: 4 results not in this layout (dataset synthbirds ≠ cub) — "
                     "try `protobench report RUNS` without --layout")
 
@@ -144,7 +150,7 @@ def test_left_out_reasons_count_each_kind(capsys: pytest.CaptureFixture[str]) ->
               ("cub", "dinov2_vitb14", "vmfproto", 5) and s["variant"] in shown_variants]
     not_cub = [s for s in specs if s["dataset"] != "cub"]
     assert main(["report", str(RUNS), "--layout", "gating"]) == 0
-    last = capsys.readouterr().err.splitlines()[-1]
+    last = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("gating: "))
     assert last.startswith(f"gating: {len(specs) - len(inside)} results not in this layout (")
     datasets = ", ".join(sorted({s["dataset"] for s in not_cub}))
     assert f"{len(not_cub)}× dataset {datasets} ≠ cub" in last and last.endswith("without --layout")

@@ -46,7 +46,8 @@ def test_points_are_seed_means_with_sample_std(runs: Path) -> None:
 def test_cli_draws_a_figure(runs: Path, tmp_path: Path, suffix: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "figs" / f"acc{suffix}"
     assert main(["plot", str(runs), "--x", "J", "--y", "acc", "--hue", "method", "--out", str(out)]) == 0
-    assert capsys.readouterr().out == f"wrote 4 point(s) in 2 series to {out}\n"
+    assert capsys.readouterr().out == (f"wrote 4 point(s) in 2 series to {out}\n"
+                                       "  NPPP: J=3 n=1, J=5 n=2\n  vMFProto: J=3 n=3, J=5 n=2\n")
     if suffix == ".png":
         with Image.open(out) as image:
             assert image.format == "PNG" and image.width > 400
@@ -97,7 +98,7 @@ def test_curves_read_every_term_and_a_resumed_epoch_replaces_the_old_one(tmp_pat
     assert curve.values["ce"] == (2.0, 1.5, 1.2)
     assert curve.values["ppd"][1:] == (0.3, 0.2) and math.isnan(curve.values["ppd"][0])
     assert curve.values["lr.prototypes"] == (0.1, 0.01, 0.005) and curve.values["seconds"] == (0.5, 0.5, 1.5)
-    assert curve.label == "vmfproto J=5 seed=1 (r1)"
+    assert curve.label == "vMFProto J=5 seed=1"  # the display name; the run id only where labels collide
 
 
 def test_cli_curves_of_several_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,3 +130,65 @@ def test_curves_mistakes_name_the_file_and_the_fix(tmp_path: Path) -> None:
         plot_curves([run], tmp_path / "c.png", quantities=["kl"])
     assert not (tmp_path / "c.png").exists()
     assert main(["plot", "--curves", str(run), "--hue", "method", "--out", str(tmp_path / "c.png")]) == 2
+
+
+def drawn(monkeypatch: pytest.MonkeyPatch, module: str) -> list:
+    """The figures the plot code hands to save_figure (then saved as usual)."""
+    import reports.curves
+    import reports.plots
+
+    figures = []
+    save = reports.plots.save_figure
+
+    def keep(fig, out):
+        figures.append(fig)
+        save(fig, out)
+
+    monkeypatch.setattr({"plots": reports.plots, "curves": reports.curves}[module], "save_figure", keep)
+    return figures
+
+
+def test_categorical_x_draws_dodged_dots_with_n_and_one_legend(runs: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch, "plots")
+    plot_results(load_results([runs]), tmp_path / "m.png", x="method", y="acc", hue="J")
+    fig = figures[0]
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1  # one legend for the figure
+    dots = [line for line in ax.lines if line.get_marker() == "o"]
+    assert dots and all(line.get_linestyle() == "None" for line in dots)  # no line between categories
+    xs = sorted(x for line in ax.lines if line.get_marker() == "o" for x in line.get_xdata())
+    assert len(xs) == 4 and len(set(xs)) == 4  # each J beside the other at each method
+    assert sorted(t.get_text() for t in ax.texts) == sorted(f"n={len(v)}" for v in ACC.values())
+    assert ax.get_xlabel() == "method" and "J" not in fig.get_suptitle().split(";")[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["NPPP", "vMFProto"]
+
+
+def test_same_n_everywhere_is_in_the_title_and_fixed_dimensions_read_key_equals_value(
+        runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch, "plots")
+    plot_results(load_results([runs]), tmp_path / "m.png", x="method", y="acc", hue="J", facet=None)
+    frame = load_results([runs])
+    plot_results(frame[frame["J"] == 5], tmp_path / "j5.pdf", x="method", y="acc")
+    title = " ".join(figures[1].get_suptitle().split())
+    assert "J = 5" in title and "n = 2 seed(s) per point" in title and not figures[1].axes[0].texts
+
+
+def test_curves_have_integer_epochs_axis_labels_one_legend_and_named_stages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch, "curves")
+    runs = tmp_path / "runs" / "g"
+    spec = {"method": "vmfproto", "prototypes_per_class": 5, "seed": 0}
+    write_metrics(runs / "r1", [epoch("discovery", 0, 2.0, 0.1)] + [epoch("end_to_end", n, 1 / (n + 1), 0.1)
+                                                                    for n in range(5)], spec=spec)
+    plot_curves([runs / "r1"], tmp_path / "c.pdf", quantities=["ce", "seconds", "lr.prototypes"])
+    fig = figures[0]
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_ylabel() for ax in panels] == ["ce (epoch mean)", "epoch time (s)", "learning rate (prototypes)"]
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["vMFProto J=5 seed=0"]
+    ticks = panels[0].get_xticks()
+    assert all(float(t).is_integer() for t in ticks)
+    stage_axis = panels[0].child_axes[0]  # the stages' names along the top
+    assert [t.get_text() for t in stage_axis.get_xticklabels()] == ["discovery", "end_to_end"]
+    assert [line.get_xdata()[0] for line in panels[0].lines if line.get_linestyle() == ":"] == [1.5]

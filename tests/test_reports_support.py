@@ -6,6 +6,10 @@ import json
 import re
 from pathlib import Path
 
+from benchmark.config import RunSpec
+from benchmark.run.identity import method_fingerprint
+from methods.registry import resolved_method_args
+
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "tests" / "fixtures" / "reports" / "runs"
 PAPER_CSV = REPO / "reports" / "paper"
@@ -70,12 +74,17 @@ def write_run(
     metrics: dict[str, float | None] | None = None,
     **extra: object,
 ) -> Path:
-    """A minimal ``result.json`` at ``root/name/`` (runner's layout), for report/export/plot tests."""
+    """A minimal ``result.json`` at ``root/name/`` (runner's layout), for report/export/plot tests:
+    current (not stale) under the running code unless ``extra`` says otherwise."""
+    spec = {"dataset": dataset, "backbone": backbone, "method": method, "prototypes_per_class": J,
+            "seed": seed, "variant": variant, "method_args": {}, "map_pool": 1}
+    current = RunSpec.from_json(spec)
     payload = {
-        "run_id": name,
+        "run_id": current.run_id,
         "grid": root.name,
-        "spec": {"dataset": dataset, "backbone": backbone, "method": method, "prototypes_per_class": J,
-                 "seed": seed, "variant": variant, "method_args": {}, "map_pool": 1},
+        "spec": spec,
+        "method_hyperparameters": resolved_method_args(method, {}),
+        "method_fingerprint": method_fingerprint(method),
         "metrics": metrics if metrics is not None else {"acc": 50.0},
         "timing": {"epoch_seconds": 1.5, "stage_seconds": {"train": 3.0}},
         "provenance": {"code_version": "test", "device": "cpu", "packages": {"torch": "2.14.1"}},

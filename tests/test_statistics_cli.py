@@ -49,7 +49,7 @@ def test_export_per_image_has_one_row_per_run_and_image(runs, tmp_path, capsys) 
     frame = pd.read_csv(out)
     assert len(frame) == 6 * N_IMAGES and frame.groupby("run_id").size().eq(N_IMAGES).all()
     assert {"run_id", "J", "seed", "index", "image", "label", "predicted", "correct", "margin"} <= set(frame.columns)
-    j4s1 = frame[frame["run_id"] == "j4s1"].sort_values("index")
+    j4s1 = frame[(frame["J"] == 4) & (frame["seed"] == 1)].sort_values("index")
     assert (j4s1["correct"].to_numpy() == correctness(4, 1)).all()
 
 

@@ -80,3 +80,30 @@ class TensorBoardLog:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+def export_tensorboard(run_dirs: list[Path], out: Path) -> list[Path]:
+    """The curves of runs (finished or not) from their ``metrics.jsonl`` as TensorBoard scalars
+    under ``out/GRID/RUN_ID`` (the layout ``run --tensorboard`` writes live); a folder given
+    stands for every run below it. Returns the event folders written. A folder written before is
+    rewritten from the first epoch (``purge_step``), so exporting again adds no duplicates."""
+    from reports.curves import curve_files
+
+    summary_writer_class()  # the missing package named before any file is read
+    written = []
+    for path in curve_files(run_dirs):
+        records = read_epoch_log(path)
+        if not records:
+            continue
+        run_dir = path.parent
+        board = TensorBoardLog(out / run_dir.parent.name / run_dir.name)
+        try:
+            for record in records:
+                board.append(EpochRecord(**{k: record[k] for k in ("epoch", "stage", "seconds", "lr", "terms")}))
+        except (KeyError, TypeError) as err:
+            raise ProtobenchError(f"{path} holds a record without epoch, stage, seconds, lr and terms ({err}); "
+                                  "it was written by another version: run the run again to rewrite it") from err
+        finally:
+            board.close()
+        written.append(board.log_dir)
+    return written

@@ -25,6 +25,7 @@ from benchmark.run.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
+from benchmark.run.identity import method_fingerprint
 from benchmark.run.provenance import provenance, resolve_device
 from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
@@ -33,7 +34,7 @@ from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterr
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
 from methods.diagnostics import collect_diagnostics
-from methods.registry import build_method, method_display_name
+from methods.registry import build_method, method_display_name, resolved_method_args
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
 
@@ -330,6 +331,10 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
         "method_display_name": method_display_name(type(prep.method)),  # what reports label it
+        # the values the method ran with (defaults included; what the run id hashes) and the
+        # fingerprint of its source files (benchmark/run/identity.py: a later edit reads stale)
+        "method_hyperparameters": resolved_method_args(spec.method, spec.method_args),
+        "method_fingerprint": method_fingerprint(spec.method),
         **evaluated.summary,
         "diagnostics": diagnostics,
         "timing": timing,

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmark import CUBLAS_WORKSPACE
 from benchmark.errors import ProtobenchError
 from benchmark.cache.prefetch import DEFAULT_DEPTH, Prefetcher
 from benchmark.cache.tokens import TokenSource
@@ -46,6 +47,8 @@ from benchmark.run.store import atomic_write_checked
 from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.precision import autocast
 
+#: the workspaces with which cuBLAS is deterministic (CUDA docs, cuBLAS "Results reproducibility")
+DETERMINISTIC_CUBLAS_WORKSPACES = (":4096:8", ":16:8")
 CHECKPOINT_FORMAT = 2  # 2: loadable with weights_only=True (1 pickled NumPy RNG state); records code versions
 CHECKSUM_KEY = "checksum"  # payload_checksum of the rest of the checkpoint, verified on every load
 
@@ -148,26 +151,33 @@ class TrainingReport:
         }
 
 
-def _rng_state() -> dict[str, Any]:
-    """Every RNG state in types the weights-only unpickler accepts: Python's is a tuple of ints,
-    NumPy's MT19937 key (624 × uint32) goes into an int64 tensor, which holds it exactly."""
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """Every RNG state the run draws from, in types the weights-only unpickler accepts: Python's is
+    a tuple of ints, NumPy's MT19937 key (624 × uint32) goes into an int64 tensor, which holds it
+    exactly; the CUDA generator of the run's device only (a CPU run starts no CUDA context, and a
+    resume sees however many GPUs its job was given)."""
     kind, key, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
     numpy_state = {"kind": str(kind), "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
                    "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
     state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     random.setstate(state["python"])
     numpy_state = state["numpy"]
     np.random.set_state((numpy_state["kind"], numpy_state["key"].numpy().astype(np.uint32), numpy_state["pos"],
                          numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if device.type == "cuda" and "cuda" in state:
+        saved = state["cuda"]  # one generator's state; a list of every device's before issue 23
+        index = torch.device(device).index or 0
+        if isinstance(saved, list | tuple):
+            saved = saved[index] if index < len(saved) else None
+        if saved is not None:
+            torch.cuda.set_rng_state(saved, device)
 
 
 def make_optimizer(stage: Stage) -> torch.optim.Optimizer:
@@ -303,19 +313,24 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
 def deterministic_algorithms(enabled: bool) -> Iterator[None]:
     """``torch.use_deterministic_algorithms(True)`` for the run (README, "GPU: precision, speed,
     determinism"): CUDA ops without a deterministic kernel then raise instead of varying. cuBLAS
-    needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before its first use in the process."""
+    reads ``CUBLAS_WORKSPACE_CONFIG`` once, when it starts: importing ``benchmark`` sets it at
+    process start (:data:`benchmark.CUBLAS_WORKSPACE`); a value without a deterministic workspace
+    is refused here, before the run computes anything."""
     if not enabled:
         yield
         return
-    before = torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if workspace not in DETERMINISTIC_CUBLAS_WORKSPACES:
+        raise ProtobenchError(
+            f"deterministic = true needs CUBLAS_WORKSPACE_CONFIG set to {' or '.join(DETERMINISTIC_CUBLAS_WORKSPACES)} "
+            f"before the process starts, but it is {workspace!r}; unset it (protobench sets "
+            f"{CUBLAS_WORKSPACE} at start) or set one of those, or run with deterministic = false")
+    before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0])
-        if before[1] is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        torch.use_deterministic_algorithms(before)
 
 
 def payload_checksum(value: Any) -> str:
@@ -448,7 +463,7 @@ def train(
         start_stage, start_epoch = resume["stage_index"], resume["epoch_in_stage"]
         report = TrainingReport(**resume["report"])
         report.resumed_from_epoch = resume["global_epoch"]
-        _set_rng_state(resume["rng"])
+        _set_rng_state(resume["rng"], device)
         log(f"resuming at stage {stage_name(stages, start_stage)}, epoch {resume['global_epoch']}")
     else:
         seed_everything(seed)
@@ -507,7 +522,7 @@ def train(
                     "report": {"stage_seconds": report.stage_seconds, "epoch_seconds": report.epoch_seconds,
                                "resumed_from_epoch": report.resumed_from_epoch,
                                "code_versions": report.code_versions},
-                    "rng": _rng_state(),
+                    "rng": _rng_state(device),
                 })
             if stop_after_epoch is not None and global_epoch >= stop_after_epoch:
                 raise TrainingInterrupted(global_epoch)

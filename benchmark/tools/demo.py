@@ -2,7 +2,11 @@
 seeds, what each metric means, and the commands to try next."""
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import statistics
+import sys
 from pathlib import Path
 
 from rich.table import Table
@@ -61,6 +65,25 @@ def figure_runs(runs: list[RunSpec], run_dirs: list[Path]) -> list[Path]:
     return list(chosen.values())[:2]
 
 
+def protobench_command() -> str:
+    """How to type ``protobench`` in the shell that started this process: the bare name when PATH
+    finds this interpreter's entry script (an activated venv), else that script's path (relative
+    when under the working directory: ``.venv/bin/protobench`` after ``make demo``), else
+    ``PYTHON -m benchmark.cli`` (the suite run from a source tree without an install)."""
+    script = Path(sys.executable).parent / "protobench"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m benchmark.cli"
+    found = shutil.which("protobench")
+    if found and Path(found).resolve() == script.resolve():
+        return "protobench"
+    absolute = Path(os.path.abspath(script))  # the venv's bin/, its links unresolved
+    try:
+        shown = absolute.relative_to(Path.cwd())
+    except ValueError:
+        shown = absolute
+    return shlex.quote(str(shown))
+
+
 def print_demo_story(runs: list[RunSpec], run_dirs: list[Path], grid_dir: Path) -> None:
     console = output_console()
     console.print(demo_table(runs, run_dirs))
@@ -70,14 +93,17 @@ def print_demo_story(runs: list[RunSpec], run_dirs: list[Path], grid_dir: Path) 
     shown = figure_runs(runs, run_dirs)
     if not shown:
         return
+    protobench = protobench_command()
     commands = [
-        (f"protobench report {grid_dir}", "a table of any grid"),
-        (f"protobench plot {grid_dir} --x J --y con --out con.png", "a metric against J, seeds as error bars"),
-        (f"protobench plot --curves {shown[0]} --out curves.png", "loss terms per epoch (metrics.jsonl)"),
-        (f"protobench figures {' '.join(map(str, shown))} --images 4 --out figures/", "prototype maps side by side"),
-        (f"protobench status {grid_dir} --json", "every run's state and metrics"),
+        (f"{protobench} report {grid_dir}", "a table of any grid"),
+        (f"{protobench} plot {grid_dir} --x J --y con --out con.png", "a metric against J, seeds as error bars"),
+        (f"{protobench} plot --curves {shown[0]} --out curves.png", "loss terms per epoch (metrics.jsonl)"),
+        (f"{protobench} figures {' '.join(map(str, shown))} --images 4 --out figures/", "prototype maps side by side"),
+        (f"{protobench} status {grid_dir} --json", "every run's state and metrics"),
     ]
     width = max(len(command) for command, _ in commands)
-    console.print("next:")
+    bin_dir = Path(protobench).parent
+    activate = f" (`source {bin_dir}/activate` to type `protobench`)" if protobench.endswith("/protobench") else ""
+    console.print(f"next{activate}:", markup=False)
     for command, what in commands:
         console.print(f"  {command:<{width}}  # {what}", markup=False)

@@ -151,17 +151,15 @@ def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
 # ---- disk for the token caches ------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def trunk_geometry(backbone: str, backbone_args: str, image_size: int) -> tuple[int, int, int]:
-    """(patch tokens, prefix tokens, width) of a trunk, from its timm model built on the meta
-    device (no memory, no weights)."""
-    import timm
+    """(patch tokens, prefix tokens, width) of a trunk, from its model (timm's or a user
+    factory's) built on the meta device (no memory, no weights)."""
     import torch
 
     from benchmark.backbones import backbone_spec
 
     spec = backbone_spec(backbone)
     with torch.device("meta"):
-        model = timm.create_model(spec.timm_name, pretrained=False, img_size=image_size, num_classes=0,
-                                  **json.loads(backbone_args))
+        model = spec.create_model(pretrained=False, img_size=image_size, num_classes=0, **json.loads(backbone_args))
     rows, cols = spec.grid(image_size)
     return rows * cols, model.num_prefix_tokens, model.embed_dim
 

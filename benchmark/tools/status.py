@@ -17,6 +17,8 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from benchmark.tools.plan import run_epochs
+from benchmark.run.identity import staleness
+from methods.registry import display_name_of
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -30,6 +32,11 @@ def diagnostic_warnings(result: dict[str, Any] | None) -> list[str]:
     return list(((result or {}).get("diagnostics") or {}).get("warnings") or [])
 
 
+def expected_warnings(result: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The out-of-range diagnostics the run's configuration makes expected, each with its reason."""
+    return list(((result or {}).get("diagnostics") or {}).get("expected_warnings") or [])
+
+
 def _warnings_cell(warnings: list[str]) -> str:
     """The names of the out-of-range diagnostics (the full lines are printed under the table)."""
     names = [warning.split(" ", 1)[0] for warning in warnings]
@@ -38,7 +45,9 @@ def _warnings_cell(warnings: list[str]) -> str:
 
 def status_records(root: Path, extra_states: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One record per run below ``root`` (each run's files read once): its directory, grid, run id,
-    state, spec fields, metrics, out-of-range diagnostics and, for a failed run, the reason.
+    state, spec fields, metrics, out-of-range diagnostics, for a failed run the reason and for a
+    stale one why it is stale (benchmark/run/identity.py: "stale" is a result the current code
+    would not give, kept and shown, re-run by ``run --rerun-stale``).
 
     ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
     records = []
@@ -50,17 +59,22 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
             unreadable.append(str(UnreadableRunFile(rd.result_path, "its metrics or diagnostics are not the "
                                                     "records the suite writes")))
             result = None
-        state = "done" if result is not None else "unreadable" if rd.result_path.exists() else rd.state
+        stale = staleness(result) if result is not None else None
+        state = ("stale" if stale else "done") if result is not None \
+            else "unreadable" if rd.result_path.exists() else rd.state
         reason = str((_safe_read(rd.failure_path, unreadable) or {}).get("reason", "")) if state == "failed" else None
         holder = lock_holder(rd.path) if state in ("new", "started") else None
         if holder is not None:  # a local process trains it now: the word SLURM's runs use
             state = "running"
-        if extra_states and str(rd.path) in extra_states and state != "done":
+        if extra_states and str(rd.path) in extra_states and result is None and state != "unreadable":
             state = extra_states[str(rd.path)]
         progress = running_progress(rd, spec, holder) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
-                        "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason,
-                        "warnings": diagnostic_warnings(result), "unreadable": unreadable, "progress": progress})
+                        "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
+                        "method_display_name": display_name_of(str(spec.get("method", "?")),
+                                                               (result or {}).get("method_display_name")),
+                        "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
+                        "unreadable": unreadable, "progress": progress})
     return records
 
 
@@ -111,9 +125,10 @@ def _known_result(result: dict[str, Any]) -> bool:
 
 
 def status_table(root: Path, extra_states: dict[str, str] | None = None
-                 ) -> tuple[Table, Counter[str], list[tuple[Path, str]], list[tuple[Path, str]]]:
+                 ) -> tuple[Table, Counter[str], list[tuple[Path, str]], list[tuple[Path, str]],
+                            list[tuple[Path, str]]]:
     """A rich table of the runs below ``root``, the count of each state, the failed runs with
-    their reasons and the out-of-range diagnostics of finished runs."""
+    their reasons, the out-of-range diagnostics of finished runs and the stale runs with why."""
     table = Table(title=f"runs under {root}", show_lines=False)
     for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS,
                    "warnings", "progress"):
@@ -121,32 +136,57 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
     counts: Counter[str] = Counter()
     failed: list[tuple[Path, str]] = []
     warned: list[tuple[Path, str]] = []
+    stale: list[tuple[Path, str]] = []
     for record in status_records(root, extra_states):
         spec, metrics, state = record["spec"], record["metrics"], record["state"]
         if record["failure"] is not None:
             failed.append((Path(record["path"]), record["failure"]))
         failed.extend((Path(record["path"]), f"unreadable: {problem}") for problem in record["unreadable"])
+        if record["stale"] is not None:
+            stale.append((Path(record["path"]), record["stale"]))
         counts[state] += 1
         warned.extend((Path(record["path"]), warning) for warning in record["warnings"])
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
         table.add_row(
             record["grid"], record["run_id"][:8], f"[{style}]{state}[/{style}]",
-            str(spec.get("method", "?")), str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
+            record["method_display_name"], str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
             str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
             *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS), _warnings_cell(record["warnings"]),
             escape(record["progress"]),
         )
-    return table, counts, failed, warned
+    return table, counts, failed, warned, stale
 
 
 def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None) -> Counter[str]:
     console = console or output_console()
-    table, counts, failed, warned = status_table(root, extra_states)
+    table, counts, failed, warned, stale = status_table(root, extra_states)
     console.print(table)
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     for path, reason in failed:
         console.print(f"[red]failed[/red] {escape(str(path))}: {escape(reason)}")
+    for path, why in stale:
+        console.print(f"[yellow]stale[/yellow] {escape(str(path))}: {escape(why)} "
+                      "(`run GRID --rerun-stale` trains the grid's stale runs again)")
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
+    for line in expected_summary(status_records(root, extra_states)):
+        console.print(line, markup=False, style="dim")
     return counts
+
+
+def expected_summary(records: list[dict[str, Any]]) -> list[str]:
+    """One line per expected out-of-range diagnostic over all runs: how many runs, the values'
+    range and why the protocol makes it expected (instead of one warning per run)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for record in records:
+        for item in record["expected_warnings"]:
+            path, _, rest = item["warning"].partition(" = ")
+            grouped.setdefault((path, item["why"]), []).append(rest)
+    lines = []
+    for (path, why), found in grouped.items():
+        values = sorted(float(rest.split(" ", 1)[0]) for rest in found)
+        bound = found[0].split(" ", 1)[1]
+        shown = f"{values[0]:.3g}" if len(values) == 1 else f"{values[0]:.3g}–{values[-1]:.3g}"
+        lines.append(f"expected, not a fault: {path} {bound} in {len(values)} run(s) ({shown}): {why}")
+    return lines

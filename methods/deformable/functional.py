@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from methods.common.precision import float32_island
+
 KERNEL = 2  # prototypes are D×2×2 (methods.md)
 DILATION = 2  # official run: prototype_dilation=2
 PADDING = 1  # official model.py: prototype_padding = (1, 1)
@@ -57,12 +59,12 @@ def norm_preserving_sample(features: Tensor, positions: Tensor) -> Tensor:
     _, parts, out_h, out_w, _ = positions.shape
     low = positions.detach().floor()
     frac = (positions - low).unsqueeze(1)  # B×1×K×H'×W'×2
-    step = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]], device=positions.device).view(1, 4, 1, 1, 1, 2)
+    corner = torch.arange(4, device=positions.device)  # built on the device: no host-to-device copy per step
+    step = torch.stack([corner // 2, corner % 2], dim=-1).view(1, 4, 1, 1, 1, 2)  # (0,0), (0,1), (1,0), (1,1)
     weights = torch.where(step == 1, frac, 1 - frac).prod(dim=-1)  # B×4×K×H'×W'
     corners = low.unsqueeze(1) + step  # B×4×K×H'×W'×2, integer (row, col)
     # grid_sample's align_corners=False maps grid unit p to (2p + 1) / size − 1, x first
-    size = torch.tensor([width, height], device=positions.device, dtype=positions.dtype)
-    grid = (2 * corners.flip(-1) + 1) / size - 1
+    grid = torch.stack([(2 * corners[..., 1] + 1) / width, (2 * corners[..., 0] + 1) / height], dim=-1) - 1
     squared = F.grid_sample(features.square(), grid.view(batch, 4 * parts * out_h, out_w, 2),
                             mode="nearest", padding_mode="zeros", align_corners=False)
     squared = (squared.view(batch, channels, 4, parts, out_h, out_w) * weights.unsqueeze(1)).sum(dim=2)
@@ -98,6 +100,7 @@ def subtractive_margin(activations: Tensor, wrong: Tensor, margin: float) -> Ten
     return torch.where(mask, penalised, activations)
 
 
+@float32_island  # ‖G − I‖ with G's diagonal ≈ 1: bf16's spacing at 1 (2⁻⁸) would swamp the off-diagonal terms
 def within_class_orthogonality(prototypes: Tensor, per_class: int) -> Tensor:
     """``sqrt(Σ_c ‖P̂_c P̂_cᵀ − I‖_F²)``, P̂_c the (J·K)×D unit parts of class c's J prototypes
     (M×D×2×2 in, class-major). Official ``get_prototype_orthogonalities`` + ``torch.norm``, with

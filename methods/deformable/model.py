@@ -69,6 +69,8 @@ class DeformableProtoPNet(PrototypeMethod):
     trains in the joint stage at ``block_lr``.
     """
 
+    display_name = "Def. ProtoPNet"  # as the paper's tables name it
+
     cuda_ops_without_deterministic_kernel = ("grid_sample backward (deformable pooling)",)
 
     def __init__(

@@ -301,7 +301,7 @@ class MGProto(PrototypeMethod):
             latent = self.latent(batch)
             best, where = log_density(latent, self.means[batch.labels]).max(dim=1)  # B×J
             scores[batch.indices], positions[batch.indices], labels[batch.indices] = best, where, batch.labels
-            vectors[batch.indices] = latent[torch.arange(len(batch), device=latent.device)[:, None], where]
+            vectors[batch.indices] = latent[torch.arange(len(batch), device=latent.device)[:, None], where].to(vectors.dtype)
         choice = unique_image_choice(scores, labels, self.num_classes)  # C×J
         found = choice >= 0
         component = torch.arange(per_class, device=choice.device).expand_as(choice)[found]

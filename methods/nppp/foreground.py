@@ -17,9 +17,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from methods.common.precision import float32_island
+
 SIGN_RULES: tuple[str, ...] = ("native", "attention")
 
 
+@float32_island  # qr/svd have no bf16 kernel on CUDA, and CUDA autocast does not widen them
 def first_principal_component(x: Tensor, niter: int, generator: torch.Generator) -> Tensor:
     """Coordinates ``U[:, 0]`` of the M rows of ``x`` (M×D) on the first left singular vector of
     the column-centred ``x``, as ``torch.pca_lowrank(x, q=1, center=True, niter=niter)[0][:, 0]``."""

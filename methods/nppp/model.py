@@ -175,11 +175,11 @@ class NPPP(PrototypeMethod):
 
     @torch.no_grad()
     def _record_foreground(self, fg: Tensor, epoch: int) -> None:
-        if int(self.foreground_epoch) != epoch:  # a new epoch starts a new tally
-            self.foreground_epoch.fill_(epoch)
-            self.foreground_sum.zero_()
-            self.foreground_min.fill_(1.0)
-            self.foreground_images.zero_()
+        kept = self.foreground_epoch == epoch  # a new epoch starts a new tally (on the device: no host sync)
+        self.foreground_epoch.fill_(epoch)
+        self.foreground_sum.copy_(torch.where(kept, self.foreground_sum, 0.0))
+        self.foreground_min.copy_(torch.where(kept, self.foreground_min, 1.0))
+        self.foreground_images.copy_(torch.where(kept, self.foreground_images, 0))
         share = fg.to(self.foreground_sum.dtype).mean(dim=-1)  # B
         self.foreground_sum += share.sum()
         self.foreground_min.copy_(torch.minimum(self.foreground_min, share.min()))

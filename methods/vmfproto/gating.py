@@ -16,6 +16,8 @@ import math
 import torch
 from torch import Tensor
 
+from methods.common.precision import float32_island
+
 GATING_VARIANTS: tuple[str, ...] = ("attention_pca", "pca", "attention", "none")
 #: the variants that read the CLS attention (a trunk without a CLS token, SigLIP, cannot run them)
 ATTENTION_GATES: frozenset[str] = frozenset({"attention_pca", "attention"})
@@ -120,6 +122,7 @@ def attention_region(attention: Tensor) -> Tensor:
     return torch.where((region.sum(-1) < 2).unsqueeze(-1), top, region)
 
 
+@float32_island  # eigh has no bf16 kernel on CUDA, and CUDA autocast does not widen it (README, GPU)
 def foreground_scores(tokens: Tensor, attention: Tensor | None, variant: str) -> Tensor:
     """Foregroundness ``m ∈ [0, 1]`` per patch (Eq. fg_mask), B×N, for a gating ``variant``
     other than ``none``. ``tokens``: B×N×D frozen tokens; ``attention``: B×N CLS→patch (None

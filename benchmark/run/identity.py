@@ -1,0 +1,158 @@
+"""What a finished run's result depends on, and whether the current code still gives it.
+
+Two things name a result (README, "Run identity and stale results"):
+
+- the **run id** hashes the resolved configuration: every RunSpec field that shapes the
+  result and the method's hyperparameters *with their defaults filled in*
+  (:meth:`benchmark.config.RunSpec.identity`), so a changed value, a changed default
+  included, is another run;
+- the **method fingerprint** hashes the source files that define the method: the module (or
+  package) of its adapter class and, transitively, every module it imports from the suite's
+  ``methods/`` package or from the adapter's own package. A result whose fingerprint is not
+  the current code's is **stale**: kept and shown, flagged by every reader, never silently
+  reused (``run`` skips it unless ``--rerun-stale``).
+
+A result written before the run id covered resolved hyperparameters has no fingerprint and
+lies under its earlier run id: it reads stale ("earlier version").
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import shutil
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from benchmark.config import RunSpec
+from benchmark.errors import ProtobenchError
+from benchmark.run.store import LOCKED_FILES, RunDir, run_lock
+
+SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
+# Modules of ``methods`` that adapters import but that compute nothing a result holds: the
+# registry (names, argument checks), its stand-in block, the contract checks, diagnostics.
+HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.contract", "methods.diagnostics"})
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of module ``name`` (None: not found, or no Python source)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _imported_modules(module: str, path: Path) -> set[str]:
+    """Absolute names of the modules a source file imports (``from X import Y`` gives X and X.Y:
+    Y may be a submodule)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            names.add(stem)
+            names.update(f"{stem}.{alias.name}" for alias in node.names)
+    return {n for n in names if n}
+
+
+def _package_modules(package: str) -> list[str]:
+    """Every module of ``package`` (its directory, recursively)."""
+    init = _module_file(package)
+    if init is None or init.name != "__init__.py":
+        return []
+    return [".".join((package, *p.relative_to(init.parent).with_suffix("").parts)).removesuffix(".__init__")
+            for p in sorted(init.parent.rglob("*.py"))]
+
+
+def method_source_files(cls: type) -> dict[str, Path]:
+    """Module name → source file of every module that defines ``cls``'s method: its own module,
+    the rest of its package when it lives in one (``methods.mgproto``; the suite's ``methods``
+    itself is no adapter's package), and what those import, transitively, from ``methods`` or
+    from the adapter's top-level package."""
+    module = cls.__module__
+    path = _module_file(module)
+    if path is None:
+        raise ProtobenchError(f"the source of method {module}:{cls.__qualname__} cannot be found, so its "
+                              "fingerprint cannot be taken; load it from a .py file on PYTHONPATH")
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    followed = {SUITE_METHODS_PACKAGE, module.partition(".")[0]}
+    todo = [module, *(_package_modules(package) if package and package != SUITE_METHODS_PACKAGE else [])]
+    files: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        if name in files or name in HARNESS_MODULES or name.partition(".")[0] not in followed:
+            continue
+        file = _module_file(name)
+        if file is not None:
+            files[name] = file
+            todo.extend(_imported_modules(name, file) - set(files))
+    return dict(sorted(files.items()))
+
+
+@lru_cache(maxsize=None)
+def method_fingerprint(method: str) -> str:
+    """sha256 (hex) over (module name, sha256 of bytes) of :func:`method_source_files`: any edit,
+    a comment included, changes it; moving the checkout does not."""
+    from methods.registry import get_method_class
+
+    digest = hashlib.sha256()
+    for name, path in method_source_files(get_method_class(method)).items():
+        digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def staleness(result: dict[str, Any]) -> str | None:
+    """Why a finished result is stale under the current code, or None when it is current: an
+    earlier version's result (no fingerprint), a method whose defaults changed (its spec now
+    resolves to another run id than the one it ran as), or edited method code."""
+    recorded = result.get("method_fingerprint")
+    spec = result.get("spec")
+    if not isinstance(recorded, str) or not isinstance(spec, dict):
+        return "earlier version (written before run ids covered resolved hyperparameters)"
+    try:
+        current = RunSpec.from_json(spec)
+        fingerprint = method_fingerprint(current.method)
+    except ProtobenchError as err:
+        return f"cannot check against the current code ({err})"
+    if current.run_id != result.get("run_id"):
+        return f"the method's defaults changed (its spec is now run {current.run_id})"
+    if fingerprint != recorded:
+        return "the method's code changed since it ran"
+    return None
+
+
+def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:
+    """The stale result standing for ``spec`` in its grid folder and why it is stale: the one in
+    its own run directory (code or defaults changed), else an earlier version's under
+    :attr:`~benchmark.config.RunSpec.earlier_run_id`. None when there is none."""
+    result = rd.result()
+    if result is not None:
+        reason = staleness(result)
+        return None if reason is None else (rd, reason)
+    earlier = RunDir(rd.path.parent / spec.earlier_run_id)
+    if earlier.path == rd.path or (old := earlier.result()) is None:
+        return None
+    return earlier, staleness(old) or "earlier version"
+
+
+def discard_stale(rd: RunDir, *, whole_dir: bool) -> None:
+    """Delete a stale result before its run is trained again (``run --rerun-stale``): the files
+    of the attempt (result, checkpoint, epoch log, failure) or, for an earlier version's run
+    directory, the directory. Raises :class:`benchmark.run.store.RunBusy` when a live process
+    holds the run."""
+    with run_lock(rd.path):
+        if not whole_dir:
+            for name in LOCKED_FILES:
+                (rd.path / name).unlink(missing_ok=True)
+    if whole_dir:
+        shutil.rmtree(rd.path)

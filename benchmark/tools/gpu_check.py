@@ -1,0 +1,129 @@
+"""``make gpu-check``: every step runs and writes its output, whatever failed before it.
+
+A GPU is lent rarely and for a short time, so one failing step must not cost the others'
+measurements: the ``gpu`` tests, ``perf --paper-scale`` and the ``cub_main`` projection from it
+each run as their own process, with their output in ``OUT/``; a table of the steps (exit status,
+seconds, file) ends the check and is written to ``OUT/summary.json``, and the check exits
+non-zero when any step failed.
+
+``--device cpu`` is the dry run CI makes (.ci/run): the same commands and the same files, the
+``gpu`` tests skipped (no CUDA) and the paper-scale preset shrunk to a tiny trunk and 8 classes so
+that it takes seconds, so the target cannot rot before a GPU is lent.
+
+Every step is a fresh process: ``import benchmark`` sets ``CUBLAS_WORKSPACE_CONFIG`` in it before
+cuBLAS starts (cuBLAS reads it once), so ``deterministic = true`` applies.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+DEVICES = ("cuda", "cpu")
+#: ``--device cpu``: the paper-scale preset on a tiny trunk and dataset (seconds on a CPU)
+DRY_RUN_PERF = ["--set", "backbone_args={depth = 1, embed_dim = 48, num_heads = 2}",
+                "--set", "dataset_args={classes = 8, images_per_class = 2, seed = 0}",
+                "--set", "batch_size=8", "--set", "eval_batch_size=8", "--warmup", "1", "--timed-batches", "2"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command; its stdout and stderr go to ``log`` (relative to the check's folder)."""
+
+    name: str
+    command: list[str]
+    log: str
+    writes: str  # the file the step exists to produce, relative to the check's folder
+    cwd: Path | None = None  # None: this process's
+
+
+@dataclass(frozen=True)
+class StepResult:
+    name: str
+    returncode: int
+    seconds: float
+    log: str
+    writes: str
+    written: bool
+
+
+def gpu_check_steps(device: str, out: Path, python: str = sys.executable) -> list[Step]:
+    """The check's steps for ``device`` (``cuda``: the real check; ``cpu``: the dry run)."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown gpu-check device {device!r}; choose one of {', '.join(DEVICES)}")
+    out = out.resolve()
+    cli = [python, "-m", "benchmark.cli"]
+    perf = [*cli, "perf", "--paper-scale", "--device", device, "--runs-dir", str(out / "runs"),
+            "--out", str(out / "perf-paper-scale.json"), *(DRY_RUN_PERF if device == "cpu" else [])]
+    return [
+        Step("gpu tests", [python, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rs",
+                           "--junitxml", str(out / "pytest-gpu.xml")], "pytest-gpu.txt", "pytest-gpu.xml"),
+        # in OUT: the preset generates its synthbirds under ./data/, apart from any other set
+        Step("perf --paper-scale", perf, "perf-paper-scale.txt", "perf-paper-scale.json", cwd=out),
+        Step("plan cub_main", [*cli, "plan", "benchmark/grids/cub_main.toml", "--perf", str(out / "perf-paper-scale.json")],
+             "plan-cub_main.txt", "plan-cub_main.txt"),
+        # the FLOPs model's projection (H100), to compare with the measured one above
+        Step("plan cub_main (model)", [*cli, "plan", "benchmark/grids/cub_main.toml"],
+             "plan-cub_main-model.txt", "plan-cub_main-model.txt"),
+    ]
+
+
+def run_steps(steps: list[Step], out: Path, *, echo=print) -> list[StepResult]:  # noqa: ANN001
+    """Run every step in order (a failure does not stop the next), each in its own process
+    (which sets the deterministic settings when it imports ``benchmark``); output to ``out/step.log``."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for step in steps:
+        echo(f"gpu-check: {step.name}: {' '.join(step.command)}")
+        started = time.perf_counter()
+        with open(out / step.log, "wb") as log:
+            try:
+                code = subprocess.run(step.command, stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=step.cwd).returncode
+            except OSError as err:  # the command itself could not start
+                log.write(f"gpu-check: {step.name} did not start: {err}\n".encode())
+                code = 127
+        results.append(StepResult(step.name, code, round(time.perf_counter() - started, 1), step.log, step.writes,
+                                  (out / step.writes).is_file()))
+    return results
+
+
+def summarise(results: list[StepResult], out: Path) -> str:
+    """The closing table; also written as ``out/summary.json``."""
+    (out / "summary.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    lines = [f"{'step':<20} {'status':<10} {'seconds':>8}  output"]
+    for r in results:
+        status = "ok" if r.returncode == 0 else f"FAILED {r.returncode}"
+        output = f"{out / r.writes}" if r.written else f"(no {r.writes}; see {out / r.log})"
+        lines.append(f"{r.name:<20} {status:<10} {r.seconds:>8.1f}  {output}")
+    failed = [r.name for r in results if r.returncode != 0]
+    lines.append(f"gpu-check: {len(failed)} of {len(results)} steps failed: {', '.join(failed)}" if failed
+                 else f"gpu-check: all {len(results)} steps passed")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmark.tools.gpu_check", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda", choices=DEVICES, help="cuda: the check; cpu: the dry run (CI)")
+    parser.add_argument("--out", default="gpu-check", help="folder of every step's output (default: gpu-check)")
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu-check needs a CUDA GPU: torch.cuda.is_available() is False (`make gpu-check DEVICE=cpu` "
+                  "is the dry run)", file=sys.stderr)
+            return 2
+    out = Path(args.out)
+    results = run_steps(gpu_check_steps(args.device, out), out)
+    print(summarise(results, out))
+    return 0 if all(r.returncode == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

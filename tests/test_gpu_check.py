@@ -1,0 +1,51 @@
+"""``make gpu-check`` (benchmark/tools/gpu_check.py): every step runs and writes its output even
+when an earlier one failed, the failures are summarised, the exit status says whether any failed;
+the CPU dry run has the same steps and files as the CUDA check."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark.tools.gpu_check import DRY_RUN_PERF, Step, gpu_check_steps, main, run_steps, summarise
+
+
+def _write(name: str, code: int) -> list[str]:
+    return [sys.executable, "-c", f"import sys; open({name!r}, 'w').write('x'); print('ran {name}'); sys.exit({code})"]
+
+
+def test_every_step_runs_and_writes_after_a_failure_and_the_summary_names_it(tmp_path: Path) -> None:
+    steps = [Step("first", _write("a.txt", 0), "first.log", "a.txt", cwd=tmp_path),
+             Step("broken", _write("b.txt", 3), "broken.log", "b.txt", cwd=tmp_path),
+             Step("missing", ["/nonexistent/command"], "missing.log", "c.txt", cwd=tmp_path),
+             Step("last", _write("d.txt", 0), "last.log", "d.txt", cwd=tmp_path)]
+    results = run_steps(steps, tmp_path, echo=lambda line: None)
+    assert [(r.name, r.returncode, r.written) for r in results] == [
+        ("first", 0, True), ("broken", 3, True), ("missing", 127, False), ("last", 0, True)]
+    assert (tmp_path / "last.log").read_text() == "ran d.txt\n"
+    assert "did not start" in (tmp_path / "missing.log").read_text()
+    table = summarise(results, tmp_path)
+    assert table.splitlines()[-1] == "gpu-check: 2 of 4 steps failed: broken, missing"
+    assert "FAILED 3" in table and f"(no c.txt; see {tmp_path / 'missing.log'})" in table
+    assert [r["name"] for r in json.loads((tmp_path / "summary.json").read_text())] == ["first", "broken", "missing",
+                                                                                        "last"]
+
+
+def test_the_dry_run_runs_the_checks_commands_and_writes_its_files(tmp_path: Path) -> None:
+    cuda, cpu = (gpu_check_steps(device, tmp_path) for device in ("cuda", "cpu"))
+    assert [(s.name, s.log, s.writes, s.cwd) for s in cuda] == [(s.name, s.log, s.writes, s.cwd) for s in cpu]
+    for a, b in zip(cuda, cpu):
+        shrunk = [*a.command, *(DRY_RUN_PERF if a.name.startswith("perf") else [])]
+        assert [arg.replace("cuda", "cpu") for arg in shrunk] == b.command
+    assert [s.writes for s in cuda] == ["pytest-gpu.xml", "perf-paper-scale.json", "plan-cub_main.txt",
+                                          "plan-cub_main-model.txt"]
+
+
+def test_the_cuda_check_refuses_a_machine_without_cuda(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(["--device", "cuda", "--out", str(tmp_path / "out")]) == 2
+    assert "DEVICE=cpu" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="unknown gpu-check device 'tpu'"):
+        gpu_check_steps("tpu", tmp_path)
