@@ -72,6 +72,7 @@ class Architecture:
     embed_dim: int
     num_prefix_tokens: int
     has_cls_token: bool
+    depth: int  # transformer blocks (the cost model's trunk pass)
     mean: tuple[float, float, float]  # timm's data config (resolve_model_data_config): the
     std: tuple[float, float, float]  # normalisation the pretrained weights expect
 
@@ -83,6 +84,7 @@ def _architecture(spec: BackboneSpec) -> Architecture:
     data = resolve_model_data_config(model)
     return Architecture(patch_size=int(model.patch_embed.patch_size[0]), embed_dim=int(model.embed_dim),
                         num_prefix_tokens=int(model.num_prefix_tokens), has_cls_token=model.cls_token is not None,
+                        depth=len(model.blocks),
                         mean=tuple(float(v) for v in data["mean"]), std=tuple(float(v) for v in data["std"]))
 
 

@@ -262,13 +262,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from slurm.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid, select_runs
-    from benchmark.tools.plan import check_present_data, load_perf, make_plan, paper_costs, print_plan
+    from benchmark.tools.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     if args.only:
         grid = dataclasses.replace(grid, runs=tuple(select_runs(grid, args.only)))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
-    costs = load_perf(args.perf) if args.perf else paper_costs()
+    device_model = args.device_model or profile.device_model
+    costs = load_perf(args.perf, device_model) if args.perf else model_costs(device_model)
     check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
     _print_plan_file_checks(grid)
@@ -595,11 +596,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", help="where a grid's or a run id's runs are (default: the grid's runs_dir, 'runs')")
     p.set_defaults(func=cmd_cancel)
 
+    from benchmark.tools.costmodel import DEVICES
+
     p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
     p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/cub_main.toml")
     p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
     p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
-                                  "(default: the paper's runtime table)")
+                                  "from the target device (default: the FLOPs-and-bytes model)")
+    p.add_argument("--device-model", choices=sorted(DEVICES),
+                   help="the GPU the cost model assumes (default: the profile's device_model, H100)")
     add_only_option(p)
     add_grid_options(p)
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")

@@ -34,6 +34,7 @@ from typing import Any
 from benchmark.config import RunSpec, read_toml, require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
 from benchmark.grid import cache_group
+from benchmark.tools.costmodel import DEVICES
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class ClusterProfile:
     runs_per_task: int = 1  # runs packed back to back into one array task (1: one run per task)
     task_time_budget_min: int | None = None  # estimated run time per task (None: see task_budget_hours)
     task_startup_s: int = 60  # planning estimate of a task's start-up: process, imports, trunk, cache open
+    device_model: str = "H100"  # the GPU `plan`'s cost model assumes (benchmark/tools/costmodel.DEVICES)
+    storage_gb_s: float = 1.0  # planning estimate of a job's read bandwidth from the shared cache storage
+    local_storage_gb_s: float = 2.0  # planning estimate of node-local scratch reads (cache_stage = "local")
 
     def shape_for(self, spec: RunSpec) -> JobShape:
         return dict(self.backbone_shapes).get(spec.backbone, self.shape)
@@ -118,16 +122,18 @@ class ClusterProfile:
 
 PROFILE_KEYS: tuple[str, ...] = (*SHAPE_KEYS, "description", "setup", "signal_delay_s", "array_parallelism",
                                  "max_requeues", "device", "snapshot", "sbatch", "backbone", "runs_per_task",
-                                 "task_time_budget_min", "task_startup_s")
+                                 "task_time_budget_min", "task_startup_s", "device_model", "storage_gb_s",
+                                 "local_storage_gb_s")
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "partition": str, "account": str, "qos": str, "constraint": str, "description": str, "device": str,
     "gpus_per_node": int, "cpus_per_task": int, "timeout_min": int, "signal_delay_s": int,
     "array_parallelism": int, "max_requeues": int, "mem_gb": (int, float), "setup": list, "snapshot": bool,
     "sbatch": dict, "backbone": dict, "runs_per_task": int, "task_time_budget_min": int, "task_startup_s": int,
+    "device_model": str, "storage_gb_s": (int, float), "local_storage_gb_s": (int, float),
 }
 _MINIMUM = {"gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 0.1, "timeout_min": 1, "signal_delay_s": 0,
             "array_parallelism": 1, "max_requeues": 0, "runs_per_task": 1, "task_time_budget_min": 1,
-            "task_startup_s": 0}
+            "task_startup_s": 0, "storage_gb_s": 0.001, "local_storage_gb_s": 0.001}
 
 
 def _check(key: str, value: Any, where: str) -> None:
@@ -138,6 +144,9 @@ def _check(key: str, value: Any, where: str) -> None:
         raise ProtobenchError(f"{where}: setup must be a list of shell lines (strings)")
     if key == "sbatch" and not all(isinstance(v, (str, int)) for v in value.values()):
         raise ProtobenchError(f"{where}: [sbatch] values must be strings or integers (an #SBATCH flag each)")
+    if key == "device_model" and value not in DEVICES:
+        raise ProtobenchError(f"{where}: device_model = {value!r} must be one of {', '.join(DEVICES)} "
+                              "(the GPUs of `plan`'s cost model)")
     if key == "device" and value not in ("auto", "cpu") and not value.startswith("cuda"):
         raise ProtobenchError(f"{where}: device = {value!r} must be 'auto', 'cpu' or 'cuda[:N]'")
 
@@ -186,6 +195,9 @@ def parse_profile(data: dict[str, Any], *, source: str, name: str) -> ClusterPro
         runs_per_task=data.get("runs_per_task", ClusterProfile.runs_per_task),
         task_time_budget_min=data.get("task_time_budget_min"),
         task_startup_s=data.get("task_startup_s", ClusterProfile.task_startup_s),
+        device_model=data.get("device_model", ClusterProfile.device_model),
+        storage_gb_s=float(data.get("storage_gb_s", ClusterProfile.storage_gb_s)),
+        local_storage_gb_s=float(data.get("local_storage_gb_s", ClusterProfile.local_storage_gb_s)),
     )
     for label, job in (("", shape), *((f" [backbone.{b}]", s) for b, s in overrides)):
         if job.timeout_min * 60 <= profile.signal_delay_s:

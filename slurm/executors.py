@@ -32,7 +32,7 @@ from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
 from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, adapter_paths, add_job_record, run_states
-from benchmark.tools.plan import paper_costs, run_epochs
+from benchmark.tools.plan import model_costs, run_hours
 from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
 from slurm.snapshot import code_snapshot, snapshot_path
 from benchmark.run.identity import discard_stale, stale_result
@@ -202,10 +202,10 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     if not todo:
         return result
     preflight(todo)
-    costs = paper_costs()  # the plan's per-run estimate decides how many runs fit in a task's budget
+    costs = model_costs(profile.device_model)  # the plan's estimate decides how many runs fit in a task
 
     def estimate(spec: RunSpec) -> float:
-        return costs.run_seconds(spec, run_epochs(spec))[0] / 3600
+        return run_hours(costs, spec, profile)[0]
 
     use_snapshot = executor == "slurm" and profile.snapshot
     result.snapshot = snapshot_path(runs_root) if use_snapshot else None

@@ -39,7 +39,8 @@ def test_the_dry_run_runs_the_checks_commands_and_writes_its_files(tmp_path: Pat
     for a, b in zip(cuda, cpu):
         shrunk = [*a.command, *(DRY_RUN_PERF if a.name.startswith("perf") else [])]
         assert [arg.replace("cuda", "cpu") for arg in shrunk] == b.command
-    assert [s.writes for s in cuda] == ["pytest-gpu.xml", "perf-paper-scale.json", "plan-cub_main.txt"]
+    assert [s.writes for s in cuda] == ["pytest-gpu.xml", "perf-paper-scale.json", "plan-cub_main.txt",
+                                          "plan-cub_main-model.txt"]
 
 
 def test_the_cuda_check_refuses_a_machine_without_cuda(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -16,7 +16,7 @@ from benchmark.errors import ProtobenchError
 from slurm.executors import group_by_shape, submit_runs, wait_for
 from benchmark.grid import GridSpec, cache_group, parse_grid
 from slurm.jobs import ATTEMPT_FILE, JobRecord, RunJob, TaskRun, job_records, merge_state
-from benchmark.tools.plan import make_plan, paper_costs
+from benchmark.tools.plan import make_plan, model_costs
 from slurm.scheduler import JobState
 from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import TrainingInterrupted
@@ -94,8 +94,8 @@ def test_shipped_example_profile_documents_packing() -> None:
 # ---- plan --------------------------------------------------------------------------------------
 def test_plan_counts_tasks_and_charges_start_up_once_per_task() -> None:
     grid = paper_grid()
-    unpacked = make_plan(grid, ClusterProfile(task_startup_s=90), paper_costs())
-    packed = make_plan(grid, ClusterProfile(task_startup_s=90, runs_per_task=2), paper_costs())
+    unpacked = make_plan(grid, ClusterProfile(task_startup_s=90), model_costs())
+    packed = make_plan(grid, ClusterProfile(task_startup_s=90, runs_per_task=2), model_costs())
     ((_, tasks_1),), ((_, tasks_2),) = unpacked.tasks, packed.tasks
     assert [len(t) for t in tasks_1] == [1, 1, 1, 1] and [len(t) for t in tasks_2] == [2, 2]
     assert unpacked.startup_hours == pytest.approx(4 * 90 / 3600)

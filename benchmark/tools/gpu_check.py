@@ -67,6 +67,9 @@ def gpu_check_steps(device: str, out: Path, python: str = sys.executable) -> lis
         Step("perf --paper-scale", perf, "perf-paper-scale.txt", "perf-paper-scale.json", cwd=out),
         Step("plan cub_main", [*cli, "plan", "benchmark/grids/cub_main.toml", "--perf", str(out / "perf-paper-scale.json")],
              "plan-cub_main.txt", "plan-cub_main.txt"),
+        # the FLOPs model's projection (H100), to compare with the measured one above
+        Step("plan cub_main (model)", [*cli, "plan", "benchmark/grids/cub_main.toml"],
+             "plan-cub_main-model.txt", "plan-cub_main-model.txt"),
     ]
 
 

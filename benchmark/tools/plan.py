@@ -3,18 +3,15 @@
 
 Nothing here needs a dataset or a weights file: dataset sizes are the official split sizes,
 epochs come from each method's stages (built on a tiny stand-in context), and per-epoch
-costs come from ``protobench perf --out`` measurements or, by default, from the paper.
+costs come from ``protobench perf --out`` measurements from the target device or, by default,
+from the FLOPs-and-bytes model of :mod:`benchmark.tools.costmodel` (calibrated on the paper's
+RTX 8000 epochs) for the profile's ``device_model`` (default H100).
 Datasets already on disk are checked as ``run`` checks them (:func:`check_present_data`).
 
-Default per-epoch costs — source: the paper's "Computational Cost" section
-(``paper/vmfproto.tex``, Table ``tab:supp_runtime``; also ``reports/paper/runtime.csv``):
-CUB-200-2011 (5,994 training images), DINOv2 ViT-B/14, J = 5, batch 128, mean epoch of a
-clean 10-epoch run on one NVIDIA Quadro RTX 8000: NPPP 76.9 s, vMFProto 206.8 s; forward-only
-inference NPPP 189.0 img/s, vMFProto 73.0 img/s. The paper times no other method and no
-other backbone, so the other methods are charged NPPP's epoch and every backbone ViT-B/14's
-(an over-estimate for ViT-S). A run's cost is epoch cost × (its training images / 5,994) ×
-its epochs (every epoch of every stage); a token cache costs one trunk pass over its images
-at NPPP's inference rate (trunk + a light head: an upper bound for the trunk alone).
+Reading the training entry (:func:`training_read_seconds`), whatever the compute costs: an
+entry that fits in the job's ``mem_gb`` is read once (the page cache keeps it); a larger one
+(offline40's) is read every epoch, from the shared storage at the profile's ``storage_gb_s``, or
+with ``cache_stage = "local"`` copied once at that rate and read at ``local_storage_gb_s``.
 
 Measured costs (``plan --perf FILE``): a run is charged the measurement of its method on the
 same backbone, T (tokens), d (width), C and J when the file has one: per stage, epochs ×
@@ -42,16 +39,11 @@ from typing import Any
 
 from slurm.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.config import RunSpec
+from benchmark.tools.costmodel import DEFAULT_DEVICE, CostModel, calibrate, device
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
 
-PAPER_SOURCE = ("paper Table tab:supp_runtime (CUB, DINOv2 ViT-B/14, J=5, batch 128, "
-                "Quadro RTX 8000)")
-PAPER_EPOCH_SECONDS = {"nppp": 76.9, "vmfproto": 206.8}  # CUB epoch, 5,994 training images
-PAPER_STAND_IN = "nppp"  # the cost charged to methods the paper did not time
-PAPER_TRUNK_IMAGES_PER_SECOND = 189.0  # NPPP's forward-only inference
-CUB_TRAIN_IMAGES = 5994
 GB = 10**9  # cache sizes are printed in decimal gigabytes
 
 # Official split sizes (train, test).
@@ -122,8 +114,12 @@ class Shape:
         """Multiply-adds per image of one appended pre-norm transformer block (per token: QKV and
         output projections 4·d², MLP of ratio 4 8·d², attention scores and weighted sum 2·T·d)
         plus the prototype similarities (C·J·d per token): the scaling model of ``plan --perf``."""
+        return self.block_macs() + self.classes * self.prototypes_per_class * self.tokens * self.width
+
+    def block_macs(self) -> float:
+        """Multiply-adds per image of one pre-norm ViT block: T·(12·d² + 2·T·d)."""
         t, d = self.tokens, self.width
-        return t * (12 * d * d + 2 * t * d) + self.classes * self.prototypes_per_class * t * d
+        return t * (12 * d * d + 2 * t * d)
 
     def describe(self) -> str:
         return f"T={self.tokens} d={self.width} C={self.classes} J={self.prototypes_per_class}"
@@ -140,6 +136,22 @@ def run_shape(spec: RunSpec) -> Shape:
     else:
         classes = DATASET_CLASSES[spec.dataset]
     return Shape(grid[0] * grid[1], width, classes, spec.prototypes_per_class)
+
+
+def trunk_macs(spec: RunSpec) -> float:
+    """Forward multiply-adds per image of the run's whole trunk: depth × one block at its shape."""
+    from benchmark.backbones import backbone_spec
+
+    depth = int(spec.backbone_args.get("depth", backbone_spec(spec.backbone).architecture.depth))
+    return depth * run_shape(spec).block_macs()
+
+
+def push_count(spec: RunSpec) -> int:
+    """Push epochs of the run's method (``push_epochs``; 0 for methods without a push)."""
+    from methods.registry import stand_in_method
+
+    return len(getattr(stand_in_method(spec.method, spec.method_args, spec.prototypes_per_class),
+                       "push_epochs", ()))
 
 
 @dataclass(frozen=True)
@@ -173,11 +185,11 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Costs:
-    """Measurements (empty: the paper's per-epoch costs) and the trunk's images/s; ``source``
-    says where the numbers come from."""
+    """Measurements from ``perf`` (used where they cover a run) and the FLOPs-and-bytes model (the
+    rest); ``source`` says where the numbers come from."""
 
     measurements: tuple[Measurement, ...]
-    trunk_images_per_second: float
+    model: CostModel
     source: str
 
     def _closest(self, spec: RunSpec, shape: Shape) -> Measurement | None:
@@ -187,7 +199,8 @@ class Costs:
         return (exact or same_backbone or mine or [None])[0]
 
     def run_seconds(self, spec: RunSpec, epochs: int) -> tuple[float, str]:
-        """Seconds of the whole run (every epoch of every stage) and which cost produced them."""
+        """Compute seconds of the whole run (every epoch of every stage, pushes, evaluation) and
+        which cost produced them; storage reads are :func:`training_reads`."""
         train = split_images(spec, "train") * augmentation_factor(spec.augmentation)
         shape = run_shape(spec)
         found = self._closest(spec, shape)
@@ -198,18 +211,33 @@ class Costs:
             factor = shape.flops() / found.shape.flops()
             return seconds * factor, (f"scaled from measured ({found.label}, {found.shape.describe()}) "
                                       f"by block + head FLOPs ×{factor:.2f} to {shape.describe()}")
-        name = spec.method if spec.method in PAPER_EPOCH_SECONDS else PAPER_STAND_IN
-        note = "paper" if name == spec.method else f"paper ({PAPER_STAND_IN}'s)"
-        return epochs * train * PAPER_EPOCH_SECONDS[name] / CUB_TRAIN_IMAGES, note
+        test = split_images(spec, "test") * (2 if spec.is_cub_format else 1)  # clean + noisy views
+        cost = self.model.run_cost(method=spec.method, precision=spec.precision, head_macs=shape.flops(),
+                                   live_trunk_macs=0.0 if spec.cache else trunk_macs(spec), epochs=epochs,
+                                   pushes=push_count(spec), train_images=train,
+                                   push_images=split_images(spec, "train"), test_images=test)
+        calibrated = spec.method == "nppp" or spec.method in self.model.calibration.overhead_bytes_per_image
+        return cost.total, f"model ({self.model.device.name}{'' if calibrated else ', FLOPs only'})"
 
-    def cache_images_per_second(self, backbone: str) -> float:
-        """The trunk's measured rate on ``backbone`` (the mean of all if it was not measured)."""
-        rates = [m.trunk_images_per_second for m in self.measurements if m.backbone == backbone]
-        return sum(rates) / len(rates) if rates else self.trunk_images_per_second
+    def cache_seconds(self, need: CacheNeed) -> float:
+        """One trunk pass over the entry's images: the measured bare-trunk rate of its backbone (the
+        mean measured rate if it was not measured), else the model's trunk forward at fp32."""
+        rates = [m.trunk_images_per_second for m in self.measurements if m.backbone == need.backbone] \
+            or [m.trunk_images_per_second for m in self.measurements]
+        if rates:
+            return need.images * len(rates) / sum(rates)
+        return self.model.compute_seconds(need.trunk_macs * need.images, "fp32")
 
 
-def paper_costs() -> Costs:
-    return Costs((), PAPER_TRUNK_IMAGES_PER_SECOND, PAPER_SOURCE)
+PAPER_SHAPE = Shape(tokens=256, width=768, classes=200, prototypes_per_class=5)  # tab:supp_runtime: CUB,
+PAPER_TRUNK_DEPTH = 12  # DINOv2 ViT-B/14 at 224×224 (16×16 patches), J = 5
+
+
+def model_costs(device_model: str = DEFAULT_DEVICE) -> Costs:
+    """The FLOPs-and-bytes model on ``device_model``, calibrated on the paper's RTX 8000 epochs."""
+    calibration = calibrate(PAPER_TRUNK_DEPTH * PAPER_SHAPE.block_macs(), PAPER_SHAPE.flops())
+    model = CostModel(device(device_model), calibration)
+    return Costs((), model, model.describe())
 
 
 def _measurement(row: dict[str, Any]) -> Measurement:
@@ -229,8 +257,9 @@ PERF_FIELDS = ("run", "method_name", "backbone", "tokens", "embed_dim", "classes
                "train_images", "test_images", "stages", "evaluate_seconds", "trunk_images_per_second", "device")
 
 
-def load_perf(path: str | Path) -> Costs:
-    """Costs from ``protobench perf --out FILE`` rows."""
+def load_perf(path: str | Path, device_model: str = DEFAULT_DEVICE) -> Costs:
+    """Costs from ``protobench perf --out FILE`` rows (the model on ``device_model`` for runs whose
+    method they do not cover)."""
     path = Path(path)
     try:
         rows = json.loads(path.read_text())
@@ -251,9 +280,10 @@ def load_perf(path: str | Path) -> Costs:
         measurements = tuple(_measurement(r) for r in rows)
     except (TypeError, ValueError, KeyError) as err:
         raise ProtobenchError(f"perf file {str(path)!r} has a malformed row ({err}); write it with `protobench perf --out`") from err
-    trunk = sum(m.trunk_images_per_second for m in measurements) / len(measurements)
     devices = sorted({m.device for m in measurements})
-    return Costs(measurements, trunk, f"{path} (protobench perf on {', '.join(devices)}, token cache on)")
+    return Costs(measurements, model_costs(device_model).model,
+                 f"measured: {path} (protobench perf on {', '.join(devices)}, token cache on), used instead of "
+                 f"the FLOPs model wherever it has the run's method")
 
 
 # ---- the plan --------------------------------------------------------------------------------
@@ -270,6 +300,7 @@ class CacheNeed:
     image_size: int
     dtype: str
     bytes: int  # the entry's files, from its layout (benchmark.cache.tokens.entry_layout)
+    trunk_macs: float  # forward multiply-adds per image of the trunk that writes it (plan.trunk_macs)
     noise_seed: int | None = None  # the stability-noise view's seed; None: clean images
 
     @property
@@ -279,12 +310,59 @@ class CacheNeed:
 
 
 @dataclass(frozen=True)
+class TrainingReads:
+    """How a run reads the training entry its epochs read, and what that costs."""
+
+    entry: CacheNeed
+    every_epoch: bool  # the entry is larger than the job's memory, so the page cache cannot keep it
+    epoch_seconds: float  # one read of the entry from where the epochs read it
+    seconds: float  # every read of the run (and the copy to node-local scratch, if staged)
+    where: str
+
+
+def training_reads(spec: RunSpec, profile: ClusterProfile) -> TrainingReads | None:
+    """The training entry's reads (None: no token cache). An entry within the job's ``mem_gb``
+    is read once (the page cache keeps it: an assumption); a larger one every epoch, from the
+    shared storage at ``storage_gb_s``, or — ``cache_stage = "local"`` — copied once at that rate
+    and read at ``local_storage_gb_s``."""
+    needs = [need for _, need in cache_needs(spec) if need.split == "train"]
+    if not needs:
+        return None
+    entry = needs[-1]  # the augmented view when there is one: the epochs read it (runner.py)
+    every_epoch = entry.bytes > profile.shape_for(spec).mem_gb * GB
+    reads = run_epochs(spec) if every_epoch else 1
+    shared = entry.bytes / (profile.storage_gb_s * GB)
+    if spec.cache_stage == "local":
+        local = entry.bytes / (profile.local_storage_gb_s * GB)
+        return TrainingReads(entry, every_epoch, local, shared + reads * local,
+                             f"node-local scratch at {profile.local_storage_gb_s:g} GB/s")
+    return TrainingReads(entry, every_epoch, shared, reads * shared,
+                         f"shared storage at {profile.storage_gb_s:g} GB/s")
+
+
+def run_hours(costs: Costs, spec: RunSpec, profile: ClusterProfile) -> tuple[float, str, TrainingReads | None]:
+    """Hours of one run (compute + training-entry reads), the compute's source, and the reads."""
+    seconds, source = costs.run_seconds(spec, run_epochs(spec))
+    reads = training_reads(spec, profile)
+    return (seconds + (reads.seconds if reads else 0.0)) / 3600, source, reads
+
+
+@dataclass(frozen=True)
 class RunCost:
     spec: RunSpec
     shape: JobShape
     epochs: int
-    hours: float
+    hours: float  # compute and training-entry reads
     source: str
+    reads: TrainingReads | None
+
+    @property
+    def epoch_read_dominates(self) -> bool:
+        """The entry is read from shared storage every epoch, and that takes longer than the rest."""
+        if self.reads is None or not self.reads.every_epoch or self.spec.cache_stage == "local":
+            return False
+        compute_per_epoch = (self.hours * 3600 - self.reads.seconds) / self.epochs
+        return self.reads.epoch_seconds > compute_per_epoch
 
 
 @dataclass(frozen=True)
@@ -366,7 +444,8 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
                       STABILITY_NOISE_SEED))
     return [((*trunk, split, view, with_early),
              CacheNeed(spec.backbone, spec.dataset, split, view, with_early, images, spec.image_size,
-                       spec.cache_dtype, entry_bytes(spec, images, early=with_early), noise_seed))
+                       spec.cache_dtype, entry_bytes(spec, images, early=with_early), trunk_macs(spec),
+                       noise_seed))
             for split, view, images, with_early, noise_seed in views]
 
 
@@ -384,11 +463,11 @@ def grid_cache_needs(runs: Iterable[RunSpec]) -> list[tuple[CacheNeed, int]]:
 def make_plan(grid: GridSpec, profile: ClusterProfile, costs: Costs) -> Plan:
     runs = []
     for spec in grid.runs:
-        epochs = run_epochs(spec)
-        seconds, source = costs.run_seconds(spec, epochs)
-        runs.append(RunCost(spec, profile.shape_for(spec), epochs, seconds / 3600, source))
+        hours, source, reads = run_hours(costs, spec, profile)
+        runs.append(RunCost(spec, profile.shape_for(spec), run_epochs(spec), hours, source, reads))
     caches = grid_cache_needs(grid.runs)
-    cache_hours = sum(need.images / costs.cache_images_per_second(need.backbone) for need, _ in caches) / 3600
+    # one trunk pass per entry, and writing it to the shared storage
+    cache_hours = sum(costs.cache_seconds(need) + need.bytes / (profile.storage_gb_s * GB) for need, _ in caches) / 3600
     return Plan(grid, profile, tuple(runs), tuple(caches), cache_hours, costs)
 
 
@@ -429,6 +508,35 @@ def print_plan(plan: Plan) -> None:
                   f"({sum(r.hours for r in plan.runs):.1f} h training, {plan.startup_hours:.1f} h start-up of "
                   f"{tasks} array task(s) at {plan.profile.task_startup_s} s each, "
                   f"{plan.cache_hours:.1f} h token caches); "
-                  f"per-epoch costs from {plan.costs.source}; runs costed by:")
+                  f"runs costed by:")
     for source, n in sorted(sources.items(), key=lambda item: -item[1]):
         console.print(f"  {n} run(s): {source}")
+    console.print(f"cost model: {plan.costs.source}")
+    console.print(f"storage: token-cache entries written, and training entries read, at {plan.profile.storage_gb_s:g} "
+                  f"GB/s from the shared storage (once if within the job's mem_gb, else every epoch; "
+                  f"cache_stage = \"local\": copied once, then read at {plan.profile.local_storage_gb_s:g} GB/s); "
+                  f"job start-up {plan.profile.task_startup_s} s per array task (profile: storage_gb_s, "
+                  f"local_storage_gb_s, task_startup_s)")
+    print_epoch_reads(plan)
+
+
+def print_epoch_reads(plan: Plan) -> None:
+    """Training entries larger than a job's memory, read every epoch: the I/O time per epoch, and
+    ``cache_stage = "local"`` recommended where it is longer than the epoch's compute."""
+    from benchmark.progress import output_console
+
+    console = output_console()
+    groups: dict[tuple[str, str, str, float], list[RunCost]] = {}
+    for run in plan.runs:
+        if run.reads is not None and run.reads.every_epoch:
+            entry = run.reads.entry
+            groups.setdefault((entry.backbone, entry.view, run.reads.where, run.reads.epoch_seconds), []).append(run)
+    for (backbone, view, where, seconds), runs in groups.items():
+        entry = runs[0].reads.entry
+        dominated = [r for r in runs if r.epoch_read_dominates]
+        line = (f"I/O: {len(runs)} run(s) read the {backbone} {view} training entry ({entry.bytes / GB:.0f} GB, "
+                f"more than the job's memory) every epoch from {where}: {seconds:.0f} s per epoch")
+        if dominated:
+            line += (f"; longer than the epoch's compute in {len(dominated)} of them — set cache_stage = \"local\" "
+                     "(copy the entry to node-local scratch once per job)")
+        console.print(line)
