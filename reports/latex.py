@@ -7,7 +7,7 @@ from __future__ import annotations
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
 from reports.layouts import VMFPROTO
-from reports.table import CellView, HeaderCell, RowView, TableView, interval_text
+from reports.table import CellView, HeaderCell, RowView, TableView, caption_text, interval_text
 
 MISSING = "--"
 # --method-macro: the paper defines \newcommand{\method}{\textsc{vMFProto}\xspace} (vmfproto.tex,
@@ -69,7 +69,7 @@ def column_spec(layout: Layout) -> str:
 
 
 def _caption(table: TableView) -> str:
-    parts = [table.layout.caption.tex]
+    parts = [caption_text(table.layout.caption.tex, table)]
     if table.has_dagger:
         parts.append(DAGGER_NOTE)
     if table.comparing:

@@ -10,7 +10,7 @@ from tabulate import tabulate
 
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
-from reports.table import CellView, HeaderCell, RowView, TableView, interval_text
+from reports.table import CellView, HeaderCell, RowView, TableView, caption_text, interval_text
 
 MISSING = "–"
 DAGGER = "†"
@@ -48,7 +48,7 @@ def _cell_text(cell: str) -> str:
 
 
 def _caption(table: TableView) -> str:
-    parts = [table.layout.caption.md]
+    parts = [caption_text(table.layout.caption.md, table)]
     if table.has_dagger:
         parts.append(DAGGER_NOTE)
     if table.comparing:

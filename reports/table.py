@@ -10,6 +10,8 @@ cell. A row whose every present cell is multi-seed gets one † on its label (th
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import pandas as pd
@@ -145,6 +147,17 @@ def build_table(
         interval_note=None if level is None else interval_note(frame, level),
         significance_note=None if significance is None or not layout.mark_best else significance_note(significance),
     )
+
+
+#: the layouts' sentence on best/second-best marks (markdown or LaTeX), which ``--significance`` replaces
+_BEST_MARKS_SENTENCE = re.compile(r"Best is (\*\*bold\*\*|\\textbf\{bold\}); second-best is "
+                                  r"(<u>underlined</u>|\\underline\{underlined\}) within each [^.]*\.\s*")
+
+
+def caption_text(caption: str, table: TableView) -> str:
+    """A layout's caption as a table shows it: with significance marks, its best/second-best
+    sentence gives way to the significance legend (no cell is underlined then)."""
+    return _BEST_MARKS_SENTENCE.sub("", caption).rstrip() if table.significance_note else caption
 
 
 def significance_note(alpha: float) -> str:

@@ -132,7 +132,10 @@ def test_significance_bolds_only_a_tested_best_and_marks_ties(runs, capsys) -> N
     # con: +20 on each of 3 seeds, but the exact Wilcoxon p cannot fall below 2/2^3 = 0.25 → tied
     assert "≈" in j4_con and "≈" in j2_con and "**" not in j4_con
     assert "exact Wilcoxon signed-rank" in out and "α = 0.05" in out
+    assert "second-best" not in out  # the legend replaces the caption's best/second-best sentence
     assert main(["report", str(runs), "--significance", "--format", "latex", "--metrics", "acc,con"]) == 0
     latex = capsys.readouterr().out
     check_latex(latex)
-    assert r"$^{\approx}$" in latex and r"\textbf{" in latex
+    assert r"$^{\approx}$" in latex and r"\textbf{" in latex and "second-best" not in latex
+    assert main(["report", str(runs), "--metrics", "acc,con"]) == 0  # without marks: the sentence stays
+    assert "second-best is <u>underlined</u>" in capsys.readouterr().out
