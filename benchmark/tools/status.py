@@ -124,11 +124,12 @@ def _known_result(result: dict[str, Any]) -> bool:
             and all(isinstance(w, str) for w in diagnostics.get("warnings") or []))
 
 
-def status_table(root: Path, extra_states: dict[str, str] | None = None
+def status_table(root: Path, records: list[dict[str, Any]]
                  ) -> tuple[Table, Counter[str], list[tuple[Path, str]], list[tuple[Path, str]],
                             list[tuple[Path, str]]]:
-    """A rich table of the runs below ``root``, the count of each state, the failed runs with
-    their reasons, the out-of-range diagnostics of finished runs and the stale runs with why."""
+    """A rich table of the runs below ``root`` (their :func:`status_records`), the count of each
+    state, the failed runs with their reasons, the out-of-range diagnostics of finished runs and
+    the stale runs with why."""
     table = Table(title=f"runs under {root}", show_lines=False)
     for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS,
                    "warnings", "progress"):
@@ -137,7 +138,7 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
     failed: list[tuple[Path, str]] = []
     warned: list[tuple[Path, str]] = []
     stale: list[tuple[Path, str]] = []
-    for record in status_records(root, extra_states):
+    for record in records:
         spec, metrics, state = record["spec"], record["metrics"], record["state"]
         if record["failure"] is not None:
             failed.append((Path(record["path"]), record["failure"]))
@@ -159,7 +160,8 @@ def status_table(root: Path, extra_states: dict[str, str] | None = None
 
 def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None) -> Counter[str]:
     console = console or output_console()
-    table, counts, failed, warned, stale = status_table(root, extra_states)
+    records = status_records(root, extra_states)  # one read of every run: the table and the summary agree
+    table, counts, failed, warned, stale = status_table(root, records)
     console.print(table)
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
@@ -170,7 +172,7 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
                       "(`run GRID --rerun-stale` trains the grid's stale runs again)")
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
-    for line in expected_summary(status_records(root, extra_states)):
+    for line in expected_summary(records):
         console.print(line, markup=False, style="dim")
     return counts
 
