@@ -43,6 +43,14 @@ def text(plain: str) -> Text:
     return Text(md=plain, tex="".join(_TEX_SPECIALS.get(ch, ch) for ch in plain))
 
 
+#: what a caption says of the best/second-best marks ({scope}: "column", "backbone/metric", …);
+#: ``report --significance`` replaces it with its legend (reports.table.caption_text)
+BEST_NOTE = Text(
+    md="Best is **bold**; second-best is <u>underlined</u> within each {scope}.",
+    tex=r"Best is \textbf{bold}; second-best is \underline{underlined} within each {scope}.",
+)
+
+
 @dataclass(frozen=True)
 class Metric:
     """A metric column: tidy column name, header, which direction is better, and the digits it

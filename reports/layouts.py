@@ -7,7 +7,7 @@ label of each layout is the paper's, so ``\\cref`` in a manuscript keeps working
 from __future__ import annotations
 
 from benchmark.errors import ProtobenchError
-from reports.layout import BodyItem, ColumnGroup, Heading, Layout, Metric, Row, Rule, Text, text
+from reports.layout import BEST_NOTE, BodyItem, ColumnGroup, Heading, Layout, Metric, Row, Rule, Text, text
 
 CON = Metric("con", text("Con."))
 STA = Metric("sta", text("Sta."))
@@ -54,10 +54,6 @@ S_BACKBONES = ("dinov2_vits14", "dinov3_vits16")
 ANCHOR = {"backbone": "dinov2_vitb14", "J": 5}  # the CUB anchor setting of the ablations
 NO_LABEL = (text(""),)
 
-BEST_NOTE = Text(
-    md="Best is **bold**; second-best is <u>underlined</u> within each {scope}.",
-    tex=r"Best is \textbf{bold}; second-best is \underline{underlined} within each {scope}.",
-)
 
 
 def _caption(title: str, body: str, *, best_within: str | None = None, tex_body: str | None = None) -> Text:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
-from reports.layout import BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
+from reports.layout import BEST_NOTE, BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
 from reports.layouts import (ACC, BACKBONES, BEYOND_THE_PAPER, CACHED_EPOCH_TIME, CON, DIS, EPOCH_TIME, METHODS, STA,
                              THROUGHPUT)
 
@@ -41,9 +41,9 @@ _BACKBONE_LABELS: dict[str, str] = {key: long_label for key, long_label, _ in BA
 _BACKBONE_ORDER: dict[str, int] = {key: i for i, (key, _, _) in enumerate(BACKBONES)}
 _CAPTION = Text(
     md="**Results.** Mean±std over seeds where a cell averages several (n = number of seeds). "
-    "Best is **bold**; second-best is <u>underlined</u> within each column.",
+    + BEST_NOTE.md.replace("{scope}", "column"),
     tex=r"\textbf{Results.} Mean$\pm$std over seeds where a cell averages several (n = number of "
-    r"seeds). Best is \textbf{bold}; second-best is \underline{underlined} within each column.",
+    r"seeds). " + BEST_NOTE.tex.replace("{scope}", "column"),
 )
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from reports.aggregate import Stat, cell_stats
 from reports.compare import Reference, reference
-from reports.layout import ColumnGroup, Heading, Layout, Metric, Row, Rule, Text
+from reports.layout import BEST_NOTE, ColumnGroup, Heading, Layout, Metric, Row, Rule, Text
 from reports.marks import Mark, rank_marks
 from reports.numbers import format_number, shown_value
 
@@ -149,9 +149,9 @@ def build_table(
     )
 
 
-#: the layouts' sentence on best/second-best marks (markdown or LaTeX), which ``--significance`` replaces
-_BEST_MARKS_SENTENCE = re.compile(r"Best is (\*\*bold\*\*|\\textbf\{bold\}); second-best is "
-                                  r"(<u>underlined</u>|\\underline\{underlined\}) within each [^.]*\.\s*")
+#: BEST_NOTE in either spelling, any scope: the caption sentence ``--significance`` replaces
+_BEST_MARKS_SENTENCE = re.compile("|".join(
+    re.escape(note).replace(re.escape("{scope}"), r"[^.]*") + r"\s*" for note in (BEST_NOTE.md, BEST_NOTE.tex)))
 
 
 def caption_text(caption: str, table: TableView) -> str:
