@@ -9,6 +9,7 @@ from .comprehensiveness import comprehensiveness, foreground_union, mask_iou, se
 from .consistency import consistency, consistency_flags, consistency_score, part_hit_ratios
 from .distinctiveness import distinctiveness, distinctiveness_score, iou_72, mean_pairwise_iou
 from .explanation import METRIC_KEYS, ExplanationRecords, explanation_metrics, explanation_records
+from .float32_bilinear import nppp_peaks
 from .maps import (
     TIE_RTOL,
     argmax_positions,
@@ -54,6 +55,7 @@ __all__ = [
     "map_scale",
     "mask_iou",
     "mean_pairwise_iou",
+    "nppp_peaks",
     "part_hit_ratios",
     "part_vectors",
     "peak_positions",

@@ -3,6 +3,8 @@
 Official code: NPPP ``eval/distinctiveness.py::batch_mean_IoU_bbox`` (72-px boxes centred on
 each map's argmax after bilinear upsampling, ``torchvision.ops.box_iou`` of the unclipped
 boxes, mean over the upper-triangle pairs), score ``1 - mean over images``, here times 100.
+The box centres are the official ones, ties included: float32 pooling and upsampling as torch
+computes them, then the first strict maximum (:func:`metrics.float32_bilinear.nppp_peaks`).
 
 Undefined case: with J = 1 (or topk = 1) there are no pairs; the functions then return
 ``None``, which callers report as "undefined" (never a number, never an exception).
@@ -14,7 +16,8 @@ import torch
 from torch import Tensor
 
 from ._checks import check_maps
-from .maps import peak_positions, select_topk_maps
+from .float32_bilinear import nppp_peaks
+from .maps import iter_chunks, select_topk_maps
 
 BOX_SIZE = 72  # NPPP evaluate_distinctiveness(box_size=72)
 
@@ -68,7 +71,8 @@ def distinctiveness(
 ) -> float | None:
     """Distinctiveness (%) from the (N, J, h, w) maps of each image's ground-truth class prototypes.
 
-    bilinear upsampling -> first argmax -> unclipped 72-px boxes -> :func:`distinctiveness_score`.
+    float32 bilinear upsampling -> first strict maximum, as NPPP's code breaks ties
+    (:func:`metrics.float32_bilinear.nppp_peaks`) -> unclipped 72-px boxes -> :func:`distinctiveness_score`.
     ``topk``: NPPP's selection of the top-k maps by peak value (default None: all J, metrics.md).
     ``None`` when undefined (fewer than 2 maps per image, or no image).
     """
@@ -76,5 +80,5 @@ def distinctiveness(
     maps = select_topk_maps(maps, topk)
     if maps.shape[1] < 2 or maps.shape[0] == 0:
         return None
-    centres = peak_positions(maps, "bilinear", map_pool=map_pool, chunk_size=chunk_size)
+    centres = torch.cat([nppp_peaks(maps[sl], map_pool) for sl in iter_chunks(maps.shape[0], chunk_size, maps.device)])
     return distinctiveness_score(centres)

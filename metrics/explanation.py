@@ -1,7 +1,8 @@
 """One entry point for all explanation metrics of one evaluated model.
 
 One pass over chunks of images: the clean maps are pooled once, upsampled bicubically
-(consistency, stability) and bilinearly (distinctiveness, comprehensiveness); the noisy maps
+(consistency, stability) and bilinearly (comprehensiveness; distinctiveness in float32, as NPPP's
+code: :mod:`metrics.float32_bilinear`); the noisy maps
 bicubically (stability). Only per-map argmax positions and per-image IoUs outlive a chunk.
 """
 from __future__ import annotations
@@ -16,15 +17,8 @@ from ._checks import check_labels, check_maps, check_noisy_maps
 from .comprehensiveness import MAP_THRESHOLD, check_masks, foreground_union, mask_iou
 from .consistency import consistency_flags, consistency_score
 from .distinctiveness import distinctiveness_score, mean_pairwise_iou
-from .maps import (
-    argmax_positions,
-    iter_chunks,
-    map_scale,
-    pool_maps,
-    select_topk_maps,
-    upsample_maps,
-    upsampled_peaks,
-)
+from .float32_bilinear import nppp_peaks
+from .maps import iter_chunks, pool_maps, select_topk_maps, upsample_maps, upsampled_peaks
 from .parts import PartGroundTruth, check_parts, part_vectors
 from .stability import stability_score, unchanged_fractions
 
@@ -115,13 +109,12 @@ def explanation_records(
         if want_bilinear:
             # NPPP distinctiveness / comprehensiveness: bilinear upsampling of the (top-k) maps
             top = select_topk_maps(raw, topk)
-            chosen = clean if top is raw else pool_maps(top, map_pool)
-            bil = upsample_maps(chosen, mode="bilinear")
-            if centres_dis is not None:
-                centres_dis[sl] = argmax_positions(bil, scale=map_scale(chosen))
+            if centres_dis is not None:  # NPPP's float32 peaks, its ties included
+                centres_dis[sl] = nppp_peaks(top, map_pool)
             if ious is not None:
-                ious[sl] = mask_iou(foreground_union(bil, MAP_THRESHOLD), masks[sl].to(dev))
-            del bil
+                chosen = clean if top is raw else pool_maps(top, map_pool)
+                ious[sl] = mask_iou(foreground_union(upsample_maps(chosen, mode="bilinear"), MAP_THRESHOLD),
+                                    masks[sl].to(dev))
 
     o_clean = part_vectors(peaks_clean, parts)
     result: dict[str, float | None] = {key: None for key in METRIC_KEYS}
