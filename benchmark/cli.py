@@ -388,7 +388,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from benchmark.run.reevaluate import reevaluate
 
     result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir,
-                        allow_code_change=args.allow_code_change)
+                        allow_code_change=args.allow_code_change, rescore=args.rescore)
     shown = "  ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if v is not None)
     print(shown)
     return 0
@@ -698,6 +698,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
     p.add_argument("--allow-code-change", action="store_true",
                    help="re-evaluate even though the method's code changed since the run trained (stale)")
+    p.add_argument("--rescore", action="store_true",
+                   help="replace the scores in the run's result.json with the current metric code's (a result "
+                        "scored by earlier metric code is flagged by report/plot/export until then)")
     p.set_defaults(func=cmd_evaluate)
     return parser
 

@@ -63,7 +63,8 @@ def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
     if not lines:
         return None
     return (f"{len(lines)} stale result(s) are included (README, \"Run identity and stale results\"); "
-            "`protobench run GRID --rerun-stale` trains them again:\n" + "\n".join(lines))
+            "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric code: "
+            "`protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(lines))
 
 
 def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -182,7 +183,7 @@ def _read_result(path: Path) -> Record:
 def _result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str | None) -> Record:
     """The tidy record of one result (``path`` names it in errors and in the source column)."""
     # the current code's names and fingerprints (imported here: loading reports imports no method)
-    from benchmark.run.identity import staleness
+    from benchmark.run.identity import rescoring, staleness
     from methods.registry import display_name_of
 
     spec = _section(path, data, "spec", required=True)
@@ -204,7 +205,7 @@ def _result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str
         "method_display_name": display_name_of(str(spec.get("method")),
                                                _optional_text(path, data, "method_display_name")),
         "setting": _setting(data, spec),
-        "stale": staleness(data),
+        "stale": staleness(data) or rescoring(data),  # retrain first; else rescore
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})

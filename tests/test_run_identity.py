@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from benchmark.run.identity import method_fingerprint, method_source_files, staleness
+from benchmark.run.identity import method_fingerprint, method_source_files, metrics_fingerprint, rescoring, staleness
 from benchmark.run.store import RunDir, atomic_write_json
 from methods.registry import get_method_class
 from test_reports_e2e import GRID  # a tiny grid of an import-path adapter: seeds 0 and 1, 2 epochs
@@ -166,6 +166,40 @@ def test_evaluate_reproduces_the_runs_metrics_exactly(tmp_path: Path, precision:
     assert again["provenance"]["precision"] == precision
     assert again["provenance"]["method_fingerprint"] == result["method_fingerprint"]
     assert json.loads((run_dir / "evaluations" / "map_pool1.json").read_text())["metrics"] == result["metrics"]
+
+
+def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_its_scores(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A metric code change (as distinctiveness's tie-breaking) flags the results it scored, in
+    every reader and in status, without retraining; `evaluate --rescore` puts the current scores
+    into result.json and keeps the replaced ones under provenance.rescored."""
+    from benchmark.run.runner import execute_run
+    from benchmark.tools.status import status_records
+    from reports.load import load_runs
+    from support import tiny_grid
+
+    spec = tiny_grid("g", tmp_path / "data").runs[0]
+    run_dir = tmp_path / "runs" / "g" / spec.run_id
+    result = execute_run(spec, run_dir, cache_root=tmp_path / "runs" / ".token-cache", progress=False)
+    assert result["metrics_fingerprint"] == metrics_fingerprint()
+    assert load_runs([tmp_path / "runs"])["stale"].isna().all()
+    earlier = {**result, "metrics": {**result["metrics"], "dis": 12.5}}
+    del earlier["metrics_fingerprint"]  # as written before result.json recorded it
+    atomic_write_json(run_dir / "result.json", earlier)
+
+    assert "scored by earlier metric code" in load_runs([tmp_path / "runs"])["stale"].iloc[0]
+    [record] = status_records(tmp_path / "runs")
+    assert record["state"] == "done" and "--rescore" in record["rescore"]
+    assert main(["evaluate", str(run_dir), "--rescore", "--map-pool", "2"]) == 2  # not the run's own scores
+    assert "drop --map-pool 2" in capsys.readouterr().err
+    assert main(["evaluate", str(run_dir), "--rescore"]) == 0
+    after = json.loads((run_dir / "result.json").read_text())
+    assert after["metrics"] == result["metrics"] and after["metrics_fingerprint"] == metrics_fingerprint()
+    assert after["provenance"]["rescored"][-1]["metrics"]["dis"] == 12.5
+    assert after["provenance"]["rescored"][-1]["metrics_fingerprint"] is None
+    assert after["timing"] == result["timing"] and after["run_id"] == result["run_id"]
+    assert load_runs([tmp_path / "runs"])["stale"].isna().all()
+    assert rescoring(after) is None and staleness(after) is None
 
 
 # ---- one display name --------------------------------------------------------------------------------

@@ -14,6 +14,11 @@ Two things name a result (README, "Run identity and stale results"):
 
 A result written before the run id covered resolved hyperparameters has no fingerprint and
 lies under its earlier run id: it reads stale ("earlier version").
+
+The **metrics fingerprint** hashes the ``metrics`` package, the code that scores every result.
+A result scored by other metric code is not retrained: it is flagged (:func:`rescoring`) and
+``protobench evaluate RUN_DIR --rescore`` scores its checkpoint again, so one table never mixes
+two scorings.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.store import LOCKED_FILES, RunDir, run_lock
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
+METRICS_PACKAGE = "metrics"  # every score of a result.json is computed there
 # Modules of ``methods`` that adapters import but that compute nothing a result holds: the
 # registry (names, argument checks), its stand-in block, the contract checks, diagnostics.
 HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.contract", "methods.diagnostics"})
@@ -99,16 +105,28 @@ def method_source_files(cls: type) -> dict[str, Path]:
     return dict(sorted(files.items()))
 
 
-@lru_cache(maxsize=None)
-def method_fingerprint(method: str) -> str:
-    """sha256 (hex) over (module name, sha256 of bytes) of :func:`method_source_files`: any edit,
-    a comment included, changes it; moving the checkout does not."""
-    from methods.registry import get_method_class
-
+def _source_digest(files: dict[str, Path]) -> str:
+    """sha256 (hex) over (module name, sha256 of bytes) of ``files``: any edit, a comment
+    included, changes it; moving the checkout does not."""
     digest = hashlib.sha256()
-    for name, path in method_source_files(get_method_class(method)).items():
+    for name, path in sorted(files.items()):
         digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def method_fingerprint(method: str) -> str:
+    """The :func:`_source_digest` of :func:`method_source_files`."""
+    from methods.registry import get_method_class
+
+    return _source_digest(method_source_files(get_method_class(method)))
+
+
+@lru_cache(maxsize=None)
+def metrics_fingerprint() -> str:
+    """The :func:`_source_digest` of every module of the ``metrics`` package."""
+    files = {name: _module_file(name) for name in _package_modules(METRICS_PACKAGE)}
+    return _source_digest({name: path for name, path in files.items() if path is not None})
 
 
 def staleness(result: dict[str, Any]) -> str | None:
@@ -129,6 +147,16 @@ def staleness(result: dict[str, Any]) -> str | None:
     if fingerprint != recorded:
         return "the method's code changed since it ran"
     return None
+
+
+def rescoring(result: dict[str, Any]) -> str | None:
+    """Why a finished result's scores are not those the current metric code gives, with the
+    remedy (no retraining), or None when they are."""
+    recorded = result.get("metrics_fingerprint")
+    if recorded == metrics_fingerprint():
+        return None
+    return ("scored by " + ("earlier" if recorded is None else "other") + " metric code; "
+            "`protobench evaluate RUN_DIR --rescore` scores its checkpoint again")
 
 
 def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:

@@ -1,5 +1,6 @@
 """``protobench evaluate RUN_DIR``: evaluate a finished run again from its checkpoint (e.g. with
-another ``map_pool``), without retraining."""
+another ``map_pool``), without retraining; ``--rescore`` puts the current metric code's scores
+into its ``result.json``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,11 +10,11 @@ from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
-from benchmark.run.identity import method_fingerprint
+from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
 from benchmark.run.runner import Prepared, prepare
-from benchmark.run.store import RunDir, atomic_write_json, default_cache_root
+from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json, default_cache_root, json_bytes, run_lock
 from benchmark.run.training import deterministic_algorithms, load_checkpoint
 from methods.common.precision import matmul_precision
 
@@ -59,7 +60,7 @@ def run_cache_root(run_dir: Path) -> Path:
 
 
 def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | None = None,
-               allow_code_change: bool = False) -> dict[str, Any]:
+               allow_code_change: bool = False, rescore: bool = False) -> dict[str, Any]:
     """Metrics of the run's final checkpoint, computed as the run computed them: its precision
     (autocast and matmul mode), deterministic-kernel choice, batch sizes and evaluation seeds, so
     a finished run re-evaluated gives its result.json metrics exactly (another ``map_pool`` aside).
@@ -67,12 +68,18 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
     With the run's own ``map_pool`` (the default), also the run's per-image and per-prototype
     records (:mod:`benchmark.run.records`): how a run finished before they existed gets them.
     A run whose method code has changed since (benchmark/run/identity.py) is refused unless
-    ``allow_code_change``: the numbers would be another code's."""
+    ``allow_code_change``: the numbers would be another code's.
+    ``rescore``: the new scores replace those of ``result.json`` (:func:`replace_scores`)."""
     result = RunDir(run_dir).result() or {}
+    if rescore and not result:
+        raise ProtobenchError(f"run {str(run_dir)!r} has no result.json to rescore; run the grid to finish it")
     recorded = result.get("method_fingerprint")
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
     own_map_pool = RunSpec.from_json(RunDir(run_dir).spec() or {}).map_pool  # load_trained read it
+    if rescore and spec.map_pool != own_map_pool:
+        raise ProtobenchError(f"--rescore replaces the run's own scores (map_pool {own_map_pool}); drop --map-pool "
+                              f"{spec.map_pool}, or evaluate without --rescore to write evaluations/ only")
     fingerprint = method_fingerprint(spec.method)
     if isinstance(recorded, str) and recorded != fingerprint and not allow_code_change:
         raise ProtobenchError(f"the code of method {spec.method!r} changed since run {str(run_dir)!r} was trained "
@@ -87,8 +94,29 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
                              train_dataset=prep.train_set)
     summary = evaluated.summary
     summary["provenance"] = {**provenance(prep.device), "precision": spec.precision,
-                             "deterministic_algorithms": spec.deterministic, "method_fingerprint": fingerprint}
+                             "deterministic_algorithms": spec.deterministic, "method_fingerprint": fingerprint,
+                             "metrics_fingerprint": metrics_fingerprint()}
     atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", summary)
     if spec.map_pool == own_map_pool:
         write_records(run_dir, evaluated.tables)
+    if rescore:
+        replace_scores(run_dir, summary)
     return summary
+
+
+def replace_scores(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Put a re-evaluation's scores (``summary``: metrics, notes, evaluation settings) into the
+    run's ``result.json`` under the run's lock, with the current metrics fingerprint; the scores
+    they replace, their fingerprint and the code that rescored are appended to
+    ``provenance.rescored``. Written atomically: a failure leaves the old file whole."""
+    rd = RunDir(run_dir)
+    with run_lock(rd.path):
+        result = rd.result() or {}
+        scored = {key: value for key, value in summary.items() if key != "provenance"}
+        earlier = {"metrics": result.get("metrics"), "metrics_fingerprint": result.get("metrics_fingerprint"),
+                   "rescored_by": summary["provenance"]["code_version"]}
+        provenance = dict(result.get("provenance") or {})
+        provenance["rescored"] = [*provenance.get("rescored", []), earlier]
+        updated = {**result, **scored, "metrics_fingerprint": summary["provenance"]["metrics_fingerprint"],
+                   "provenance": provenance}
+        atomic_write_checked(rd.result_path, json_bytes(updated))

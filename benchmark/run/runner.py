@@ -25,7 +25,7 @@ from benchmark.run.epochlog import EpochLog, TensorBoardLog
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
-from benchmark.run.identity import method_fingerprint
+from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance, resolve_device
 from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
@@ -335,6 +335,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         # fingerprint of its source files (benchmark/run/identity.py: a later edit reads stale)
         "method_hyperparameters": resolved_method_args(spec.method, spec.method_args),
         "method_fingerprint": method_fingerprint(spec.method),
+        "metrics_fingerprint": metrics_fingerprint(),  # the metric code that scored it
         **evaluated.summary,
         "diagnostics": diagnostics,
         "timing": timing,

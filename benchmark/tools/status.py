@@ -17,7 +17,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from benchmark.tools.plan import run_epochs
-from benchmark.run.identity import staleness
+from benchmark.run.identity import rescoring, staleness
 from methods.registry import display_name_of
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
@@ -47,7 +47,8 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
     """One record per run below ``root`` (each run's files read once): its directory, grid, run id,
     state, spec fields, metrics, out-of-range diagnostics, for a failed run the reason and for a
     stale one why it is stale (benchmark/run/identity.py: "stale" is a result the current code
-    would not give, kept and shown, re-run by ``run --rerun-stale``).
+    would not give, kept and shown, re-run by ``run --rerun-stale``) or, for a current one scored
+    by other metric code, why to rescore it (``evaluate --rescore``).
 
     ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
     records = []
@@ -60,6 +61,7 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
                                                     "records the suite writes")))
             result = None
         stale = staleness(result) if result is not None else None
+        rescore = rescoring(result) if result is not None and not stale else None
         state = ("stale" if stale else "done") if result is not None \
             else "unreadable" if rd.result_path.exists() else rd.state
         reason = str((_safe_read(rd.failure_path, unreadable) or {}).get("reason", "")) if state == "failed" else None
@@ -71,6 +73,7 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
         progress = running_progress(rd, spec, holder) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
+                        "rescore": rescore,
                         "method_display_name": display_name_of(str(spec.get("method", "?")),
                                                                (result or {}).get("method_display_name")),
                         "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
@@ -170,6 +173,10 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
     for path, why in stale:
         console.print(f"[yellow]stale[/yellow] {escape(str(path))}: {escape(why)} "
                       "(`run GRID --rerun-stale` trains the grid's stale runs again)")
+    for record in records:
+        if record["rescore"] is not None:
+            console.print(f"[yellow]rescore[/yellow] {escape(record['path'])}: "
+                          + escape(record["rescore"].replace("RUN_DIR", record["path"])))
     for path, warning in warned:
         console.print(f"[yellow]diagnostic out of range[/yellow] {path}: {warning}")
     for line in expected_summary(records):
