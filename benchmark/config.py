@@ -6,7 +6,6 @@ device) do not change the science and are left out of the hash.
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import tomllib
@@ -14,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from benchmark.checks import require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
 
 DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
@@ -22,6 +22,7 @@ AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
 PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
+STORAGE_DTYPES = ("float16", "float32")  # token-cache storage (benchmark/cache/tokens.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
 # grid load rather than out of memory: the per-prototype similarity maps of one batch are
@@ -29,12 +30,6 @@ PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
 # prototypes, and a training step holds a few such tensors, which fits one 24 GB GPU.
 # CUB's 200 classes allow J ≤ 100 (the paper uses J ≤ 10).
 MAX_PROTOTYPES = 20_000
-
-# Every integer a grid gives (RunSpec fields, dataset_args, method_args) lies within ±(2³¹ − 1):
-# far above any real count or size, and every derived seed fits a 64-bit integer (training seeds
-# its per-epoch generators with seed · 100003 + epoch, benchmark/run/training.py), so an
-# out-of-range value fails at grid load, not in a C library after the cache build.
-MAX_INTEGER = 2**31 - 1
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
 # ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
@@ -67,7 +62,7 @@ class RunSpec:
     map_pool: int = 1
     measure_inference: bool = False
     # After evaluation, also time an epoch of each stage with the frozen trunk's forward at every
-    # step (the paper's runtime protocol): timing.epoch_seconds_live_trunk (benchmark/tools/perf.py).
+    # step (the paper's runtime protocol): timing.epoch_seconds_live_trunk (benchmark/run/timing.py).
     measure_live_epoch: bool = False
     cache: bool = True
     cache_dtype: str = "float16"
@@ -161,25 +156,6 @@ def read_toml(path: Path, what: str, hint: str) -> dict[str, Any]:
         raise ProtobenchError(f"{what} {str(path)!r} is not valid TOML: {err}") from err
 
 
-def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError:
-    close = difflib.get_close_matches(key, valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return ProtobenchError(
-        f"unknown key {key!r} in {where}{hint}; valid keys are: {', '.join(sorted(valid))}"
-    )
-
-
-def require_type(key: str, value: Any, expected: type | tuple[type, ...], where: str) -> None:
-    """``value`` must be an instance of ``expected``; a bool only counts as a bool (TOML's
-    ``true`` is never an int)."""
-    types = expected if isinstance(expected, tuple) else (expected,)
-    if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
-        kind = " or ".join(t.__name__ for t in types)
-        raise ProtobenchError(f"{where}: {key} = {value!r} must be of type {kind}")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
-        raise ProtobenchError(f"{where}: {key} = {value} is out of range: integers must lie within ±{MAX_INTEGER}")
-
-
 _FIELD_TYPES: dict[str, type] = {
     "prototypes_per_class": int, "seed": int, "image_size": int, "batch_size": int,
     "eval_batch_size": int, "map_pool": int, "num_workers": int, "checkpoint_every": int,
@@ -227,7 +203,6 @@ def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
 
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
-    from benchmark.cache.tokens import STORAGE_DTYPES
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from methods.registry import validate_method_args
 

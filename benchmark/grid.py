@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, read_toml, unknown_key_error
+from benchmark.checks import unknown_key_error
+from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, read_toml
 from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")

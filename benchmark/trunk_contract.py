@@ -5,12 +5,16 @@ attention shapes, architecture.md seam 2) and that the cached path gives the liv
 ``block_input`` reproduces the final tokens, protocol.md "block expansion")."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from timm.layers import Attention
 from timm.models.eva import EvaAttention
 
-from benchmark.backbones import FrozenTrunk
 from benchmark.errors import ProtobenchError
+
+if TYPE_CHECKING:  # annotations only: benchmark.backbones calls this module's check
+    from benchmark.backbones import FrozenTrunk
 
 #: float32 agreement asked of two passes over the same images (batched vs alone: kernels may
 #: reduce in a different order, so not bit-exact)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from benchmark.checks import require_type
 from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, PrototypeMethod
 
@@ -143,8 +144,6 @@ def check_hyperparameter(method: str, key: str, value: Any, default: Any) -> Non
     adapter's own checks: the default's type; numbers finite; a learning rate (a float
     hyperparameter with the word ``lr`` in its name; ``joint_lr_step`` is an int) > 0; an epoch
     count (the word ``epochs``) an int ≥ 0."""
-    from benchmark.config import require_type
-
     where = f"method {method!r} method_args"
     expected = _expected_type(default)
     if expected is not None:

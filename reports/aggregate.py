@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from reports.columns import KEY_COLUMNS, TIDY_COLUMNS, std_column
+from reports.columns import KEY_COLUMNS, TIDY_COLUMNS, flatten, std_column
 from reports.layout import KeyValue, Layout
 
 CellKey = tuple[KeyValue, ...]
@@ -81,8 +81,6 @@ def _check_settings(key: CellKey, rows: pd.DataFrame) -> None:
     settings = rows["setting"].dropna().unique()
     if len(settings) < 2:
         return
-    from reports.export import flatten
-
     first, other = (flatten(json.loads(s)) for s in settings[:2])
     differ = ", ".join(f"{name} {first.get(name)!r} vs {other.get(name)!r}"
                        for name in sorted(set(first) | set(other)) if first.get(name) != other.get(name))

@@ -5,6 +5,8 @@ Every frame the reports build or read (``load_results``, ``load_csv``) has exact
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # A table cell is addressed by these five values; they never vary inside one cell.
 KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
 
@@ -12,7 +14,7 @@ KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
 # (size_local, size_global: numbers of prototypes) and timings; NaN where not computed or undefined.
 # epoch_seconds: the training loop's mean epoch as the run trained (from the token cache by
 # default); epoch_seconds_live_trunk: the same schedule's mean epoch with the frozen trunk's
-# forward at every step, as the paper times it (tab:supp_runtime; benchmark/tools/perf.py).
+# forward at every step, as the paper times it (tab:supp_runtime; benchmark/run/timing.py).
 METRIC_COLUMNS: tuple[str, ...] = (
     "acc",
     "con",
@@ -66,3 +68,19 @@ TIDY_COLUMNS: tuple[str, ...] = (
 
 INTEGER_COLUMNS: tuple[str, ...] = ("J", "seed", "n_seeds")
 FLOAT_COLUMNS: tuple[str, ...] = METRIC_COLUMNS + STD_COLUMNS
+
+#: prefix of the columns of a table's CSV (``reports.csvtable``) that ``reports.load.load_csv``
+#: reads back (the rest are for people)
+TIDY_PREFIX = "tidy."
+
+
+def flatten(value: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """``{"spec": {"seed": 0}}`` → ``{"spec.seed": 0}``; an empty mapping stays ``{}``."""
+    flat: dict[str, object] = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, Mapping) and item:
+            flat.update(flatten(item, f"{name}."))
+        else:
+            flat[name] = dict(item) if isinstance(item, Mapping) else item
+    return flat

@@ -16,13 +16,9 @@ from __future__ import annotations
 import csv
 import io
 
-from reports.columns import KEY_COLUMNS, std_column
+from reports.columns import KEY_COLUMNS, TIDY_PREFIX, std_column
 from reports.layout import Heading
 from reports.table import RowView, TableView, column_name
-
-#: prefix of the columns ``reports.load.load_csv`` reads back (the rest are for people)
-TIDY_PREFIX = "tidy."
-
 
 def render_csv(table: TableView) -> str:
     layout = table.layout

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.records import read_records
 from benchmark.run.store import atomic_write_bytes
+from reports.columns import flatten
 from reports.load import load_runs, read_result_json, result_files
 
 #: columns first in every export, in this order; the rest follow in first-seen order
@@ -30,18 +31,6 @@ FORMATS: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
 PARQUET_EXTRA = "pip install 'protobench[parquet]' (or pip install pyarrow)"
 
 Record = dict[str, object]
-
-
-def flatten(value: Mapping[str, object], prefix: str = "") -> Record:
-    """``{"spec": {"seed": 0}}`` → ``{"spec.seed": 0}``; an empty mapping stays ``{}``."""
-    flat: Record = {}
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(item, Mapping) and item:
-            flat.update(flatten(item, f"{name}."))
-        else:
-            flat[name] = dict(item) if isinstance(item, Mapping) else item
-    return flat
 
 
 def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:

@@ -24,8 +24,8 @@ from reports.columns import (
     METRIC_COLUMNS,
     PROVENANCE_COLUMNS,
     TIDY_COLUMNS,
+    TIDY_PREFIX,
 )
-from reports.csvtable import TIDY_PREFIX
 
 RESULT_FILE = "result.json"
 _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global", "del")

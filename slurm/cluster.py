@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import RunSpec, read_toml, require_type, unknown_key_error
+from benchmark.checks import require_type, unknown_key_error
+from benchmark.config import RunSpec, read_toml
 from benchmark.errors import ProtobenchError
 from benchmark.grid import cache_group
 from benchmark.tools.costmodel import DEVICES

@@ -16,7 +16,7 @@ from benchmark.backbones import create_backbone
 from benchmark.cache.tokens import STABILITY_NOISE_SEED, CachedTokens, cache_entries, token_source
 from benchmark.cli import main
 from benchmark.config import RunSpec
-from benchmark.tools.doctor import trunk_geometry
+from benchmark.cache.sizing import trunk_geometry
 from benchmark.grid import load_grid
 from benchmark.tools.plan import grid_cache_needs
 

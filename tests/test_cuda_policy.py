@@ -11,7 +11,7 @@ import torch
 
 import methods.mgproto.mixture
 import methods.protopnet
-from benchmark.run.evaluation import predict
+from benchmark.run.prediction import predict
 from benchmark.run.training import train
 from cuda_policy import AutocastPolicy, HostSyncCounter, count_per_step
 from methods.common.precision import autocast

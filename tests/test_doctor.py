@@ -5,6 +5,7 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
+from benchmark.cache.sizing import cache_entry_bytes
 from benchmark.tools import doctor
 from benchmark.cli import main
 from benchmark.grid import parse_grid
@@ -107,7 +108,7 @@ def test_cache_estimate_matches_the_arrays_the_cache_writes(tmp_path):
     arrays = list((tmp_path / "cache").rglob("*.npy"))
     on_disk = sum(p.stat().st_size for p in arrays)
     assert len(arrays) == 4  # block_input, attention, labels, early_tokens
-    assert doctor.cache_entry_bytes(spec, len(source), early_tokens=True) == on_disk
+    assert cache_entry_bytes(spec, len(source), early_tokens=True) == on_disk
 
 
 def test_plan_flags_placeholders_and_still_plans(capsys):

@@ -22,7 +22,7 @@ from benchmark.cache.prefetch import Prefetcher
 from benchmark.cache.tokens import expected_cache_key, token_source
 from benchmark.config import RunSpec, build_run_spec
 from benchmark.errors import ProtobenchError
-from benchmark.run.evaluation import predict
+from benchmark.run.prediction import predict
 from benchmark.run.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, load_checkpoint,
                                 prefetch_depth, train)
 from example_adapter import CosinePrototypes

@@ -13,6 +13,7 @@ import benchmark.tools.perf as perf
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from benchmark.grid import parse_grid
+from benchmark.run.timing import interleaved_seconds
 from benchmark.tools.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
 from benchmark.tools.plan import load_perf, make_plan, split_images
 from slurm.cluster import ClusterProfile
@@ -34,7 +35,7 @@ def test_inference_forwards_take_turns_and_rotate_which_runs_first() -> None:
     def forward(name: str):
         return lambda images: calls.append((name, int(images)))
 
-    seconds = perf._interleaved_seconds([forward("trunk"), forward("a"), forward("b")],
+    seconds = interleaved_seconds([forward("trunk"), forward("a"), forward("b")],
                                         [torch.tensor(b) for b in range(4)], torch.device("cpu"), warmup=1)
     assert [len(s) for s in seconds] == [3, 3, 3]  # the warm-up batch is not timed
     assert [name for name, _ in calls] == ["trunk", "a", "b", "a", "b", "trunk", "b", "trunk", "a",

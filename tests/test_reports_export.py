@@ -10,7 +10,8 @@ import pytest
 
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
-from reports.export import export_records, flatten, write_export
+from reports.columns import flatten
+from reports.export import export_records, write_export
 from test_reports_support import RUNS, write_run
 
 SMOKE = RUNS / "smoke" / "4c037f0069db" / "result.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.config import build_run_spec
-from benchmark.tools.perf import live_trunk_epoch_seconds
+from benchmark.run.timing import live_trunk_epoch_seconds
 from benchmark.run.runner import execute_run, prepare
 
 BATCH = 4
@@ -29,7 +29,8 @@ def test_live_trunk_epoch_runs_the_trunk_on_every_batch_of_every_stage(tmp_path:
     calls = []
     handle = prep.trunk.register_forward_hook(lambda module, args, out: calls.append(len(args[0])))
     try:
-        timing = live_trunk_epoch_seconds(prep)
+        timing = live_trunk_epoch_seconds(prep.method, prep.train_source(None), seed=prep.spec.seed,
+                                          batch_size=prep.spec.batch_size, device=prep.device)
     finally:
         handle.remove()
     n = len(prep.train_set)

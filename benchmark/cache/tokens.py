@@ -41,6 +41,7 @@ from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.memory import read_into_memory
 from benchmark.cache.stage import stage_entry
 from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
+from benchmark.config import STORAGE_DTYPES
 from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
 from methods.base import TOKEN_FIELDS, TokenBatch
@@ -69,7 +70,6 @@ NOISE_CLIP = 0.25
 #: the stability perturbation of every run is drawn from this seed, not the run's: every method and
 #: seed is scored on the same perturbed images (paired comparisons; README "Protocol deviations")
 STABILITY_NOISE_SEED = 0
-STORAGE_DTYPES = ("float16", "float32")
 
 
 class TokenDataset(Protocol):

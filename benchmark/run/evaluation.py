@@ -2,15 +2,13 @@
 explanation metrics of ``metrics.md`` from ground-truth-class activation maps.
 
 One pass over the clean test tokens gives logits and maps (the appended block runs once per
-batch for both: :func:`block_output_reused`); a second pass over the noised view (stability
+batch for both: :func:`benchmark.run.prediction.block_output_reused`); a second pass over the noised view (stability
 noise from the fixed ``STABILITY_NOISE_SEED``, the same perturbed images for every method and
 seed) gives the maps stability compares against. The method runs under the run's precision
 (bf16: autocast); metrics are computed in float32 outside it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,17 +21,10 @@ from PIL import Image
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
 from benchmark.run.extra_metrics import extra_metrics
+from benchmark.run.prediction import predict
 from methods.base import PrototypeMethod
-from methods.common.precision import autocast
 from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins, map_parts_to_frame
 from metrics.comprehensiveness import segmentation_to_frame
-
-
-@dataclass
-class Predictions:
-    logits: torch.Tensor  # N×C
-    labels: torch.Tensor  # N
-    maps: torch.Tensor  # N×J×H×W of each image's ground-truth class
 
 
 @dataclass
@@ -44,52 +35,6 @@ class Evaluated:
 
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame]
-
-
-@contextmanager
-def block_output_reused(method: PrototypeMethod) -> Iterator[None]:
-    """While inside (evaluation, no gradients), the appended block returns its last output again
-    when called on the same, unmodified input tensor: logits and maps of one batch share one
-    block pass. Nothing changes for a method without an appended block."""
-    block = method.appended_block()
-    if block is None:
-        yield
-        return
-    forward = block.forward
-    last: dict[str, Any] = {}
-
-    def reusing_forward(x: torch.Tensor) -> torch.Tensor:
-        if last.get("input") is x and last["version"] == x._version:
-            return last["output"]
-        output = forward(x)
-        last.update(input=x, version=x._version, output=output)
-        return output
-
-    block.forward = reusing_forward  # an instance attribute: nn.Module.__call__ finds it first
-    try:
-        yield
-    finally:
-        del block.forward
-
-
-@torch.no_grad()
-def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, device: torch.device,
-            with_logits: bool = True, precision: str = "fp32") -> Predictions:
-    """Logits and GT-class activation maps for every image of ``source`` (kept on the CPU, float32)."""
-    method.eval()
-    logits, maps = [], []
-    order = torch.arange(len(source))
-    for start in range(0, len(order), batch_size):
-        batch = source.batch(order[start:start + batch_size], device, reads=method.reads)
-        with block_output_reused(method), autocast(precision, device):
-            if with_logits:
-                logits.append(method.logits(batch).float().cpu())
-            maps.append(method.activation_maps(batch, batch.labels).float().cpu())
-    return Predictions(
-        logits=torch.cat(logits) if logits else torch.empty(0),
-        labels=source.labels.clone(),
-        maps=torch.cat(maps),
-    )
 
 
 def load_segmentation_masks(dataset: ImageDataset) -> torch.Tensor | None:

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from benchmark.cache.tokens import TokenSource
 from benchmark.data import ImageDataset
+from benchmark.run.prediction import block_output_reused, predict
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
 from metrics import map_parts_to_frame
@@ -44,8 +45,6 @@ def contribution_pass(method: PrototypeMethod, source: TokenSource, *, batch_siz
                       precision: str, deletion_k: int | None) -> ContributionPass:
     """One pass over ``source`` (``deletion_k`` None: no deletion). The random prototypes come
     from ``DELETION_SEED`` in image order, so every method and seed switches off the same ones."""
-    from benchmark.run.evaluation import block_output_reused
-
     method.eval()
     generator = torch.Generator().manual_seed(DELETION_SEED)
     rows: dict[str, list[Tensor]] = {"logits": [], "truth": [], "predicted": [], "top": [], "random": []}
@@ -82,8 +81,6 @@ def extra_metrics(
 ) -> tuple[dict[str, float | None], dict[str, str], dict[str, Any]]:
     """The five metrics (None where undefined), notes on those left out, and the settings and
     by-products (logit drops) that go to ``result.json``'s ``evaluation``."""
-    from benchmark.run.evaluation import predict
-
     J = method.prototypes_per_class
     deletion_k = DELETION_K if J > DELETION_K else None
     passed = contribution_pass(method, test, batch_size=batch_size, device=device, precision=precision,

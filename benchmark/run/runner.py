@@ -29,6 +29,7 @@ from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance, resolve_device
 from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
+from benchmark.run.timing import inference_throughput, live_trunk_epoch_seconds
 from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
                                 resume_checkpoint, train)
 from methods.base import MethodContext, PrototypeMethod
@@ -318,14 +319,11 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
 
     timing: dict[str, Any] = {**report.to_json(), "wall_seconds": wall}
     if spec.measure_inference:
-        from benchmark.tools.perf import inference_throughput
-
         timing["inference_images_per_second"] = inference_throughput(
             prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
     if spec.measure_live_epoch:
-        from benchmark.tools.perf import live_trunk_epoch_seconds
-
-        timing.update(live_trunk_epoch_seconds(prep))
+        timing.update(live_trunk_epoch_seconds(  # cache_root None: the trunk runs on every batch
+            prep.method, prep.train_source(None), seed=spec.seed, batch_size=spec.batch_size, device=prep.device))
     result = {
         "run_id": spec.run_id,
         "grid": rd.path.parent.name,

@@ -7,15 +7,12 @@ and flags placeholder paths (``/path/to/…``) left in a grid.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
@@ -149,42 +146,11 @@ def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
 
 
 # ---- disk for the token caches ------------------------------------------------------------------
-@lru_cache(maxsize=None)
-def trunk_geometry(backbone: str, backbone_args: str, image_size: int) -> tuple[int, int, int]:
-    """(patch tokens, prefix tokens, width) of a trunk, from its model (timm's or a user
-    factory's) built on the meta device (no memory, no weights)."""
-    import torch
-
-    from benchmark.backbones import backbone_spec
-
-    spec = backbone_spec(backbone)
-    with torch.device("meta"):
-        model = spec.create_model(pretrained=False, img_size=image_size, num_classes=0, **json.loads(backbone_args))
-    rows, cols = spec.grid(image_size)
-    return rows * cols, model.num_prefix_tokens, model.embed_dim
-
-
-def cache_entry_bytes(spec: Any, images: int, early_tokens: bool) -> int:
-    """Bytes of the ``.npy`` files of one token-cache entry (``benchmark.cache.tokens.entry_layout``,
-    headers included; the manifest's few KiB left out)."""
-    from benchmark.cache.tokens import entry_layout
-
-    patches, prefix, width = trunk_geometry(spec.backbone, json.dumps(spec.backbone_args, sort_keys=True),
-                                            spec.image_size)
-    layout = entry_layout(images, patches=patches, prefix=prefix, width=width, dtype=spec.cache_dtype,
-                          early_tokens=early_tokens)
-    return sum(array.file_bytes for array in layout.values())
-
-
 def grid_cache_bytes(grid: GridSpec) -> int:
     """Bytes of every token-cache entry the grid reads (each counted once, as ``plan`` lists them)."""
-    from benchmark.tools.plan import cache_needs
+    from benchmark.tools.plan import grid_cache_needs
 
-    entries: dict[tuple[Any, ...], int] = {}
-    for spec in grid.runs:
-        for key, need in cache_needs(spec):
-            entries.setdefault(key, cache_entry_bytes(spec, need.images, need.early_tokens))
-    return sum(entries.values())
+    return sum(need.bytes for need, _ in grid_cache_needs(grid.runs))
 
 
 def disk_check(grid: GridSpec, cache_root: Path) -> Check:

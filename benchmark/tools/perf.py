@@ -14,7 +14,8 @@ push, projection, last-layer phases — called for every epoch of the schedule, 
 does) and one ``evaluate`` pass are whole-split passes, timed once each.
 
 A run with ``measure_live_epoch`` records the mean epoch of its schedule with the trunk in the
-loop (``live_trunk_epoch_seconds``) next to the cached epoch time in ``result.json``.
+loop (:func:`benchmark.run.timing.live_trunk_epoch_seconds`) next to the cached epoch time in
+``result.json``.
 
 Protocol of the paper's runtime table: batch 128, five warm-up batches, the timed region
 starts after the images are on the device.
@@ -24,8 +25,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +34,12 @@ import torch
 from benchmark.backbones import FrozenTrunk
 from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
-from benchmark.data import ImageDataset
 from benchmark.grid import GridSpec, parse_grid
 from benchmark.run.runner import Prepared, prepare
-from benchmark.run.training import SourceTrainData, epoch_order, make_optimizer, run_epoch, set_trainable
-from methods.base import PrototypeMethod, Stage, TokenBatch
+from benchmark.run.timing import WARMUP_BATCHES, head_forward, image_batches, interleaved_seconds, timed
+from benchmark.run.training import SourceTrainData, make_optimizer, run_epoch, set_trainable
+from methods.base import PrototypeMethod, Stage
 
-WARMUP_BATCHES = 5
 TIMED_BATCHES = 20
 PAPER_SCALE_METHODS = ("vmfproto", "protopnet", "deformable_protopnet", "tesnet", "evalprotopnet", "mgproto",
                        "nppp")
@@ -106,29 +104,6 @@ class Spread:
                 "count": self.count}
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(device: torch.device, call: Callable[[], Any]) -> float:
-    _sync(device)
-    tic = time.perf_counter()
-    call()
-    _sync(device)
-    return time.perf_counter() - tic
-
-
-def _image_batches(dataset: ImageDataset, batch_size: int, count: int, device: torch.device) -> list[torch.Tensor]:
-    """``count`` batches of images, loaded to the device before timing (cycled if the split is small)."""
-    n = len(dataset)
-    batches = []
-    for b in range(count):
-        idx = [(b * batch_size + i) % n for i in range(batch_size)]
-        batches.append(torch.stack([dataset[i][0] for i in idx]).to(device))
-    return batches
-
-
 def _index_batches(n: int, batch_size: int, count: int, seed: int) -> list[torch.Tensor]:
     """``count`` training batches of distinct images (all ``n`` cycled when ``n < batch_size``),
     each a seeded random draw: the same batches for every contender."""
@@ -140,50 +115,11 @@ def _index_batches(n: int, batch_size: int, count: int, seed: int) -> list[torch
 
 
 # ---- inference ---------------------------------------------------------------------------------
-def _head_forward(trunk: FrozenTrunk, method: PrototypeMethod) -> Callable[[torch.Tensor], torch.Tensor]:
-    early = method.ctx.early_block_index if method.needs_early_tokens else None
-
-    def forward(images: torch.Tensor) -> torch.Tensor:
-        out = trunk(images, early_block=early)
-        n = len(images)
-        batch = TokenBatch(tokens=out.tokens, block_input=out.block_input, attention=out.attention,
-                           labels=torch.zeros(n, dtype=torch.long, device=images.device),
-                           indices=torch.arange(n, device=images.device), grid=trunk.grid,
-                           early_tokens=out.early_tokens)
-        return method.logits(batch)
-
-    return forward
-
-
-@torch.inference_mode()
-def _interleaved_seconds(forwards: list[Callable[[torch.Tensor], Any]], batches: list[torch.Tensor],
-                         device: torch.device, warmup: int) -> list[list[float]]:
-    """Seconds of each forward on each timed batch (``[forward][batch]``), the forwards taking
-    turns on every batch, the first to run rotating from batch to batch (no forward always runs
-    first, e.g. on a cold cache)."""
-    seconds: list[list[float]] = [[] for _ in forwards]
-    for b, images in enumerate(batches):
-        for k in [(b + shift) % len(forwards) for shift in range(len(forwards))]:
-            elapsed = _timed(device, lambda: forwards[k](images))
-            if b >= warmup:
-                seconds[k].append(elapsed)
-    return seconds
-
-
 def inference_fault(ratio: dict[str, float]) -> bool:
     """A method's inference ratio (trunk ÷ trunk + method) above 1 beyond its spread (lower
     quartile > 1): trunk + method ran faster than the trunk alone, which only a measurement
     fault (load, frequency scaling) produces."""
     return ratio["q1"] > 1.0
-
-
-def inference_throughput(trunk: FrozenTrunk, method: PrototypeMethod, dataset: ImageDataset, *, batch_size: int,
-                         device: torch.device, warmup: int = WARMUP_BATCHES, timed_batches: int = 5) -> float:
-    """Images/s of trunk + method logits (the runtime table's inference column)."""
-    method.eval()
-    batches = _image_batches(dataset, batch_size, warmup + timed_batches, device)
-    (seconds,) = _interleaved_seconds([_head_forward(trunk, method)], batches, device, warmup)
-    return batch_size * len(seconds) / sum(seconds)
 
 
 # ---- training steps and hooks ----------------------------------------------------------------
@@ -203,7 +139,7 @@ class _Contender:
         """Seconds of one harness step (``run_epoch`` over one batch): loss, backward, optimiser
         step, ``after_step``."""
         set_trainable(self.method, self.stage)
-        return _timed(self.device, lambda: run_epoch(
+        return timed(self.device, lambda: run_epoch(
             self.method, self.source, self.stage, self.optimizer, indices, batch_size=len(indices),
             device=self.device, epoch=self.epoch))
 
@@ -232,7 +168,7 @@ def _walk_schedule(row: int, prep: Prepared, cached: Any,
             continue
         set_trainable(method, stage)
         optimizer = make_optimizer(stage) if stage.trains else None
-        start = _timed(device, lambda: method.on_stage_start(stage, global_epoch, data))
+        start = timed(device, lambda: method.on_stage_start(stage, global_epoch, data))
         phases = []
         for epoch, epochs in _phases(method, stage, global_epoch):
             method.assume_epoch(epoch)
@@ -243,7 +179,7 @@ def _walk_schedule(row: int, prep: Prepared, cached: Any,
         epoch_end = 0.0
         with torch.no_grad():
             for epoch in range(global_epoch, global_epoch + stage.epochs):
-                epoch_end += _timed(device, lambda: method.on_epoch_end(stage, epoch, data))
+                epoch_end += timed(device, lambda: method.on_epoch_end(stage, epoch, data))
         global_epoch += stage.epochs
         contenders.append(phases)
         stages.append({"name": stage.name, "epochs": stage.epochs, "trains": stage.trains,
@@ -251,44 +187,12 @@ def _walk_schedule(row: int, prep: Prepared, cached: Any,
     return contenders, stages
 
 
-def _time_epoch(prep: Prepared, source: Any, seed: int, stage: Stage | None = None) -> float:
-    """Seconds for one epoch of ``stage`` (default: the method's last training stage) over
-    ``source``: the training loop's ``run_epoch`` (forward, loss, backward, step and the
-    ``after_step`` hook per batch), with a fresh optimiser when the stage trains."""
-    method = prep.method
-    if stage is None:
-        stage = [s for s in method.stages() if s.trains][-1]
-    set_trainable(method, stage)
-    optimizer = make_optimizer(stage) if stage.trains else None
-    order = epoch_order(len(source), seed, 0)
-    return _timed(prep.device, lambda: run_epoch(method, source, stage, optimizer, order,
-                                                 batch_size=prep.spec.batch_size, device=prep.device, epoch=0))
-
-
-def live_trunk_epoch_seconds(prep: Prepared) -> dict[str, Any]:
-    """The paper's epoch time (tab:supp_runtime): the frozen trunk's forward at every step, images
-    read and transformed in the loop as a ``cache = false`` run does. One epoch of each stage of
-    the method's schedule over the training images its epochs read, then the mean over the
-    schedule's epochs (each stage weighted by its epoch count), so it compares with the training
-    loop's cached ``epoch_seconds``. Run on the trained method after evaluation: it changes the
-    parameters, which nothing saved reads any more. Returns the ``timing`` entries of
-    ``result.json``: the mean, and the epoch of each stage."""
-    live = prep.train_source(None)  # cache_root None: the trunk runs on every batch
-    stages = [s for s in prep.method.stages() if s.epochs > 0]
-    with torch.random.fork_rng(devices=[prep.device] if prep.device.type == "cuda" else []):
-        per_stage = {s.name: _time_epoch(prep, live, prep.spec.seed, s) for s in stages}
-    prep.method.eval()
-    total_epochs = sum(s.epochs for s in stages)
-    mean = sum(s.epochs * per_stage[s.name] for s in stages) / total_epochs
-    return {"epoch_seconds_live_trunk": mean, "live_trunk_stage_epoch_seconds": per_stage}
-
-
 def _evaluate_seconds(prep: Prepared, cache_root: Path) -> tuple[float, int]:
     from benchmark.run.evaluation import evaluate
 
     clean, noisy = prep.test_sources(cache_root)
     spec = prep.spec
-    seconds = _timed(prep.device, lambda: evaluate(
+    seconds = timed(prep.device, lambda: evaluate(
         prep.method, prep.test_set, clean, noisy, batch_size=spec.eval_batch_size, device=prep.device,
         map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED))
     return seconds, len(clean)
@@ -313,8 +217,8 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
     # inference: bare trunk, then every method, on each batch
     for prep in preps:
         prep.method.to(device).eval()
-    images = _image_batches(first.test_set, first.spec.eval_batch_size, warmup + timed_batches, device)
-    seconds = _interleaved_seconds([trunk] + [_head_forward(p.trunk, p.method) for p in preps], images, device, warmup)
+    images = image_batches(first.test_set, first.spec.eval_batch_size, warmup + timed_batches, device)
+    seconds = interleaved_seconds([trunk] + [head_forward(p.trunk, p.method) for p in preps], images, device, warmup)
     trunk_seconds, head_seconds = seconds[0], seconds[1:]
 
     # hooks, in schedule order, with warm-up steps of every stage

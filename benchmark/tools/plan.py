@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm.cluster import ClusterProfile, JobShape, pack_runs
+from benchmark.cache.sizing import cache_entry_bytes
 from benchmark.config import RunSpec
 from benchmark.tools.costmodel import DEFAULT_DEVICE, CostModel, calibrate, device
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
@@ -410,15 +411,6 @@ class Plan:
         return sum(r.hours * max(r.shape.gpus_per_node, 1) for r in self.runs) + self.startup_hours + self.cache_hours
 
 
-def entry_bytes(spec: RunSpec, images: int, *, early: bool) -> int:
-    """Bytes of one cache entry of ``images`` images of the run's trunk (headers included):
-    N × (P + HW) × D block inputs and N × HW × D early tokens (if any) in the storage dtype,
-    N × HW float32 attentions and N int64 labels (``benchmark.cache.tokens.entry_layout``)."""
-    from benchmark.tools.doctor import cache_entry_bytes
-
-    return cache_entry_bytes(spec, images, early)
-
-
 def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     """The cache entries a run reads, each with the identity that decides sharing. Early-block
     tokens are stored for the training split only (``runner.needs_early_tokens``); the noise view
@@ -444,7 +436,7 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
                       STABILITY_NOISE_SEED))
     return [((*trunk, split, view, with_early),
              CacheNeed(spec.backbone, spec.dataset, split, view, with_early, images, spec.image_size,
-                       spec.cache_dtype, entry_bytes(spec, images, early=with_early), trunk_macs(spec),
+                       spec.cache_dtype, cache_entry_bytes(spec, images, with_early), trunk_macs(spec),
                        noise_seed))
             for split, view, images, with_early, noise_seed in views]
 
