@@ -44,6 +44,8 @@ class Device:
 DEVICES = {d.name: d for d in (
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 989.4 TFLOPS dense, FP32 66.9, HBM3 3.35 TB/s
     Device("H100", 989.4, 66.9, 3350.0),
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 989 TFLOPS dense, FP32 67, HBM3e 4.8 TB/s
+    Device("H200", 989.0, 67.0, 4800.0),
     # NVIDIA A100 Tensor Core GPU datasheet (SXM4 80 GB): BF16 312 TFLOPS dense, FP32 19.5, 2,039 GB/s
     Device("A100", 312.0, 19.5, 2039.0),
     # NVIDIA Tesla V100 datasheet (SXM2): FP16 tensor 125 TFLOPS (no bf16), FP32 15.7, HBM2 900 GB/s
