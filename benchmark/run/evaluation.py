@@ -20,7 +20,7 @@ from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
-from benchmark.run.extra_metrics import extra_metrics
+from benchmark.run.extra_metrics import deletion_count, extra_metrics
 from benchmark.run.prediction import predict
 from methods.base import PrototypeMethod
 from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins, map_parts_to_frame
@@ -93,14 +93,15 @@ def evaluate(
 ) -> Evaluated:
     """Metrics (percent), the evaluation settings that produced them, and the per-image records.
     ``train`` and ``train_dataset``: the clean training split, for the metrics that read it (purity)."""
-    pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision)
+    pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision, contributions=True,
+                   deletion_k=deletion_count(method))  # one pass for the paper's metrics and the extras
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
     notes: dict[str, str] = {}
     ann = test_dataset.annotations
     explained = None
     masks = load_segmentation_masks(test_dataset)
     extra, extra_notes, extra_details = extra_metrics(
-        method, clean, pred.maps, masks, train, train_dataset, batch_size=batch_size, device=device,
+        method, pred, masks, train, train_dataset, batch_size=batch_size, device=device,
         precision=precision, map_pool=map_pool)
     if ann is not None:
         parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)

@@ -1,6 +1,7 @@
-"""Forward passes of a trained method over a token source: logits and each image's
-ground-truth-class activation maps (:func:`predict`), the appended block run once per batch for
-both (:func:`block_output_reused`). Used by the evaluation and by the metrics beyond the paper."""
+"""Forward passes of a trained method over a token source: logits, each image's ground-truth-class
+activation maps and, on request, its prototypes' contributions and the logits with prototypes
+switched off (:func:`predict`), the appended block run once per batch for all of them
+(:func:`block_output_reused`). Used by the evaluation and by the metrics beyond the paper."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -13,6 +14,18 @@ import torch
 from benchmark.cache.tokens import TokenSource
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
+from metrics.deletion import DELETION_SEED, deletion_masks
+
+
+@dataclass
+class Contributions:
+    """Per image: the contributions of its ground-truth and predicted class's prototypes, and the
+    logits with the top-k / k random ground-truth prototypes switched off (None without deletion)."""
+
+    truth: torch.Tensor  # N×J
+    predicted: torch.Tensor  # N×J
+    logits_top: torch.Tensor | None  # N×C
+    logits_random: torch.Tensor | None  # N×C
 
 
 @dataclass
@@ -20,6 +33,7 @@ class Predictions:
     logits: torch.Tensor  # N×C
     labels: torch.Tensor  # N
     maps: torch.Tensor  # N×J×H×W of each image's ground-truth class
+    contributions: Contributions | None = None
 
 
 @contextmanager
@@ -50,19 +64,37 @@ def block_output_reused(method: PrototypeMethod) -> Iterator[None]:
 
 @torch.no_grad()
 def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, device: torch.device,
-            with_logits: bool = True, precision: str = "fp32") -> Predictions:
-    """Logits and GT-class activation maps for every image of ``source`` (kept on the CPU, float32)."""
+            with_logits: bool = True, precision: str = "fp32", contributions: bool = False,
+            deletion_k: int | None = None) -> Predictions:
+    """Logits and GT-class activation maps for every image of ``source`` (kept on the CPU, float32).
+    ``contributions``: also the :class:`Contributions` (with ``deletion_k``: the logits with the
+    top-k and k random ground-truth prototypes switched off; the random ones drawn from
+    ``DELETION_SEED`` in image order, so every method and seed switches off the same ones)."""
     method.eval()
-    logits, maps = [], []
+    generator = torch.Generator().manual_seed(DELETION_SEED)
+    rows: dict[str, list[torch.Tensor]] = {"logits": [], "maps": [], "truth": [], "predicted": [], "top": [],
+                                           "random": []}
     order = torch.arange(len(source))
     for start in range(0, len(order), batch_size):
         batch = source.batch(order[start:start + batch_size], device, reads=method.reads)
         with block_output_reused(method), autocast(precision, device):
-            if with_logits:
-                logits.append(method.logits(batch).float().cpu())
-            maps.append(method.activation_maps(batch, batch.labels).float().cpu())
+            logits = method.logits(batch) if with_logits or contributions else None
+            rows["maps"].append(method.activation_maps(batch, batch.labels).float().cpu())
+            if contributions:
+                truth = method.prototype_contributions(batch, batch.labels)
+                rows["truth"].append(truth.float().cpu())
+                rows["predicted"].append(method.prototype_contributions(batch, logits.argmax(dim=1)).float().cpu())
+                if deletion_k is not None:
+                    top, drawn = deletion_masks(truth.float(), deletion_k, generator)
+                    rows["top"].append(method.logits_without(batch, batch.labels, top).float().cpu())
+                    rows["random"].append(method.logits_without(batch, batch.labels, drawn).float().cpu())
+        if with_logits:
+            rows["logits"].append(logits.float().cpu())
+    joined = {name: torch.cat(values) if values else None for name, values in rows.items()}
     return Predictions(
-        logits=torch.cat(logits) if logits else torch.empty(0),
+        logits=joined["logits"] if joined["logits"] is not None else torch.empty(0),
         labels=source.labels.clone(),
-        maps=torch.cat(maps),
+        maps=joined["maps"],
+        contributions=Contributions(joined["truth"], joined["predicted"], joined["top"], joined["random"])
+        if contributions else None,
     )
