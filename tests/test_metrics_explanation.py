@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from metrics import METRIC_KEYS, PartGroundTruth, explanation_metrics
+from metrics import METRIC_KEYS, PartGroundTruth, explanation_metrics, nppp_peaks
 
 P = 15
 BEAK = 1
@@ -104,10 +104,13 @@ def test_argument_errors_name_the_argument(change, name: str) -> None:
         explanation_metrics(**change(args))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_matches_cpu() -> None:
+    """Every metric on CUDA equals the CPU's: float64 upsampling (con, sta, comp) to rounding, and
+    distinctiveness's float32 peaks exactly (correctly rounded operations on both devices)."""
     maps, noisy, labels, parts, masks = _case(n=70, j=5, grid=16)
     cpu = explanation_metrics(maps, noisy, labels, parts, 3, masks=masks)
     gpu = explanation_metrics(maps.cuda(), noisy.cuda(), labels, parts, 3, masks=masks)
     for key in METRIC_KEYS:
         assert math.isclose(cpu[key], gpu[key], rel_tol=1e-9), key
+    assert torch.equal(nppp_peaks(maps, 2), nppp_peaks(maps.cuda(), 2).cpu())  # the box centres, exactly
