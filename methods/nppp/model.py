@@ -164,13 +164,8 @@ class NPPP(PrototypeMethod):
         groups = torch.where(fg, batch.labels[:, None], self.num_classes).flatten()
         scores = cosine.detach().flatten(0, 1)  # P×(C+1)×J
         scores = scores[torch.arange(len(groups), device=groups.device), groups]  # P×J, own group
-        labels = torch.empty_like(groups)
-        # the background group is about as large as all class groups together: solve it apart so
-        # the zero padding of the batched Sinkhorn stays small
-        for part in (groups < self.num_classes, groups == self.num_classes):
-            if bool(part.any()):
-                labels[part] = balanced_assignments(scores[part], groups[part], epsilon=self.ot_epsilon,
-                                                    iterations=self.ot_iterations)
+        labels = balanced_assignments(scores, groups, epsilon=self.ot_epsilon, iterations=self.ot_iterations,
+                                      num_groups=self.num_classes + 1)
         return raw.flatten(0, 1), groups, labels
 
     @torch.no_grad()

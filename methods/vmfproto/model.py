@@ -249,32 +249,28 @@ class VMFProto(PrototypeMethod):
     def ot_labels(self, scores: Tensor, mask: Tensor, labels: Tensor, epoch: int) -> Tensor:
         """Hard OT label of every patch (Eqs. entropic_ot, ot_harden), B×N long (meaningful on
         foreground patches). Per class c present: the M×J scores of the foreground patches of
-        its images, rows 1/M, columns π_c, solved for all classes in one padded batch. The
+        its images, rows 1/M, columns π_c, solved for all classes at once (no host sync). The
         plans' column-marginal errors are recorded for global epoch ``epoch`` (diagnostics)."""
         batch_size, num_patches, _ = scores.shape
-        foreground = mask.flatten()
-        patch_class = labels.repeat_interleave(num_patches)[foreground]
-        assigned = torch.zeros(batch_size * num_patches, dtype=torch.long, device=scores.device)
         iterations = self.ot_iterations if self.ot_tolerance is None else self.ot_max_iterations
         solved = grouped_hard_assignment(
-            scores.detach().flatten(0, 1)[foreground], patch_class, self.log_pi.detach().exp(),  # columns π_c
-            epsilon=self.ot_epsilon, iterations=iterations, tolerance=self.ot_tolerance)
-        assigned[foreground] = solved.labels
-        self._record_ot_error(solved.column_error.detach(), epoch)
-        return assigned.view(batch_size, num_patches)
+            scores.detach().flatten(0, 1), labels.repeat_interleave(num_patches), self.log_pi.detach().exp(),  # π_c
+            epsilon=self.ot_epsilon, iterations=iterations, tolerance=self.ot_tolerance, mass=mask.flatten())
+        self._record_ot_error(solved.column_error.detach(), solved.present, epoch)
+        return solved.labels.view(batch_size, num_patches)
 
     @torch.no_grad()
-    def _record_ot_error(self, errors: Tensor, epoch: int) -> None:
-        """Accumulate the per-class plan errors of one step; a new epoch starts a new tally (decided
-        on the device: no host sync per step)."""
+    def _record_ot_error(self, errors: Tensor, solved: Tensor, epoch: int) -> None:
+        """Accumulate the plan errors of the classes ``solved`` in one step (``errors`` is 0 for the
+        others); a new epoch starts a new tally (decided on the device: no host sync per step)."""
         kept = self.ot_error_epoch == epoch
         self.ot_error_epoch.fill_(epoch)
         for tally in (self.ot_error_sum, self.ot_error_max, self.ot_problems):
             tally.copy_(torch.where(kept, tally, 0))
         errors = errors.to(self.ot_error_sum.dtype)
         self.ot_error_sum += errors.sum()
-        self.ot_error_max.copy_(torch.maximum(self.ot_error_max, errors.max()))
-        self.ot_problems += errors.numel()
+        self.ot_error_max.copy_(torch.maximum(self.ot_error_max, errors.max()))  # errors ≥ 0, tally from 0
+        self.ot_problems += solved.sum()
 
     def ppd_loss(self, scores: Tensor, mask: Tensor, labels: Tensor, epoch: int) -> Tensor:
         """``L_ppd`` (Eqs. posterior_k, distill_loss): CE between ``softmax_j s_{i,c,j}`` and the
