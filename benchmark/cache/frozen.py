@@ -8,9 +8,11 @@ batches of the evaluation batch size, keeps the result on the device and attache
 every later batch as ``batch.frozen``. The harness stays method-agnostic: it stores whatever
 named tensors the method returns.
 
-A live source (``cache = false``) is left as it is: it reruns the trunk at every step anyway,
-and a pass for the features would cost a whole extra trunk pass; the method then computes its
-features per batch, as before.
+A live source (``cache = false``) reruns the trunk at every step, and a pass for the features
+would cost a whole extra trunk pass: its batches get their features as they are loaded instead
+(:class:`WithLiveFrozenFeatures`, on the prefetch thread towards CUDA), so that no training step
+computes them (the gate reads the device to size its eigenproblems: README, "Host syncs per
+training step").
 """
 from __future__ import annotations
 
@@ -46,6 +48,27 @@ class WithFrozenFeatures(TokenSource):
         return batch
 
 
+class WithLiveFrozenFeatures(TokenSource):
+    """A live ``source`` whose batches carry ``compute(batch)`` in ``frozen``, computed when the
+    batch is loaded."""
+
+    def __init__(self, source: LiveTokens, compute: FeatureFunction) -> None:
+        self.source = source
+        self.compute = compute
+        self.labels = source.labels
+        self.grid = source.grid
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def batch(self, indices: Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
+        batch = self.source.batch(indices, device, reads=reads)
+        with torch.no_grad():
+            batch.frozen = {name: values.detach() for name, values in self.compute(batch).items()}
+        return batch
+
+
 def compute_frozen_features(
     source: TokenSource, compute: FeatureFunction, *, batch_size: int, device: torch.device | str
 ) -> dict[str, Tensor]:
@@ -66,9 +89,9 @@ def compute_frozen_features(
 def with_frozen_features(
     source: TokenSource, compute: FeatureFunction, *, batch_size: int, device: torch.device | str
 ) -> TokenSource:
-    """``source`` with ``compute``'s per-image features precomputed; unchanged when the method
-    has none or the source is live."""
+    """``source`` with ``compute``'s per-image features precomputed (a live source: computed as
+    each batch is loaded); unchanged when the method has none."""
     if isinstance(source, LiveTokens):
-        return source
+        return WithLiveFrozenFeatures(source, compute)
     features = compute_frozen_features(source, compute, batch_size=batch_size, device=device)
     return WithFrozenFeatures(source, features) if features else source

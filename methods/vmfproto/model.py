@@ -14,6 +14,7 @@ from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMe
 from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
 from methods.common.precision import float32_island
+from methods.common.transfer import to_device
 from methods.registry import register_method
 from methods.vmfproto.gating import ATTENTION_GATES, GATING_VARIANTS, foreground_mask
 from methods.vmfproto.overlap import logdet_loss
@@ -342,19 +343,22 @@ class VMFProto(PrototypeMethod):
 
     def _init_from_patches(self, tokens: Tensor, mask: Tensor, labels: Tensor) -> None:
         """μ of each class seen for the first time ← J random distinct foreground patches of
-        its images in this batch (cycled when it has fewer than J)."""
+        its images in this batch (cycled when it has fewer than J). Decided for every class on
+        the device (no host sync), so the random keys are drawn at every call (README, "Protocol
+        deviations")."""
         present = torch.zeros_like(self.seen).index_fill_(0, labels, True)
-        new = torch.nonzero(present & ~self.seen).squeeze(-1)
-        if new.numel() == 0:
-            return
+        new = present & ~self.seen  # C
         patch_class = labels.repeat_interleave(tokens.shape[1])
-        eligible = mask.flatten().unsqueeze(0) & (patch_class.unsqueeze(0) == new.unsqueeze(-1))  # new×(B·N)
+        classes = torch.arange(self.num_classes, device=tokens.device)
+        eligible = mask.flatten().unsqueeze(0) & (patch_class.unsqueeze(0) == classes.unsqueeze(-1))  # C×(B·N)
         # one uniform key per patch: the top-J keys of a class are a uniform draw without replacement
-        keys = torch.rand(patch_class.shape, generator=self._generator).to(tokens.device)
-        order = torch.where(eligible, keys.unsqueeze(0), -1.0).argsort(dim=-1, descending=True)
-        pick = torch.arange(self.prototypes_per_class, device=tokens.device) % eligible.sum(-1, keepdim=True)
-        self.mu[new] = tokens.flatten(0, 1)[order.gather(-1, pick)]
-        self.seen[new] = True
+        keys = to_device(torch.rand(patch_class.shape, generator=self._generator), tokens.device)
+        top = torch.where(eligible, keys.unsqueeze(0), -1.0).topk(min(self.prototypes_per_class, len(keys)), dim=-1)
+        available = eligible.sum(-1, keepdim=True).clamp_min(1)  # classes not in the batch: any, unused
+        pick = torch.arange(self.prototypes_per_class, device=tokens.device) % available
+        drawn = tokens.flatten(0, 1)[top.indices.gather(-1, pick)]  # C×J×D
+        self.mu.copy_(torch.where(new.view(-1, 1, 1), drawn.to(self.mu.dtype), self.mu))
+        self.seen |= new
 
     # ---- diagnostics ---------------------------------------------------------------------------
     def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
