@@ -23,6 +23,7 @@ from torch import Tensor
 
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from methods.base import TOKEN_FIELDS, TokenBatch
+from methods.common.transfer import to_device
 
 FeatureFunction = Callable[[TokenBatch], dict[str, Tensor]]
 
@@ -43,7 +44,7 @@ class WithFrozenFeatures(TokenSource):
               reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         batch = self.source.batch(indices, device, reads=reads)
         batch.frozen = {
-            name: values[indices.to(values.device)].to(device) for name, values in self.features.items()
+            name: values[to_device(indices, values.device)].to(device) for name, values in self.features.items()
         }
         return batch
 

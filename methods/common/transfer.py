@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 
 
-def to_device(host: Tensor, device: torch.device | str) -> Tensor:
-    """``host`` (a CPU tensor) on ``device``: a pinned, non-blocking copy towards CUDA; as is on a CPU."""
+def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
+    """``tensor`` on ``device``: from the CPU to CUDA a pinned, non-blocking copy; otherwise ``.to``."""
     device = torch.device(device)
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
