@@ -16,6 +16,7 @@ training step").
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
@@ -28,12 +29,11 @@ from methods.common.transfer import to_device
 FeatureFunction = Callable[[TokenBatch], dict[str, Tensor]]
 
 
-class WithFrozenFeatures(TokenSource):
-    """``source`` whose batches carry ``features`` (name → N×… tensor on the device) in ``frozen``."""
+class _WithFeatures(TokenSource, ABC):
+    """``source`` whose batches carry the method's per-image features in ``frozen``."""
 
-    def __init__(self, source: TokenSource, features: dict[str, Tensor]) -> None:
+    def __init__(self, source: TokenSource) -> None:
         self.source = source
-        self.features = features
         self.labels = source.labels
         self.grid = source.grid
 
@@ -43,31 +43,35 @@ class WithFrozenFeatures(TokenSource):
     def batch(self, indices: Tensor, device: torch.device | str, *,
               reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         batch = self.source.batch(indices, device, reads=reads)
-        batch.frozen = {
-            name: values[to_device(indices, values.device)].to(device) for name, values in self.features.items()
-        }
+        batch.frozen = self.features_of(batch, indices, device)
         return batch
 
+    @abstractmethod
+    def features_of(self, batch: TokenBatch, indices: Tensor, device: torch.device | str) -> dict[str, Tensor]: ...
 
-class WithLiveFrozenFeatures(TokenSource):
+
+class WithFrozenFeatures(_WithFeatures):
+    """``source`` whose batches carry ``features`` (name → N×… tensor on the device) in ``frozen``."""
+
+    def __init__(self, source: TokenSource, features: dict[str, Tensor]) -> None:
+        super().__init__(source)
+        self.features = features
+
+    def features_of(self, batch: TokenBatch, indices: Tensor, device: torch.device | str) -> dict[str, Tensor]:
+        return {name: values[to_device(indices, values.device)].to(device) for name, values in self.features.items()}
+
+
+class WithLiveFrozenFeatures(_WithFeatures):
     """A live ``source`` whose batches carry ``compute(batch)`` in ``frozen``, computed when the
     batch is loaded."""
 
     def __init__(self, source: LiveTokens, compute: FeatureFunction) -> None:
-        self.source = source
+        super().__init__(source)
         self.compute = compute
-        self.labels = source.labels
-        self.grid = source.grid
 
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def batch(self, indices: Tensor, device: torch.device | str, *,
-              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
-        batch = self.source.batch(indices, device, reads=reads)
+    def features_of(self, batch: TokenBatch, indices: Tensor, device: torch.device | str) -> dict[str, Tensor]:
         with torch.no_grad():
-            batch.frozen = {name: values.detach() for name, values in self.compute(batch).items()}
-        return batch
+            return {name: values.detach() for name, values in self.compute(batch).items()}
 
 
 def compute_frozen_features(
