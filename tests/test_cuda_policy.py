@@ -14,7 +14,7 @@ import methods.protopnet
 from benchmark.cache.frozen import with_frozen_features
 from benchmark.run.evaluation import predict
 from benchmark.run.training import train
-from cuda_policy import AutocastPolicy, HostSyncCounter, count_per_step
+from cuda_policy import AutocastPolicy, HostSyncCounter, count_per_step, step_windows
 from methods.common.precision import autocast
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
@@ -117,3 +117,31 @@ def test_the_sync_counter_sees_reads_and_data_dependent_shapes_but_not_host_only
         x.repeat_interleave(x.long(), output_size=15)  # the size given: no sync
         torch.optim.Adam([torch.nn.Parameter(x.clone())]).step()  # step counts on the host (not capturable)
     assert counter.count == 5, dict(counter.where)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(TWO_EPOCHS))
+def test_no_training_step_synchronises_on_cuda(name: str) -> None:
+    """What the CPU count cannot see (blocking host→device copies, a decomposition's status
+    check): CUDA's own sync detector set to raise inside every step of a two-epoch run (batches
+    read in step, outside the windows, so that only the step is watched)."""
+    cuda = torch.device("cuda")
+    synthetic = SyntheticTokens(num_classes=3, images_per_class=4, dim=16)
+    torch.manual_seed(0)
+    method = build_method(name, synthetic.context(2), **TWO_EPOCHS[name])
+    source = with_frozen_features(synthetic, method.frozen_features, batch_size=6, device=cuda)
+    steps = []
+
+    def enter() -> None:
+        torch.cuda.set_sync_debug_mode("error")
+
+    def leave() -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        steps.append(True)
+
+    try:
+        with step_windows(method, enter, leave):
+            train(method, source, seed=0, batch_size=6, device=cuda, checkpoint_path=None, log=quiet, prefetch=0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(steps) == 4
