@@ -6,7 +6,7 @@ import ot
 import pytest
 import torch
 
-from methods.common.ot import column_marginal_error, grouped_hard_assignment, hard_assignment, sinkhorn_log
+from methods.common.ot import _Grouped, column_marginal_error, grouped_hard_assignment, hard_assignment, sinkhorn_log
 from methods.vmfproto import log_vmf_normaliser
 
 
@@ -199,3 +199,14 @@ def test_grouped_assignment_equals_solving_each_group_alone(seed: int, dtype: to
     assert torch.equal(solved.present, expected_present)
     assert torch.equal(solved.labels, labels)
     torch.testing.assert_close(solved.column_error, errors, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("by_matmul", [True, False])  # CUDA's one-hot matmul, the CPU's index_add_
+def test_both_ways_of_summing_a_groups_rows_equal_a_loop(by_matmul: bool) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(30, 4, generator=g, dtype=torch.float64)
+    groups = torch.randint(0, 6, (30,), generator=g)
+    groups[groups == 2] = 3  # group 2 absent: sums 0
+    sums = _Grouped(groups, 6, x.dtype, by_matmul=by_matmul).column_sums(x)
+    expected = torch.stack([x[groups == k].sum(0) for k in range(6)])
+    torch.testing.assert_close(sums, expected, rtol=1e-12, atol=1e-12)

@@ -7,8 +7,9 @@ maximise, not costs.
 The grouped form solves the problems of all classes of a batch at once without a host
 synchronisation (README, "Host syncs per training step"): the rows stay where they are, each
 tagged with its problem, and every reduction over a problem's rows is a per-group reduction of
-fixed shape (``scatter_reduce`` for maxima, a one-hot matmul for sums: deterministic on CUDA),
-so no size is read from the device and no G × max-rows padding is built.
+fixed shape G×J (``scatter_reduce`` for maxima; for sums a one-hot matmul on CUDA, which is
+deterministic there, ``index_add_`` elsewhere), so no size is read from the device and no
+G × max-rows padding is built.
 """
 from __future__ import annotations
 
@@ -41,16 +42,24 @@ class _Grouped:
     """G problems whose rows are interleaved in P×J scores, row i in problem ``groups[i]``:
     per-problem reductions of fixed shape G×J (no host synchronisation)."""
 
-    def __init__(self, groups: Tensor, num_groups: int, dtype: torch.dtype) -> None:
+    def __init__(self, groups: Tensor, num_groups: int, dtype: torch.dtype, *, by_matmul: bool | None = None) -> None:
         self.groups, self.num_groups = groups, num_groups
-        self.member = F.one_hot(groups, num_groups).to(dtype)  # P×G
+        # on CUDA (``by_matmul`` None) the sums are a one-hot matmul (P×G): scatter-adds there are
+        # atomics, in no fixed order; elsewhere index_add_ adds the rows in order, without the
+        # G-fold work of the matmul
+        if by_matmul is None:
+            by_matmul = groups.device.type == "cuda"
+        self.member = F.one_hot(groups, num_groups).to(dtype) if by_matmul else None
 
     def column_max(self, x: Tensor) -> Tensor:
         index = self.groups.unsqueeze(-1).expand_as(x)
         return x.new_full((self.num_groups, x.shape[-1]), float("-inf")).scatter_reduce(0, index, x, "amax")
 
     def column_sums(self, x: Tensor) -> Tensor:
-        return self.member.T @ x  # Σ_{i in g} x_ij, G×J (a matmul: deterministic, unlike scatter-adds)
+        """``Σ_{i in g} x_ij``, G×J (deterministic on every device)."""
+        if self.member is not None:
+            return self.member.T @ x
+        return x.new_zeros(self.num_groups, x.shape[-1]).index_add_(0, self.groups, x)
 
     def column_logsumexp(self, x: Tensor) -> Tensor:
         shift = self.column_max(x)
