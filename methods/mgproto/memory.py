@@ -4,7 +4,6 @@ round trip restores it."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 
