@@ -218,6 +218,9 @@ class FakeCuda:
             def wait_event(self, event) -> None:  # noqa: ANN001
                 fake.log.append(("wait", self.name, event.number))
 
+            def wait_stream(self, other) -> None:  # noqa: ANN001
+                fake.log.append(("after", self.name, other.name))
+
         class Event:
             made = 0
 
@@ -257,6 +260,7 @@ def test_prefetch_towards_cuda_loads_on_its_own_stream_and_hands_over_by_event(m
         got.append(item)
         cuda.log.append(("use", "consumer", int(item["rows"])))
     assert [id(item) for item in got] == [id(loaded[i]) for i in range(4)]  # the same tensors, in order
+    assert cuda.log[0] == ("after", "producer", "consumer")  # what the loads read was written before
     for i in range(4):
         event = next(e for kind, stream, e in cuda.log if kind == "record" and stream == "producer" and e == i + 1)
         steps = [("load", "producer", i), ("record", "producer", event), ("wait", "consumer", event),

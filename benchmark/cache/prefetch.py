@@ -62,6 +62,9 @@ class StreamHandoff:
     def __init__(self, device: torch.device) -> None:
         self.consumer = torch.cuda.current_stream(device)
         self.stream = torch.cuda.Stream(device)
+        # what the loads read (the trunk, its norm, precomputed features) was last written on the
+        # consumer's stream: the producer's stream starts after it
+        self.stream.wait_stream(self.consumer)
 
     def load(self, load: Callable[[object], T], chunk: object) -> tuple[T, Any]:
         """Producer thread: ``load(chunk)`` on the producer's stream, and the event after it."""
