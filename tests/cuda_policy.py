@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -118,28 +119,43 @@ def _in_optimiser() -> bool:
     return False
 
 
-def count_per_step(method: Any, counter: HostSyncCounter, train: Callable[[], Any]) -> list[int]:
-    """Host syncs of every training step (``loss_terms`` through ``after_step``: forward,
-    backward, optimiser step and the per-step hook) of ``train()``; hooks outside steps are not
-    counted."""
-    counts: list[int] = []
+@contextmanager
+def step_windows(method: Any, enter: Callable[[], None], leave: Callable[[], None]) -> Iterator[None]:
+    """``enter()`` as every training step begins (``loss_terms``, or ``after_step`` in a stage
+    without an optimiser) and ``leave()`` after its ``after_step``: forward, backward, optimiser
+    step and the per-step hook are inside, batch loading, hooks and epoch ends outside."""
     loss_terms, after_step = method.loss_terms, method.after_step
 
     def start(*args: Any, **kwargs: Any) -> Any:
-        counter.counting, counter.count = True, 0
+        enter()
         return loss_terms(*args, **kwargs)
 
     def end(*args: Any, **kwargs: Any) -> Any:
-        counter.counting = True
-        result = after_step(*args, **kwargs)
-        counts.append(counter.count)
-        counter.counting, counter.count = False, 0
-        return result
+        enter()
+        try:
+            return after_step(*args, **kwargs)
+        finally:
+            leave()
 
     method.loss_terms, method.after_step = start, end
     try:
-        with counter, OneHotScope(counter):
-            train()
+        yield
     finally:
         del method.loss_terms, method.after_step
+
+
+def count_per_step(method: Any, counter: HostSyncCounter, train: Callable[[], Any]) -> list[int]:
+    """Host syncs of every training step (:func:`step_windows`) of ``train()``."""
+    counts: list[int] = []
+    counter.count = 0
+
+    def enter() -> None:
+        counter.counting = True
+
+    def leave() -> None:
+        counts.append(counter.count)
+        counter.counting, counter.count = False, 0
+
+    with counter, OneHotScope(counter), step_windows(method, enter, leave):
+        train()
     return counts

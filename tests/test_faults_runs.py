@@ -356,8 +356,9 @@ def test_plan_checks_images_of_datasets_on_disk(work: Path, tmp_path: Path,
 
 # ---- numerical failures ----------------------------------------------------------------------
 def test_a_failed_decomposition_is_a_non_finite_loss_error_naming_stage_and_epoch() -> None:
-    """Learning rates of 100 make vMFProto's parameters diverge until the Cholesky factor of its
-    log-det term fails (a raw ``torch.linalg.LinAlgError`` before issue 10)."""
+    """Learning rates of 100 make vMFProto's parameters diverge (a raw ``torch.linalg.LinAlgError``
+    of the log-det term's Cholesky factor before issue 10; since issue 23 a failed factor is a NaN
+    term, read at the epoch end like any other non-finite loss)."""
     source = SyntheticTokens()
     torch.manual_seed(0)
     method = build_method("vmfproto", source.context(2), discovery_epochs=1, end_to_end_epochs=2,
@@ -366,9 +367,8 @@ def test_a_failed_decomposition_is_a_non_finite_loss_error_naming_stage_and_epoc
         train(method, source, seed=0, batch_size=8, device=torch.device("cpu"), checkpoint_path=None,
               log=lambda line: None)
     message = str(err.value)
-    assert "stage 'end_to_end', epoch 1 (method 'vmfproto')" in message and "cholesky" in message
-    assert "the loss terms, backward pass and optimiser step" in message
-    assert isinstance(err.value, ProtobenchError) and isinstance(err.value.__cause__, torch.linalg.LinAlgError)
+    assert "stage 'end_to_end', epoch 1 (method 'vmfproto')" in message and message.startswith("non-finite loss")
+    assert isinstance(err.value, ProtobenchError)
 
 
 # ---- shared run directories ------------------------------------------------------------------

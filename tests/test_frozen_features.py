@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmark.cache.frozen import WithFrozenFeatures, with_frozen_features
+from benchmark.cache.frozen import WithFrozenFeatures, WithLiveFrozenFeatures, with_frozen_features
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from benchmark.config import RunSpec
 from benchmark.run.runner import Prepared, prepare
@@ -78,11 +78,28 @@ def test_fallback_images_are_counted_once_per_image_from_the_stored_gate(tmp_pat
     assert stored["foreground_fraction"] == computed["foreground_fraction"]
 
 
-def test_live_sources_and_featureless_methods_are_left_alone() -> None:
+class LiveConstant(LiveTokens):
+    """A live source (no trunk: the batches of :class:`Constant`) that counts its trunk passes."""
+
+    def __init__(self) -> None:
+        self.constant, self.labels, self.grid, self.passes = Constant(), Constant().labels, (2, 2), 0
+
+    def batch(self, indices: torch.Tensor, device: torch.device | str, *,
+              reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
+        self.passes += 1
+        return self.constant.batch(indices, device, reads=reads)
+
+
+def test_featureless_methods_are_left_alone_and_live_batches_get_their_features_as_loaded(tmp_path: Path) -> None:
     source = Constant()
     assert with_frozen_features(source, lambda batch: {}, batch_size=2, device="cpu") is source
-    live = LiveTokens.__new__(LiveTokens)  # no trunk pass may happen for a live source
-    assert with_frozen_features(live, lambda batch: pytest.fail("computed"), batch_size=2, device="cpu") is live
+    method, live = synthbirds(tmp_path).method, LiveConstant()
+    wrapped = with_frozen_features(live, method.frozen_features, batch_size=2, device="cpu")
+    assert isinstance(wrapped, WithLiveFrozenFeatures) and live.passes == 0  # no extra trunk pass
+    batch = wrapped.batch(torch.tensor([3, 0, 1]), "cpu", reads=method.reads)
+    mask, fallback = foreground_mask(batch.tokens, batch.attention, method.gating, method.tau)
+    assert live.passes == 1 and fallback.tolist() == [True, False, True]
+    assert torch.equal(batch.frozen["foreground"], mask) and torch.equal(batch.frozen["foreground_fallback"], fallback)
 
 
 def test_training_on_the_stored_gate_is_identical(tmp_path: Path) -> None:

@@ -184,10 +184,33 @@ def test_memory_bank_is_fifo_with_capacity() -> None:
     assert bank.full() and bank.contents(1).flatten().tolist() == [10, 11, 12]
 
 
+def test_a_masked_push_equals_pushing_only_the_marked_rows() -> None:
+    """The fixed-shape push (rows marked by ``enqueue``, no host sync) against the rows cut out,
+    pushed one at a time (the FIFO's definition), over pushes that wrap and overflow a class."""
+    g = torch.Generator().manual_seed(0)
+    masked, one_by_one = ClassMemoryBank(3, 2, 2), ClassMemoryBank(3, 2, 2)
+    for _ in range(6):
+        features, classes = torch.randn(9, 2, generator=g), torch.randint(0, 3, (9,), generator=g)
+        enqueue = torch.rand(9, generator=g) > 0.3
+        before = {name: value.clone() for name, value in masked.state_dict().items()}
+        masked.push(features, classes, enqueue)
+        for row in enqueue.nonzero().flatten().tolist():
+            one_by_one.push(features[row : row + 1], classes[row : row + 1])
+        assert torch.equal(masked.size, one_by_one.size)
+        for cls in range(3):
+            assert torch.equal(masked.contents(cls), one_by_one.contents(cls))
+        cut = ClassMemoryBank(3, 2, 2)  # and one push of the marked rows lays them out alike
+        cut.load_state_dict(before)
+        cut.push(features[enqueue], classes[enqueue])
+        for name in ("features", "size", "head"):
+            assert torch.equal(getattr(masked, name), getattr(cut, name)), name
+
+
 def test_enqueued_features_are_deduplicated_by_position() -> None:
     latent = torch.arange(16, dtype=torch.float32).view(2, 4, 2)  # B=2, N=4, d=2
     positions = torch.tensor([[1, 1, 3], [0, 2, 0]])  # top-1 position of each GT prototype
-    features, classes = unique_top1_features(latent, positions, torch.tensor([5, 7]))
+    features, classes, enqueued = unique_top1_features(latent, positions, torch.tensor([5, 7]))
+    features, classes = features[enqueued], classes[enqueued]
     assert features.tolist() == [latent[0, 1].tolist(), latent[0, 3].tolist(), latent[1, 0].tolist(),
                                  latent[1, 2].tolist()]
     assert classes.tolist() == [5, 5, 7, 7]

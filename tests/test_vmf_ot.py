@@ -6,7 +6,7 @@ import ot
 import pytest
 import torch
 
-from methods.common.ot import column_marginal_error, grouped_hard_assignment, hard_assignment, sinkhorn_log
+from methods.common.ot import _Grouped, column_marginal_error, grouped_hard_assignment, hard_assignment, sinkhorn_log
 from methods.vmfproto import log_vmf_normaliser
 
 
@@ -146,7 +146,67 @@ def test_grouped_assignment_reports_each_groups_column_error() -> None:
     marginals = torch.zeros(5, 4, dtype=torch.float64)
     marginals[4], marginals[1] = b1, b2
     solved = grouped_hard_assignment(scores, groups, marginals, epsilon=0.05, iterations=3)
-    assert solved.groups.tolist() == [1, 4]
-    for index, (s, b) in enumerate(((s2, b2), (s1, b1))):
+    assert solved.present.tolist() == [False, True, False, False, True]
+    assert solved.column_error[~solved.present].tolist() == [0.0, 0.0, 0.0]
+    for group, (s, b) in ((1, (s2, b2)), (4, (s1, b1))):
         plan = sinkhorn_log(s, torch.full((len(s),), 1.0 / len(s), dtype=torch.float64), b, 0.05, 3)
-        assert float(solved.column_error[index]) == pytest.approx(float((plan.sum(0) - b).abs().sum()))
+        assert float(solved.column_error[group]) == pytest.approx(float((plan.sum(0) - b).abs().sum()))
+
+
+def _padded_batch(scores: torch.Tensor, groups: torch.Tensor, mass: torch.Tensor, marginals: torch.Tensor,
+                  iterations: int, tolerance: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle, the computation before the grouped form: each present group's rows with mass
+    cut out by a loop, zero-padded into one batch for sinkhorn_log (padding checked above to
+    equal separate solves; one stopping test for the batch), labels put back, 0 elsewhere."""
+    present = [group for group in range(len(marginals)) if bool(((groups == group) & mass).any())]
+    members = [torch.nonzero((groups == group) & mass).squeeze(-1) for group in present]
+    longest = max(len(m) for m in members)
+    padded = torch.zeros(len(present), longest, scores.shape[1], dtype=scores.dtype)
+    rows = torch.zeros(len(present), longest, dtype=scores.dtype)
+    for slot, m in enumerate(members):
+        padded[slot, : len(m)], rows[slot, : len(m)] = scores[m], 1.0 / len(m)
+    plan = sinkhorn_log(padded, rows, marginals[present], 0.05, iterations, tolerance)
+    labels, errors = torch.zeros(len(scores), dtype=torch.long), torch.zeros(len(marginals), dtype=scores.dtype)
+    for slot, (group, m) in enumerate(zip(present, members)):
+        labels[m] = hard_assignment(plan[slot, : len(m)])
+        errors[group] = column_marginal_error(plan[slot], marginals[group])
+    return labels, errors
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("seed", range(6))
+def test_grouped_assignment_equals_solving_each_group_alone(seed: int, dtype: torch.dtype) -> None:
+    """Random cases with groups absent from the batch, one-row groups, rows without mass and
+    tied scores, with a fixed count and with a tolerance: the unpadded, sync-free grouped solve
+    gives the plans of the zero-padded batch it replaces."""
+    g = torch.Generator().manual_seed(seed)
+    rows, columns, num_groups = 40, 4, 7
+    scores = (0.4 * torch.randn(rows, columns, generator=g, dtype=torch.float64)).to(dtype)
+    scores[::5] = scores[::5, :1]  # ties: every column of these rows equal
+    scores[1] = scores[2]  # two identical rows
+    groups = torch.randint(0, 5, (rows,), generator=g)  # groups 5, 6 absent
+    groups[-1] = 5 if seed % 2 else 0
+    groups[groups == 5] = 5  # with an odd seed group 5 has exactly one row
+    mass = torch.rand(rows, generator=g) > 0.25
+    mass[-1] = True
+    marginals = torch.softmax(torch.randn(num_groups, columns, generator=g, dtype=torch.float64), -1).to(dtype)
+    tolerance = 1e-3 if seed >= 4 else None
+    iterations = 200 if tolerance else 10
+    solved = grouped_hard_assignment(scores, groups, marginals, epsilon=0.05, iterations=iterations,
+                                     tolerance=tolerance, mass=mass)
+    labels, errors = _padded_batch(scores, groups, mass, marginals, iterations, tolerance)
+    expected_present = torch.zeros(num_groups, dtype=torch.bool).index_fill_(0, groups[mass], True)
+    assert torch.equal(solved.present, expected_present)
+    assert torch.equal(solved.labels, labels)
+    torch.testing.assert_close(solved.column_error, errors, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("by_matmul", [True, False])  # CUDA's one-hot matmul, the CPU's index_add_
+def test_both_ways_of_summing_a_groups_rows_equal_a_loop(by_matmul: bool) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(30, 4, generator=g, dtype=torch.float64)
+    groups = torch.randint(0, 6, (30,), generator=g)
+    groups[groups == 2] = 3  # group 2 absent: sums 0
+    sums = _Grouped(groups, 6, x.dtype, by_matmul=by_matmul).column_sums(x)
+    expected = torch.stack([x[groups == k].sum(0) for k in range(6)])
+    torch.testing.assert_close(sums, expected, rtol=1e-12, atol=1e-12)

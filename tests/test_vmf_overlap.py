@@ -64,3 +64,12 @@ def test_logdet_prefers_separated_components() -> None:
     loss = logdet_loss(mu32, torch.full((1, j), 20.0), 1e-4)
     loss.backward()
     assert loss.dtype == torch.float32 and torch.isfinite(mu32.grad).all() and mu32.grad.abs().sum() > 0
+
+
+def test_a_failed_cholesky_factor_is_a_nan_term_not_a_host_read() -> None:
+    """K + δI not positive definite (δ = −2 here; diverged parameters in a run): the factor fails
+    without the host reading its status, and the term is NaN, which the training loop reports."""
+    mu = _unit([1.0, 0.0, 0.0], [0.0, 1.0, 0.0]).unsqueeze(0)
+    kappa = torch.full((1, 2), 10.0, dtype=torch.float64)
+    assert torch.isfinite(logdet_loss(mu, kappa, 1e-4))
+    assert torch.isnan(logdet_loss(mu, kappa, -2.0))

@@ -8,12 +8,15 @@ batches of the evaluation batch size, keeps the result on the device and attache
 every later batch as ``batch.frozen``. The harness stays method-agnostic: it stores whatever
 named tensors the method returns.
 
-A live source (``cache = false``) is left as it is: it reruns the trunk at every step anyway,
-and a pass for the features would cost a whole extra trunk pass; the method then computes its
-features per batch, as before.
+A live source (``cache = false``) reruns the trunk at every step, and a pass for the features
+would cost a whole extra trunk pass: its batches get their features as they are loaded instead
+(:class:`WithLiveFrozenFeatures`, on the prefetch thread towards CUDA), so that no training step
+computes them (the gate reads the device to size its eigenproblems: README, "Host syncs per
+training step").
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
@@ -21,16 +24,16 @@ from torch import Tensor
 
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from methods.base import TOKEN_FIELDS, TokenBatch
+from methods.common.transfer import to_device
 
 FeatureFunction = Callable[[TokenBatch], dict[str, Tensor]]
 
 
-class WithFrozenFeatures(TokenSource):
-    """``source`` whose batches carry ``features`` (name → N×… tensor on the device) in ``frozen``."""
+class _WithFeatures(TokenSource, ABC):
+    """``source`` whose batches carry the method's per-image features in ``frozen``."""
 
-    def __init__(self, source: TokenSource, features: dict[str, Tensor]) -> None:
+    def __init__(self, source: TokenSource) -> None:
         self.source = source
-        self.features = features
         self.labels = source.labels
         self.grid = source.grid
 
@@ -40,10 +43,35 @@ class WithFrozenFeatures(TokenSource):
     def batch(self, indices: Tensor, device: torch.device | str, *,
               reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         batch = self.source.batch(indices, device, reads=reads)
-        batch.frozen = {
-            name: values[indices.to(values.device)].to(device) for name, values in self.features.items()
-        }
+        batch.frozen = self.features_of(batch, indices, device)
         return batch
+
+    @abstractmethod
+    def features_of(self, batch: TokenBatch, indices: Tensor, device: torch.device | str) -> dict[str, Tensor]: ...
+
+
+class WithFrozenFeatures(_WithFeatures):
+    """``source`` whose batches carry ``features`` (name → N×… tensor on the device) in ``frozen``."""
+
+    def __init__(self, source: TokenSource, features: dict[str, Tensor]) -> None:
+        super().__init__(source)
+        self.features = features
+
+    def features_of(self, batch: TokenBatch, indices: Tensor, device: torch.device | str) -> dict[str, Tensor]:
+        return {name: values[to_device(indices, values.device)].to(device) for name, values in self.features.items()}
+
+
+class WithLiveFrozenFeatures(_WithFeatures):
+    """A live ``source`` whose batches carry ``compute(batch)`` in ``frozen``, computed when the
+    batch is loaded."""
+
+    def __init__(self, source: LiveTokens, compute: FeatureFunction) -> None:
+        super().__init__(source)
+        self.compute = compute
+
+    def features_of(self, batch: TokenBatch, indices: Tensor, device: torch.device | str) -> dict[str, Tensor]:
+        with torch.no_grad():
+            return {name: values.detach() for name, values in self.compute(batch).items()}
 
 
 def compute_frozen_features(
@@ -66,9 +94,9 @@ def compute_frozen_features(
 def with_frozen_features(
     source: TokenSource, compute: FeatureFunction, *, batch_size: int, device: torch.device | str
 ) -> TokenSource:
-    """``source`` with ``compute``'s per-image features precomputed; unchanged when the method
-    has none or the source is live."""
+    """``source`` with ``compute``'s per-image features precomputed (a live source: computed as
+    each batch is loaded); unchanged when the method has none."""
     if isinstance(source, LiveTokens):
-        return source
+        return WithLiveFrozenFeatures(source, compute)
     features = compute_frozen_features(source, compute, batch_size=batch_size, device=device)
     return WithFrozenFeatures(source, features) if features else source

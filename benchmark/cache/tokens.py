@@ -46,6 +46,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
 from methods.base import TOKEN_FIELDS, TokenBatch
 from methods.common.precision import autocast
+from methods.common.transfer import to_device
 
 __all__ = [
     "CacheKey",
@@ -239,10 +240,7 @@ class CachedTokens(TokenSource):
 
     def _take(self, name: str, rows: np.ndarray, device: torch.device) -> Tensor:
         # gather in the storage dtype, move (half the bytes for float16), widen on the device
-        host = torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows]))
-        if device.type == "cuda":
-            return host.pin_memory().to(device, non_blocking=True).float()
-        return host.to(device).float()
+        return to_device(torch.from_numpy(np.ascontiguousarray(self._arrays[name][rows])), device).float()
 
     def final_tokens(self, block_input: Tensor) -> Tensor:
         """B×N×D final-norm patch tokens of B×(P+N)×D block inputs (``FrozenTrunk.forward``)."""
@@ -262,8 +260,8 @@ class CachedTokens(TokenSource):
             tokens=self.final_tokens(block_input) if "tokens" in reads else None,
             block_input=block_input if "block_input" in reads else None,
             attention=take("attention") if "attention" in reads else None,
-            labels=self.labels[indices.cpu()].to(device),
-            indices=indices.to(device),
+            labels=to_device(self.labels[indices.cpu()], device),
+            indices=to_device(indices, device),
             grid=self.grid,
             early_tokens=take("early_tokens") if "early_tokens" in reads else None,
         )
@@ -287,15 +285,15 @@ class LiveTokens(TokenSource):
     def batch(self, indices: Tensor, device: torch.device | str, *,
               reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         trunk_device = next(self.trunk.parameters()).device
-        images = torch.stack([self._images[int(i)][0] for i in indices]).to(trunk_device)
+        images = to_device(torch.stack([self._images[int(i)][0] for i in indices]), trunk_device)
         with autocast(self.precision, trunk_device):
             out = self.trunk(images, early_block=self.early_block)
         return TokenBatch(
             tokens=out.tokens.to(device).float(),
             block_input=out.block_input.to(device).float(),
             attention=None if out.attention is None else out.attention.to(device).float(),
-            labels=self.labels[indices.cpu()].to(device),
-            indices=indices.to(device),
+            labels=to_device(self.labels[indices.cpu()], device),
+            indices=to_device(indices, device),
             grid=self.grid,
             early_tokens=None if out.early_tokens is None else out.early_tokens.to(device).float(),
         ).only(reads)

@@ -283,7 +283,8 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
     losses = StepLosses(method, stage, epoch, num_batches)
     chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
     batches = Prefetcher(lambda rows: source.batch(rows, device, reads=method.reads), chunks,
-                         depth=0 if len(chunks) < 2 else prefetch_depth(device) if prefetch is None else prefetch)
+                         depth=0 if len(chunks) < 2 else prefetch_depth(device) if prefetch is None else prefetch,
+                         device=device)
     try:
         for batch in batches:
             if optimizer is not None:

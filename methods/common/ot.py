@@ -3,15 +3,71 @@
 Used by vMFProto (Eq. entropic_ot: rows 1/M, columns π_c, 10 iterations) and NPPP (uniform
 columns, 3 iterations), both through :func:`grouped_hard_assignment`. Both pass *scores* to
 maximise, not costs.
+
+The grouped form solves the problems of all classes of a batch at once without a host
+synchronisation (README, "Host syncs per training step"): the rows stay where they are, each
+tagged with its problem, and every reduction over a problem's rows is a per-group reduction of
+fixed shape G×J (``scatter_reduce`` for maxima; for sums a one-hot matmul on CUDA, which is
+deterministic there, ``index_add_`` elsewhere), so no size is read from the device and no
+G × max-rows padding is built.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from methods.common.precision import float32_island
+
+
+class _Batched:
+    """Problems along the leading dimensions of ``…×M×J`` scores: row reductions over dim −2."""
+
+    @staticmethod
+    def column_max(x: Tensor) -> Tensor:
+        return x.amax(dim=-2)
+
+    @staticmethod
+    def column_logsumexp(x: Tensor) -> Tensor:
+        return torch.logsumexp(x, dim=-2)
+
+    @staticmethod
+    def to_rows(per_problem: Tensor) -> Tensor:
+        return per_problem.unsqueeze(-2)
+
+
+class _Grouped:
+    """G problems whose rows are interleaved in P×J scores, row i in problem ``groups[i]``:
+    per-problem reductions of fixed shape G×J (no host synchronisation)."""
+
+    def __init__(self, groups: Tensor, num_groups: int, dtype: torch.dtype, *, by_matmul: bool | None = None) -> None:
+        self.groups, self.num_groups = groups, num_groups
+        # on CUDA (``by_matmul`` None) the sums are a one-hot matmul (P×G): scatter-adds there are
+        # atomics, in no fixed order; elsewhere index_add_ adds the rows in order, without the
+        # G-fold work of the matmul
+        if by_matmul is None:
+            by_matmul = groups.device.type == "cuda"
+        self.member = F.one_hot(groups, num_groups).to(dtype) if by_matmul else None
+
+    def column_max(self, x: Tensor) -> Tensor:
+        index = self.groups.unsqueeze(-1).expand_as(x)
+        return x.new_full((self.num_groups, x.shape[-1]), float("-inf")).scatter_reduce(0, index, x, "amax")
+
+    def column_sums(self, x: Tensor) -> Tensor:
+        """``Σ_{i in g} x_ij``, G×J (deterministic on every device)."""
+        if self.member is not None:
+            return self.member.T @ x
+        return x.new_zeros(self.num_groups, x.shape[-1]).index_add_(0, self.groups, x)
+
+    def column_logsumexp(self, x: Tensor) -> Tensor:
+        shift = self.column_max(x)
+        shift = torch.where(torch.isfinite(shift), shift, 0.0)  # a problem without rows: log 0 = −inf below
+        return torch.log(self.column_sums(torch.exp(x - shift[self.groups]))) + shift
+
+    def to_rows(self, per_problem: Tensor) -> Tensor:
+        return per_problem[self.groups]
 
 
 @float32_island
@@ -22,6 +78,8 @@ def sinkhorn_log(
     epsilon: float,
     iterations: int,
     tolerance: float | None = None,
+    *,
+    groups: Tensor | None = None,
 ) -> Tensor:
     """Plan ``Q = argmax_{Q ≥ 0} ⟨Q, S⟩ + ε H(Q)`` s.t. ``Q1 = a``, ``Qᵀ1 = b`` (Eq. entropic_ot).
 
@@ -30,6 +88,11 @@ def sinkhorn_log(
     all-zero row of the plan and do not influence the others, so problems of different
     sizes can be solved in one padded batch (every problem needs at least one row of mass;
     scores must be finite, padding included).
+
+    ``groups`` (P integers in ``[0, G)``) stacks G problems without padding instead: ``scores``
+    is P×J, ``row_marginal`` P, ``col_marginal`` G×J, and row i belongs to problem
+    ``groups[i]``; every problem is solved exactly as alone (a problem without a row of mass
+    gets no plan rows, and its column potential stays 0).
 
     Each iteration updates the column potential, then the row potential, so the returned plan
     meets the row marginal exactly; this is the iteration of POT's ``ot.sinkhorn`` (Sinkhorn–Knopp,
@@ -47,7 +110,8 @@ def sinkhorn_log(
 
     ``tolerance``: iterate until the L1 error of every problem's column marginal
     (:func:`column_marginal_error`) is at most ``tolerance``, with ``iterations`` as the cap;
-    ``None`` runs exactly ``iterations`` iterations.
+    ``None`` runs exactly ``iterations`` iterations. The test reads the device once per
+    iteration (README, "Host syncs per training step"); ``None`` reads nothing.
     """
     if iterations < 1:
         raise ValueError(f"Sinkhorn needs at least one iteration, got {iterations}")
@@ -55,24 +119,26 @@ def sinkhorn_log(
         raise ValueError(f"Sinkhorn needs epsilon > 0, got {epsilon}")
     if tolerance is not None and not tolerance > 0:
         raise ValueError(f"Sinkhorn tolerance must be > 0 or None, got {tolerance}")
+    problems = _Batched() if groups is None else _Grouped(groups, col_marginal.shape[0], scores.dtype)
     mass = (row_marginal > 0).unsqueeze(-1)
-    column_max = torch.where(mass, scores, float("-inf")).amax(dim=-2, keepdim=True)
-    log_kernel = torch.where(mass, (scores - column_max) / epsilon, 0.0)
+    column_max = problems.column_max(torch.where(mass, scores, float("-inf")))
+    log_kernel = torch.where(mass, (scores - problems.to_rows(column_max)) / epsilon, 0.0)
     log_a = torch.log(row_marginal.to(log_kernel.dtype))  # −inf on padding rows
     b = col_marginal.to(log_kernel.dtype)
     log_b = torch.log(b)
     # POT starts from a uniform row scaling; padding rows start (and stay) at zero mass
     f = torch.where(row_marginal > 0, 0.0, float("-inf")).to(log_kernel.dtype)
     g = torch.zeros_like(log_b)
+    solved = torch.isfinite(column_max).any(-1)  # the problems with a row of mass
     for iteration in range(iterations):
-        log_columns = torch.logsumexp(log_kernel + f.unsqueeze(-1), dim=-2)  # log Σ_i exp(S_ij/ε + f_i)
+        log_columns = problems.column_logsumexp(log_kernel + f.unsqueeze(-1))  # log Σ_i exp(S_ij/ε + f_i)
         if tolerance is not None and iteration > 0:
             error = (torch.exp(log_columns + g) - b).abs().sum(-1)  # the current plan's column sums vs b
-            if bool((error <= tolerance).all()):
+            if bool(((error <= tolerance) | ~solved).all()):
                 break
-        g = log_b - log_columns
-        f = log_a - torch.logsumexp(log_kernel + g.unsqueeze(-2), dim=-1)
-    return torch.exp(log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2))
+        g = torch.where(solved.unsqueeze(-1), log_b - log_columns, 0.0)
+        f = log_a - torch.logsumexp(log_kernel + problems.to_rows(g), dim=-1)
+    return torch.exp(log_kernel + f.unsqueeze(-1) + problems.to_rows(g))
 
 
 def column_marginal_error(plan: Tensor, col_marginal: Tensor) -> Tensor:
@@ -87,33 +153,31 @@ def hard_assignment(plan: Tensor) -> Tensor:
 
 
 class GroupedAssignment(NamedTuple):
-    """Hard OT labels of the rows and the column-marginal error of each group's plan."""
+    """Hard OT labels of the rows, which groups had a problem to solve, and the column-marginal
+    error of each group's plan."""
 
-    labels: Tensor  # P, in [0, J)
-    groups: Tensor  # G, the group values present, ascending
-    column_error: Tensor  # G, ‖Qᵀ1 − b‖₁ of each group's plan
+    labels: Tensor  # P, in [0, J) (0 on rows without mass)
+    present: Tensor  # G bool: the groups with at least one row of mass
+    column_error: Tensor  # G, ‖Qᵀ1 − b‖₁ of each present group's plan (0 for the others)
 
 
 @float32_island
 def grouped_hard_assignment(scores: Tensor, groups: Tensor, col_marginals: Tensor, *, epsilon: float,
-                            iterations: int, tolerance: float | None = None) -> GroupedAssignment:
+                            iterations: int, tolerance: float | None = None,
+                            mass: Tensor | None = None) -> GroupedAssignment:
     """Hard OT label in ``[0, J)`` of every row of ``scores`` (P×J), solved per group: the P_g rows
-    of group ``g`` (``groups``: P integers) against its J columns with row marginal 1/P_g and
-    column marginal ``col_marginals[g]`` (``col_marginals``: one J-row per group value), then
-    ``argmax_j`` (Eqs. entropic_ot, ot_harden). All groups are solved in one zero-padded batch;
-    rows keep their order within a group. ``tolerance`` as in :func:`sinkhorn_log`."""
-    count, columns = scores.shape
-    order = torch.argsort(groups, stable=True)
-    present, sizes = torch.unique_consecutive(groups[order], return_counts=True)
-    slot = torch.repeat_interleave(torch.arange(len(sizes), device=scores.device), sizes)
-    rank = torch.arange(count, device=scores.device) - (sizes.cumsum(0) - sizes)[slot]
-    padded = scores.new_zeros(len(sizes), int(sizes.max()), columns)
-    padded[slot, rank] = scores[order]
-    rows = scores.new_zeros(padded.shape[:2])
-    rows[slot, rank] = 1.0 / sizes[slot].to(scores.dtype)
-    targets = col_marginals[present].to(scores.dtype)
-    plan = sinkhorn_log(padded, rows, targets, epsilon, iterations, tolerance)
-    labels = hard_assignment(plan)
-    assigned = torch.empty_like(groups)
-    assigned[order] = labels[slot, rank]
-    return GroupedAssignment(assigned, present, column_marginal_error(plan, targets))
+    of group ``g`` (``groups``: P integers in ``[0, G)``) against its J columns with row marginal
+    1/P_g and column marginal ``col_marginals[g]`` (``col_marginals``: G×J), then ``argmax_j``
+    (Eqs. entropic_ot, ot_harden). ``mass`` (P bool, default all) marks the rows that take part;
+    the others get label 0 and no say. All groups are solved at once (``sinkhorn_log`` with
+    ``groups``), with no host synchronisation unless ``tolerance`` is set (as in :func:`sinkhorn_log`)."""
+    num_groups = col_marginals.shape[0]
+    taking_part = torch.ones_like(groups, dtype=torch.bool) if mass is None else mass
+    sizes = torch.zeros(num_groups, dtype=torch.long, device=groups.device).index_add_(
+        0, groups, taking_part.long())  # P_g (integer sums: exact and deterministic)
+    rows = torch.where(taking_part, 1.0 / sizes[groups].clamp_min(1).to(scores.dtype), 0.0)
+    targets = col_marginals.to(scores.dtype)
+    plan = sinkhorn_log(scores, rows, targets, epsilon, iterations, tolerance, groups=groups)
+    present = sizes > 0
+    error = (_Grouped(groups, num_groups, plan.dtype).column_sums(plan) - targets).abs().sum(-1)
+    return GroupedAssignment(hard_assignment(plan), present, torch.where(present, error, 0.0))

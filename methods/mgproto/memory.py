@@ -4,20 +4,19 @@ round trip restores it."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def unique_top1_features(latent: Tensor, positions: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+def unique_top1_features(latent: Tensor, positions: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """The features to enqueue for one batch (model.py ``forward``): for every image, the latent
     vector at each grid position that is the top-1 position of at least one of its ground-truth
     class's prototypes, once per position ("only enqueue unique feature vectors of a training
-    sample"). ``latent`` B×N×d, ``positions`` B×J → (M×d features, M classes), image-major and
-    ascending positions within an image, as the official loop."""
-    chosen = torch.zeros(latent.shape[:2], dtype=torch.bool, device=latent.device)
-    chosen.scatter_(1, positions, True)
-    image, position = chosen.nonzero(as_tuple=True)
-    return latent[image, position], labels[image]
+    sample"). ``latent`` B×N×d, ``positions`` B×J → (B·N×d features, B·N classes, B·N bool: the
+    ones to enqueue), image-major and ascending positions within an image, as the official loop;
+    fixed shapes, so no host synchronisation."""
+    batch, patches = latent.shape[:2]
+    chosen = torch.zeros(batch, patches, dtype=torch.bool, device=latent.device).scatter_(1, positions, True)
+    return latent.flatten(0, 1), labels.unsqueeze(1).expand(-1, patches).flatten(), chosen.flatten()
 
 
 class ClassMemoryBank(nn.Module):
@@ -42,18 +41,31 @@ class ClassMemoryBank(nn.Module):
         return self.features[cls, (start + torch.arange(size, device=self.features.device)) % self.capacity]
 
     @torch.no_grad()
-    def push(self, features: Tensor, classes: Tensor) -> None:
-        """Append ``features`` (M×d) to the queues of ``classes`` (M), in order. When one push
-        brings more than ``capacity`` features of a class, only its last ``capacity`` are kept
-        (the official code keeps a random subset; FIFO keeps this deterministic)."""
-        if len(classes) == 0:
+    def push(self, features: Tensor, classes: Tensor, enqueue: Tensor | None = None) -> None:
+        """Append the ``features`` (M×d) marked by ``enqueue`` (M bool, default all) to the queues of
+        ``classes`` (M), in order. When one push brings more than ``capacity`` features of a class,
+        only its last ``capacity`` are kept (the official code keeps a random subset; FIFO keeps this
+        deterministic). Fixed shapes throughout (no host synchronisation): ranks from a stable sort,
+        and the bank rewritten with ``torch.where`` from a map of which row lands in which slot."""
+        if len(classes) == 0:  # a shape: known on the host
             return
-        num_classes = self.size.shape[0]
-        counts = torch.bincount(classes, minlength=num_classes)
-        rank = F.one_hot(classes, num_classes).cumsum(0).gather(1, classes[:, None]).squeeze(1) - 1
-        dropped = (counts - self.capacity).clamp_min(0)[classes]
-        keep = rank >= dropped
-        slot = (self.head[classes] + rank - dropped) % self.capacity
-        self.features[classes[keep], slot[keep]] = features[keep].to(self.features.dtype)
-        self.head.copy_((self.head + counts.clamp_max(self.capacity)) % self.capacity)
-        self.size.copy_((self.size + counts).clamp_max(self.capacity))
+        num_classes, capacity = self.size.shape[0], self.capacity
+        rows = torch.arange(len(classes), device=classes.device)
+        queued = torch.ones_like(classes, dtype=torch.bool) if enqueue is None else enqueue
+        key = torch.where(queued, classes, num_classes)  # rows not enqueued sort last, in a bin of their own
+        counts = torch.zeros(num_classes + 1, dtype=torch.long, device=classes.device).index_add_(
+            0, key, torch.ones_like(key))
+        order = torch.argsort(key, stable=True)
+        first = counts.cumsum(0) - counts  # where each class's rows start in the sorted order
+        rank = torch.empty_like(rows).scatter_(0, order, rows - first[key[order]])  # order among its class's rows
+        counts = counts[:num_classes]
+        dropped = (counts - capacity).clamp_min(0)[classes]
+        keep = queued & (rank >= dropped)
+        slot = classes * capacity + (self.head[classes] + rank - dropped) % capacity  # distinct among kept rows
+        source = torch.zeros(num_classes * capacity, dtype=torch.long, device=classes.device).index_add_(
+            0, slot, torch.where(keep, rows + 1, 0))  # 1 + the row written to each slot, 0: none
+        bank = self.features.view(num_classes * capacity, -1)
+        incoming = features[(source - 1).clamp_min(0)].to(bank.dtype)
+        bank.copy_(torch.where((source > 0).unsqueeze(-1), incoming, bank))
+        self.head.copy_((self.head + counts.clamp_max(capacity)) % capacity)
+        self.size.copy_((self.size + counts).clamp_max(capacity))

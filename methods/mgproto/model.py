@@ -174,6 +174,12 @@ class MGProto(PrototypeMethod):
         self.register_buffer("prototype_source", torch.full((classes, per_class, 2), -1, dtype=torch.long))
         self.memory = ClassMemoryBank(classes, memory_capacity, latent_dim)
         self._pending: tuple[TokenBatch, Tensor, Tensor] | None = None
+        # host copy of (em_decided_epoch, em_active), so that a step branches on EM without reading the
+        # device: decided at the end of the epoch before (when the bank is as the next epoch's first
+        # step finds it) or when a state is loaded; an empty bank runs no EM in the first epoch
+        self._em_decision: tuple[int, bool] = (0, False)
+        self.register_load_state_dict_post_hook(lambda module, keys: setattr(
+            module, "_em_decision", (int(module.em_decided_epoch), bool(module.em_active))))
 
     # ---- forward pieces ------------------------------------------------------------------------
     def latent(self, batch: TokenBatch) -> Tensor:
@@ -225,8 +231,8 @@ class MGProto(PrototypeMethod):
             ranked = log_dens[rows, :, labels].topk(levels, dim=1).values.transpose(1, 2)  # B×J×T
             mined = mined_logits(top, ranked[..., 1:], labels, self.priors)  # B×(T−1)×C
             terms["mine"] = F.cross_entropy(mined.flatten(0, 1), labels.repeat_interleave(levels - 1))
-            if int(self.mining_first_epoch) < 0:
-                self.mining_first_epoch.fill_(epoch)
+            first = self.mining_first_epoch
+            first.copy_(torch.where(first < 0, epoch, first))
         return terms
 
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
@@ -235,9 +241,8 @@ class MGProto(PrototypeMethod):
         then EM if this epoch runs EM (main.py sets ``update_GMM`` at the start of each epoch, from
         ``em_start_epoch`` on, when every class's bank is full) on every class enqueued since the
         last EM (model.py ``memory_updated_cls``, set by every enqueue, cleared only by EM)."""
-        if int(self.em_decided_epoch) != epoch:  # the first step of the epoch, before its features enter
-            self.em_decided_epoch.fill_(epoch)
-            self.em_active.fill_(epoch >= self.em_start_epoch and self.memory.full())
+        if self._em_decision[0] != epoch:  # no epoch end decided it (a direct call): decide before the features enter
+            self.decide_em(epoch)
         pending, self._pending = self._pending, None
         if pending is not None and pending[0] is batch:
             latent, positions = pending[1], pending[2]
@@ -246,10 +251,18 @@ class MGProto(PrototypeMethod):
             positions = log_density(latent, self.means[batch.labels]).argmax(dim=1)
         self.memory.push(*unique_top1_features(latent, positions, batch.labels))
         self.em_pending[batch.labels] = True
-        if bool(self.em_active):
+        if self._em_decision[1]:
             self.expectation_maximisation()
-            if int(self.em_first_epoch) < 0:
-                self.em_first_epoch.fill_(epoch)
+            self.em_first_epoch.copy_(torch.where(self.em_first_epoch < 0, epoch, self.em_first_epoch))
+
+    @torch.no_grad()
+    def decide_em(self, epoch: int) -> None:
+        """main.py's ``update_GMM`` for ``epoch``: EM runs in it from ``em_start_epoch`` on when
+        every class's bank is full at its start (one read of the device; at an epoch end)."""
+        active = epoch >= self.em_start_epoch and self.memory.full()
+        self.em_decided_epoch.fill_(epoch)
+        self.em_active.fill_(active)
+        self._em_decision = (epoch, active)
 
     def expectation_maximisation(self) -> None:
         """model.py ``update_GMM``: EM, with the one Adam over all means, on the banks of the
@@ -269,6 +282,7 @@ class MGProto(PrototypeMethod):
             self.push(data)
         if epoch == self.epochs - 1 and self.prototypes_per_class > self.prune_top_m:
             self.prune()
+        self.decide_em(epoch + 1)  # the bank is now as the next epoch's first step finds it
 
     def phase_epochs(self, stage: Stage, first_epoch: int) -> list[int]:
         """Before EM, EM from ``em_start_epoch``, EM + mining from ``mine_start_epoch``."""
@@ -279,14 +293,15 @@ class MGProto(PrototypeMethod):
     def assume_epoch(self, epoch: int) -> None:
         """From ``em_start_epoch`` a run's banks are full: fill the missing slots with random
         unit vectors (EM's cost does not depend on their values)."""
-        if epoch < self.em_start_epoch or self.memory.full():
-            return
-        generator = torch.Generator().manual_seed(epoch)
-        for cls in range(self.num_classes):
-            missing = self.memory.capacity - int(self.memory.size[cls])
-            features = F.normalize(torch.randn(missing, self.memory.features.shape[-1], generator=generator), dim=-1)
-            self.memory.push(features.to(self.memory.features.device),
-                             torch.full((missing,), cls, dtype=torch.long, device=self.memory.features.device))
+        if epoch >= self.em_start_epoch and not self.memory.full():
+            generator = torch.Generator().manual_seed(epoch)
+            for cls in range(self.num_classes):
+                missing = self.memory.capacity - int(self.memory.size[cls])
+                features = F.normalize(torch.randn(missing, self.memory.features.shape[-1], generator=generator),
+                                       dim=-1)
+                self.memory.push(features.to(self.memory.features.device),
+                                 torch.full((missing,), cls, dtype=torch.long, device=self.memory.features.device))
+        self.decide_em(epoch)
 
     @torch.no_grad()
     def push(self, data: TrainData) -> None:

@@ -14,13 +14,16 @@ from torch import Tensor
 from methods.common.ot import grouped_hard_assignment
 
 
-def balanced_assignments(scores: Tensor, groups: Tensor, *, epsilon: float, iterations: int) -> Tensor:
+def balanced_assignments(scores: Tensor, groups: Tensor, *, epsilon: float, iterations: int,
+                         num_groups: int | None = None) -> Tensor:
     """Hard OT label in ``[0, J)`` of every patch (pnp.py ``online_clustering``, utils.py
     ``sinkhorn_knopp``): per group, Sinkhorn on the P_g×J scores of its patches against its own
     J prototypes with uniform marginals (rows 1/P_g, columns 1/J: equipartition), ``epsilon``
     and ``iterations`` as given, then ``argmax_j``. ``scores`` is P×J (each patch against its
-    group's prototypes), ``groups`` P. All groups are solved in one zero-padded batch."""
-    per_group = scores.new_full((int(groups.max()) + 1, scores.shape[1]), 1.0 / scores.shape[1])
+    group's prototypes), ``groups`` P in ``[0, num_groups)``. All groups are solved at once;
+    ``num_groups`` None reads ``max(groups) + 1`` from the device (the model passes C + 1)."""
+    count = int(groups.max()) + 1 if num_groups is None else num_groups
+    per_group = scores.new_full((count, scores.shape[1]), 1.0 / scores.shape[1])
     return grouped_hard_assignment(scores, groups, per_group, epsilon=epsilon, iterations=iterations).labels
 
 

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from methods.common.precision import float32_island
+from methods.common.transfer import to_device
 
 SIGN_RULES: tuple[str, ...] = ("native", "attention")
 
@@ -31,7 +32,7 @@ def first_principal_component(x: Tensor, niter: int, generator: torch.Generator)
     wide = a.shape[0] < a.shape[1]  # torch._lowrank works on the tall orientation
     if wide:
         a = a.mT
-    test_matrix = torch.randn(a.shape[1], 1, generator=generator, dtype=a.dtype).to(a.device)
+    test_matrix = to_device(torch.randn(a.shape[1], 1, generator=generator, dtype=a.dtype), a.device)
     q = torch.linalg.qr(a @ test_matrix).Q
     for _ in range(niter):
         q = torch.linalg.qr(a.mT @ q).Q

@@ -115,6 +115,10 @@ class NPPP(PrototypeMethod):
         self.register_buffer("prototypes", prototypes)  # pnp.py: a buffer, trunc_normal_(std=0.02)
         self.sa_weights = nn.Parameter(torch.full((classes, per_class), float(sa_init)))
         self.register_buffer("pca_draws", torch.zeros((), dtype=torch.long))  # PCAs run so far
+        # its host copy seeds the PCA's generator without reading the device; a loaded state sets both
+        self._pca_draws = 0
+        self.register_load_state_dict_post_hook(lambda module, keys: setattr(module, "_pca_draws",
+                                                                             int(module.pca_draws)))
         # per-image foreground shares of the latest epoch that ran the foreground rule (diagnostics)
         self.register_buffer("foreground_epoch", torch.tensor(-1))
         self.register_buffer("foreground_sum", torch.zeros((), dtype=torch.float64))
@@ -150,7 +154,8 @@ class NPPP(PrototypeMethod):
 
     def foreground(self, raw: Tensor, attention: Tensor) -> Tensor:
         """B×N foreground mask; each call draws the next seeded test matrix of the run."""
-        generator = torch.Generator().manual_seed(self.ctx.seed * PCA_SEED_STRIDE + int(self.pca_draws))
+        generator = torch.Generator().manual_seed(self.ctx.seed * PCA_SEED_STRIDE + self._pca_draws)
+        self._pca_draws += 1
         self.pca_draws += 1
         return pca_foreground(raw, attention, threshold=self.fg_threshold, niter=self.pca_niter, sign=self.sign,
                               generator=generator)
@@ -164,13 +169,8 @@ class NPPP(PrototypeMethod):
         groups = torch.where(fg, batch.labels[:, None], self.num_classes).flatten()
         scores = cosine.detach().flatten(0, 1)  # P×(C+1)×J
         scores = scores[torch.arange(len(groups), device=groups.device), groups]  # P×J, own group
-        labels = torch.empty_like(groups)
-        # the background group is about as large as all class groups together: solve it apart so
-        # the zero padding of the batched Sinkhorn stays small
-        for part in (groups < self.num_classes, groups == self.num_classes):
-            if bool(part.any()):
-                labels[part] = balanced_assignments(scores[part], groups[part], epsilon=self.ot_epsilon,
-                                                    iterations=self.ot_iterations)
+        labels = balanced_assignments(scores, groups, epsilon=self.ot_epsilon, iterations=self.ot_iterations,
+                                      num_groups=self.num_classes + 1)
         return raw.flatten(0, 1), groups, labels
 
     @torch.no_grad()

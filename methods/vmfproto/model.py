@@ -14,6 +14,7 @@ from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMe
 from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
 from methods.common.precision import float32_island
+from methods.common.transfer import to_device
 from methods.registry import register_method
 from methods.vmfproto.gating import ATTENTION_GATES, GATING_VARIANTS, foreground_mask
 from methods.vmfproto.overlap import logdet_loss
@@ -249,32 +250,28 @@ class VMFProto(PrototypeMethod):
     def ot_labels(self, scores: Tensor, mask: Tensor, labels: Tensor, epoch: int) -> Tensor:
         """Hard OT label of every patch (Eqs. entropic_ot, ot_harden), B×N long (meaningful on
         foreground patches). Per class c present: the M×J scores of the foreground patches of
-        its images, rows 1/M, columns π_c, solved for all classes in one padded batch. The
+        its images, rows 1/M, columns π_c, solved for all classes at once (no host sync). The
         plans' column-marginal errors are recorded for global epoch ``epoch`` (diagnostics)."""
         batch_size, num_patches, _ = scores.shape
-        foreground = mask.flatten()
-        patch_class = labels.repeat_interleave(num_patches)[foreground]
-        assigned = torch.zeros(batch_size * num_patches, dtype=torch.long, device=scores.device)
         iterations = self.ot_iterations if self.ot_tolerance is None else self.ot_max_iterations
         solved = grouped_hard_assignment(
-            scores.detach().flatten(0, 1)[foreground], patch_class, self.log_pi.detach().exp(),  # columns π_c
-            epsilon=self.ot_epsilon, iterations=iterations, tolerance=self.ot_tolerance)
-        assigned[foreground] = solved.labels
-        self._record_ot_error(solved.column_error.detach(), epoch)
-        return assigned.view(batch_size, num_patches)
+            scores.detach().flatten(0, 1), labels.repeat_interleave(num_patches), self.log_pi.detach().exp(),  # π_c
+            epsilon=self.ot_epsilon, iterations=iterations, tolerance=self.ot_tolerance, mass=mask.flatten())
+        self._record_ot_error(solved.column_error.detach(), solved.present, epoch)
+        return solved.labels.view(batch_size, num_patches)
 
     @torch.no_grad()
-    def _record_ot_error(self, errors: Tensor, epoch: int) -> None:
-        """Accumulate the per-class plan errors of one step; a new epoch starts a new tally (decided
-        on the device: no host sync per step)."""
+    def _record_ot_error(self, errors: Tensor, solved: Tensor, epoch: int) -> None:
+        """Accumulate the plan errors of the classes ``solved`` in one step (``errors`` is 0 for the
+        others); a new epoch starts a new tally (decided on the device: no host sync per step)."""
         kept = self.ot_error_epoch == epoch
         self.ot_error_epoch.fill_(epoch)
         for tally in (self.ot_error_sum, self.ot_error_max, self.ot_problems):
             tally.copy_(torch.where(kept, tally, 0))
         errors = errors.to(self.ot_error_sum.dtype)
         self.ot_error_sum += errors.sum()
-        self.ot_error_max.copy_(torch.maximum(self.ot_error_max, errors.max()))
-        self.ot_problems += errors.numel()
+        self.ot_error_max.copy_(torch.maximum(self.ot_error_max, errors.max()))  # errors ≥ 0, tally from 0
+        self.ot_problems += solved.sum()
 
     def ppd_loss(self, scores: Tensor, mask: Tensor, labels: Tensor, epoch: int) -> Tensor:
         """``L_ppd`` (Eqs. posterior_k, distill_loss): CE between ``softmax_j s_{i,c,j}`` and the
@@ -346,19 +343,22 @@ class VMFProto(PrototypeMethod):
 
     def _init_from_patches(self, tokens: Tensor, mask: Tensor, labels: Tensor) -> None:
         """μ of each class seen for the first time ← J random distinct foreground patches of
-        its images in this batch (cycled when it has fewer than J)."""
+        its images in this batch (cycled when it has fewer than J). Decided for every class on
+        the device (no host sync), so the random keys are drawn at every call (README, "Protocol
+        deviations")."""
         present = torch.zeros_like(self.seen).index_fill_(0, labels, True)
-        new = torch.nonzero(present & ~self.seen).squeeze(-1)
-        if new.numel() == 0:
-            return
+        new = present & ~self.seen  # C
         patch_class = labels.repeat_interleave(tokens.shape[1])
-        eligible = mask.flatten().unsqueeze(0) & (patch_class.unsqueeze(0) == new.unsqueeze(-1))  # new×(B·N)
+        classes = torch.arange(self.num_classes, device=tokens.device)
+        eligible = mask.flatten().unsqueeze(0) & (patch_class.unsqueeze(0) == classes.unsqueeze(-1))  # C×(B·N)
         # one uniform key per patch: the top-J keys of a class are a uniform draw without replacement
-        keys = torch.rand(patch_class.shape, generator=self._generator).to(tokens.device)
-        order = torch.where(eligible, keys.unsqueeze(0), -1.0).argsort(dim=-1, descending=True)
-        pick = torch.arange(self.prototypes_per_class, device=tokens.device) % eligible.sum(-1, keepdim=True)
-        self.mu[new] = tokens.flatten(0, 1)[order.gather(-1, pick)]
-        self.seen[new] = True
+        keys = to_device(torch.rand(patch_class.shape, generator=self._generator), tokens.device)
+        top = torch.where(eligible, keys.unsqueeze(0), -1.0).topk(min(self.prototypes_per_class, len(keys)), dim=-1)
+        available = eligible.sum(-1, keepdim=True).clamp_min(1)  # classes not in the batch: any, unused
+        pick = torch.arange(self.prototypes_per_class, device=tokens.device) % available
+        drawn = tokens.flatten(0, 1)[top.indices.gather(-1, pick)]  # C×J×D
+        self.mu.copy_(torch.where(new.view(-1, 1, 1), drawn.to(self.mu.dtype), self.mu))
+        self.seen |= new
 
     # ---- diagnostics ---------------------------------------------------------------------------
     def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:

@@ -40,6 +40,8 @@ def logdet_loss(mu: Tensor, kappa: Tensor, delta: float) -> Tensor:
     """
     kernel = vmf_kernel(F.normalize(mu.to(torch.float64), dim=-1), kappa.to(torch.float64))
     eye = torch.eye(kernel.shape[-1], dtype=kernel.dtype, device=kernel.device)
-    chol = torch.linalg.cholesky(kernel + delta * eye)
+    # cholesky_ex: no host read of the factorisation's status (a sync per step on CUDA); a failed
+    # factor (diverged parameters) makes the term NaN, which the training loop reports at the epoch end
+    chol, info = torch.linalg.cholesky_ex(kernel + delta * eye)
     logdet = 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
-    return (-logdet.mean()).to(mu.dtype)
+    return torch.where((info == 0).all(), -logdet.mean(), torch.nan).to(mu.dtype)
