@@ -210,8 +210,8 @@ def test_profile_names_the_device_model(tmp_path: Path, capsys: pytest.CaptureFi
     grid = str(REPO / "benchmark" / "grids" / "demo.toml")
     assert main(["plan", grid, "--profile", str(profile)]) == 0
     assert "cost model: FLOPs-and-bytes model on A100" in capsys.readouterr().out
-    profile.write_text('device_model = "H200"\n')
-    with pytest.raises(ProtobenchError, match="device_model = 'H200' must be one of H100, A100, V100, RTX8000"):
+    profile.write_text('device_model = "B200"\n')
+    with pytest.raises(ProtobenchError, match="device_model = 'B200' must be one of H100, H200, A100, V100, RTX8000"):
         load_profile(profile)
 
 
