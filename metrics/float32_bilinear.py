@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_positive_int
+from .maps import check_map_pool
 from .parts import FRAME_SIZE
 
 
@@ -75,8 +76,7 @@ def avg_pool_float32(maps: Tensor, k: int) -> Tensor:
     """``F.avg_pool2d(kernel_size=k, stride=k)`` on float32 ``(..., h, w)`` maps, summed in
     ATen ``cpu_avg_pool2d``'s order (rows, then columns within a row, one float32 rounding per
     addition), then divided by ``k * k``; odd sizes drop the last row/column, as there."""
-    if maps.shape[-2] < k or maps.shape[-1] < k:
-        raise ValueError(f"map_pool: {k} exceeds the map size {tuple(maps.shape[-2:])}")
+    check_map_pool(maps, k)
     h, w = maps.shape[-2] // k, maps.shape[-1] // k
     cells = maps[..., : h * k, : w * k].unflatten(-1, (w, k)).unflatten(-3, (h, k))  # (..., h, k, w, k)
     total = cells[..., 0, :, 0]
@@ -127,7 +127,7 @@ def nppp_peaks(maps: Tensor, map_pool: int = 1, size: int = FRAME_SIZE) -> Tenso
     :data:`CANDIDATE_TOLERANCE` ``* max|map|`` of the float64 maximum); the answer equals the
     first maximum of the whole float32 map (tests/test_metrics_float32.py).
     """
-    check_positive_int("map_pool", map_pool)
+    check_map_pool(maps, map_pool)
     x = maps.to(torch.float32)
     if map_pool > 1:
         x = avg_pool_float32(x, map_pool)

@@ -48,6 +48,13 @@ def iter_chunks(n: int, chunk_size: int | None, device: torch.device | None = No
         yield slice(start, min(n, start + chunk_size))
 
 
+def check_map_pool(maps: Tensor, map_pool: int) -> None:
+    """``map_pool`` is a positive int no larger than the ``(..., h, w)`` maps' sides."""
+    check_positive_int("map_pool", map_pool)
+    if maps.shape[-2] < map_pool or maps.shape[-1] < map_pool:
+        raise ValueError(f"map_pool: {map_pool} exceeds the map size {tuple(maps.shape[-2:])}")
+
+
 def pool_maps(maps: Tensor, map_pool: int = 1) -> Tensor:
     """metrics.md "Grid resolution": ``map_pool = 1`` native grid, ``k > 1``: ``k x k`` average
     pooling with stride k (NPPP ``pnp.py::push_forward`` / ``get_attn_maps``:
@@ -56,8 +63,7 @@ def pool_maps(maps: Tensor, map_pool: int = 1) -> Tensor:
     check_positive_int("map_pool", map_pool)
     if map_pool == 1:
         return maps
-    if maps.shape[-2] < map_pool or maps.shape[-1] < map_pool:
-        raise ValueError(f"map_pool: {map_pool} exceeds the map size {tuple(maps.shape[-2:])}")
+    check_map_pool(maps, map_pool)
     return F.avg_pool2d(maps, kernel_size=map_pool, stride=map_pool)
 
 
