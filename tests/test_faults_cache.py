@@ -88,29 +88,62 @@ def test_two_builders_without_a_lock_publish_one_entry_and_spare_readers(tmp_pat
     opened, stop, results, barrier = FORK.Event(), FORK.Event(), FORK.Queue(), FORK.Barrier(2)
     reader = FORK.Process(target=_reader, args=(str(tmp_path), opened, stop, results))
     reader.start()
-    assert opened.wait(DEADLINE)
-    builders = [FORK.Process(target=_builder, args=(str(tmp_path), barrier, results)) for _ in range(2)]
-    for builder in builders:
-        builder.start()
-    outcomes = [results.get(timeout=DEADLINE) for _ in builders]
-    for builder in builders:
-        builder.join(DEADLINE)
-        assert builder.exitcode == 0
-    # both built (the lock excluded nothing), one published, the other found it and kept it
-    assert sorted(built for _, built, _, _ in outcomes) == [False, True]
-    assert {path for *_, path in outcomes} == {str(tmp_path / NAME)}
-    expected = digests(toy_arrays(2))
-    assert all(values == expected for _, _, values, _ in outcomes)
-    assert store.verify_entry(tmp_path / NAME) == [] and store.read_manifest(tmp_path / NAME)["key"] == {"format": 2}
-    assert not list(tmp_path.glob(".tmp-*"))
+    try:
+        assert opened.wait(DEADLINE)
+        builders = [FORK.Process(target=_builder, args=(str(tmp_path), barrier, results)) for _ in range(2)]
+        for builder in builders:
+            builder.start()
+        outcomes = [results.get(timeout=DEADLINE) for _ in builders]
+        for builder in builders:
+            builder.join(DEADLINE)
+            assert builder.exitcode == 0
+        # both built (the lock excluded nothing), one published, the other found it and kept it
+        assert sorted(built for _, built, _, _ in outcomes) == [False, True]
+        assert {path for *_, path in outcomes} == {str(tmp_path / NAME)}
+        expected = digests(toy_arrays(2))
+        assert all(values == expected for _, _, values, _ in outcomes)
+        assert store.verify_entry(tmp_path / NAME) == [] and store.read_manifest(tmp_path / NAME)["key"] == {"format": 2}
+        assert not list(tmp_path.glob(".tmp-*"))
 
-    (aside,) = tmp_path.glob(".old-*")  # the old entry was moved aside, not deleted, while read
-    assert store.remove_leftovers(tmp_path) == [] and aside.exists()
-    stop.set()
-    _, reads, failures = results.get(timeout=DEADLINE)
-    reader.join(DEADLINE)
-    assert reader.exitcode == 0 and reads > 0 and failures == []
-    assert store.remove_leftovers(tmp_path) == [aside]  # no reader left: now it goes
+        (aside,) = tmp_path.glob(".old-*")  # the old entry was moved aside, not deleted, while read
+        assert store.remove_leftovers(tmp_path) == [] and aside.exists()
+        stop.set()
+        _, reads, failures = results.get(timeout=DEADLINE)
+        reader.join(DEADLINE)
+        assert reader.exitcode == 0 and reads > 0 and failures == []
+        assert store.remove_leftovers(tmp_path) == [aside]  # no reader left: now it goes
+    finally:  # a failed assertion must not leave the reader looping (it would hold a core for the rest of the suite)
+        stop.set()
+        reader.join(DEADLINE)
+        if reader.is_alive():
+            reader.terminate()
+
+
+def test_an_entry_published_between_the_check_and_the_move_aside_is_put_back(tmp_path: Path, monkeypatch) -> None:
+    """Builder B finds an older key's entry in its place and moves it aside; a builder without the
+    lock (A) moves that entry aside and publishes the same key between B's check and B's move.
+    B puts A's entry back and keeps it: one publisher, one entry aside (the race that let both
+    builders of the test above count as publishers)."""
+    build_toy(tmp_path, key={"format": 1}, seed=1)
+    elsewhere = tmp_path / "elsewhere"
+    build_toy(elsewhere, key={"format": 2}, seed=2)  # A's entry, ready to be renamed into place
+    real_move_aside = store.move_aside
+    raced = []
+
+    def racing(entry: Path) -> Path | None:
+        if not raced:  # A, between B's check and B's move: the old entry aside, its own published
+            raced.append(real_move_aside(entry))
+            os.rename(elsewhere / NAME, entry)
+        return real_move_aside(entry)
+
+    monkeypatch.setattr(store, "build_lock", no_lock)
+    monkeypatch.setattr(store, "move_aside", racing)
+    entry, built = build_toy(tmp_path, key={"format": 2}, seed=2)
+    assert raced and not built  # B kept A's entry
+    assert entry.path == tmp_path / NAME and store.read_manifest(entry.path)["key"] == {"format": 2}
+    assert digests(read_all(entry)) == digests(toy_arrays(2))
+    assert list(tmp_path.glob(".old-*")) == raced  # only the older key's entry is aside
+    assert not list(tmp_path.glob(".tmp-*"))
 
 
 def _fake_build_folder(cache: Path, tag: str, owner: Owner, beat_age: float) -> Path:

@@ -336,20 +336,32 @@ def _write_arrays(folder: Path, layout: Mapping[str, ArraySpec], fill: Fill) -> 
             writer.abort()
 
 
+def _rename_unless_taken(source: Path, target: Path) -> bool:
+    """``os.rename(source, target)``; False when ``target`` is a non-empty folder already."""
+    try:
+        os.rename(source, target)
+    except OSError as error:
+        if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        return False
+    return True
+
+
 def _publish(folder: Path, final: Path, key: Mapping[str, Any]) -> Entry | None:
     """Rename ``folder`` onto ``final``: None when published, else the entry of ``key`` found there."""
     for _ in range(8):
-        try:
-            os.rename(folder, final)
+        if _rename_unless_taken(folder, final):
             _fsync(final.parent)
             return None
-        except OSError as error:
-            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
         existing = open_entry(final, key)
         if existing is not None:  # another builder published the same key first: keep theirs
             return existing
-        move_aside(final)  # another key, format or an unreadable manifest: keep it aside, never delete
+        aside = move_aside(final)  # another key, format or an unreadable manifest: keep it aside, never delete
+        moved = read_manifest(aside) if aside is not None else None
+        if isinstance(moved, dict) and moved.get("key") == _normalised(key):
+            # a builder without the lock published the same key between the check and the move:
+            # put theirs back (unless a third one took the place), and take it on the next round
+            _rename_unless_taken(aside, final)  # type: ignore[arg-type]
     raise ProtobenchError(f"Could not publish the token-cache entry {final}: it keeps being replaced.")
 
 
