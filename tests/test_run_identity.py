@@ -190,7 +190,9 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
     assert "scored by earlier metric code" in load_runs([tmp_path / "runs"])["stale"].iloc[0]
     [record] = status_records(tmp_path / "runs")
     assert record["state"] == "done" and "--rescore" in record["rescore"]
-    assert main(["evaluate", str(run_dir), "--rescore", "--map-pool", "2"]) == 2  # not the run's own scores
+    with pytest.MonkeyPatch.context() as patch:  # refused before the run is loaded (no compute)
+        patch.setattr("benchmark.run.reevaluate.load_trained", lambda *a, **k: pytest.fail("loaded"))
+        assert main(["evaluate", str(run_dir), "--rescore", "--map-pool", "2"]) == 2  # not the run's own scores
     assert "drop --map-pool 2" in capsys.readouterr().err
     assert main(["evaluate", str(run_dir), "--rescore"]) == 0
     after = json.loads((run_dir / "result.json").read_text())

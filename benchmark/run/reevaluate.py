@@ -74,12 +74,12 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
     if rescore and not result:
         raise ProtobenchError(f"run {str(run_dir)!r} has no result.json to rescore; run the grid to finish it")
     recorded = result.get("method_fingerprint")
+    own_map_pool = check_trained(run_dir).map_pool
+    if rescore and map_pool not in (None, own_map_pool):  # before any compute
+        raise ProtobenchError(f"--rescore replaces the run's own scores (map_pool {own_map_pool}); drop --map-pool "
+                              f"{map_pool}, or evaluate without --rescore to write evaluations/ only")
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
-    own_map_pool = RunSpec.from_json(RunDir(run_dir).spec() or {}).map_pool  # load_trained read it
-    if rescore and spec.map_pool != own_map_pool:
-        raise ProtobenchError(f"--rescore replaces the run's own scores (map_pool {own_map_pool}); drop --map-pool "
-                              f"{spec.map_pool}, or evaluate without --rescore to write evaluations/ only")
     fingerprint = method_fingerprint(spec.method)
     if isinstance(recorded, str) and recorded != fingerprint and not allow_code_change:
         raise ProtobenchError(f"the code of method {spec.method!r} changed since run {str(run_dir)!r} was trained "
