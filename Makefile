@@ -27,7 +27,7 @@ test: $(STAMP)
 GPU_CHECK_OUT ?= gpu-check
 DEVICE ?= cuda
 gpu-check: $(STAMP)
-	$(BIN)/python -m benchmark.tools.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
+	$(BIN)/python -m benchmark.cli.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf $(VENV) runs data .cache

@@ -9,7 +9,7 @@
 
 Both use a perceptually uniform colormap (viridis) with a colorbar, equal square panels,
 8-pt type and readable class names, and are written as PNG and vector PDF. Reads the plain
-arrays of ``benchmark.tools.explain.Explanation``; imports no training code.
+arrays of ``benchmark.run.explain.Explanation``; imports no training code.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from benchmark.checks import require_type, unknown_key_error
 from benchmark.config import RunSpec, read_toml
 from benchmark.errors import ProtobenchError
 from benchmark.grid import cache_group
-from benchmark.tools.costmodel import DEVICES
+from benchmark.estimates.costmodel import DEVICES
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class ClusterProfile:
     runs_per_task: int = 1  # runs packed back to back into one array task (1: one run per task)
     task_time_budget_min: int | None = None  # estimated run time per task (None: see task_budget_hours)
     task_startup_s: int = 60  # planning estimate of a task's start-up: process, imports, trunk, cache open
-    device_model: str = "H100"  # the GPU `plan`'s cost model assumes (benchmark/tools/costmodel.DEVICES)
+    device_model: str = "H100"  # the GPU `plan`'s cost model assumes (benchmark/estimates/costmodel.DEVICES)
     storage_gb_s: float = 1.0  # planning estimate of a job's read bandwidth from the shared cache storage
     local_storage_gb_s: float = 2.0  # planning estimate of node-local scratch reads (cache_stage = "local")
 

@@ -4,7 +4,7 @@ import numpy as np
 from rich.console import Console
 
 from benchmark.config import RunSpec
-from benchmark.tools.demo import LEGEND, METRICS, demo_table, print_demo_story
+from benchmark.cli.demo_story import LEGEND, METRICS, demo_table, print_demo_story
 from benchmark.run.store import atomic_write_json
 
 RESULTS = {(5, 1): 80.0, (3, 1): 60.0, (5, 0): 70.0, (3, 0): 50.0}

@@ -6,7 +6,7 @@ import json
 import pytest
 from rich.console import Console
 
-from benchmark.tools.status import print_status
+from benchmark.cli.status_table import print_status
 from methods.base import PrototypeMethod
 from methods.diagnostics import collect_diagnostics, flatten, range_warnings
 from methods.testing import SyntheticTokens

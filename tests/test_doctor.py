@@ -6,7 +6,7 @@ import huggingface_hub.constants
 import pytest
 
 from benchmark.cache.sizing import cache_entry_bytes
-from benchmark.tools import doctor
+from benchmark.cli import doctor_checks as doctor
 from benchmark.cli import main
 from benchmark.grid import parse_grid
 

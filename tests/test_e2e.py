@@ -141,7 +141,7 @@ def test_figures_are_written_and_non_empty(finished, workdir):
 
 def test_explanations_pick_own_class_training_patches(finished):
     from benchmark.data import load_dataset
-    from benchmark.tools.explain import explain_run
+    from benchmark.run.explain import explain_run
 
     train_labels = load_dataset("synthbirds", finished.spec()["data_root"], "train").labels
     for exp in explain_run(finished.path, images=3):

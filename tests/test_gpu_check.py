@@ -1,4 +1,4 @@
-"""``make gpu-check`` (benchmark/tools/gpu_check.py): every step runs and writes its output even
+"""``make gpu-check`` (benchmark/cli/gpu_check.py): every step runs and writes its output even
 when an earlier one failed, the failures are summarised, the exit status says whether any failed;
 the CPU dry run has the same steps and files as the CUDA check."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.tools.gpu_check import DRY_RUN_PERF, Step, gpu_check_steps, main, run_steps, summarise
+from benchmark.cli.gpu_check import DRY_RUN_PERF, Step, gpu_check_steps, main, run_steps, summarise
 
 
 def _write(name: str, code: int) -> list[str]:

@@ -395,7 +395,7 @@ def test_mining_depth_is_scaled_to_the_grid() -> None:
 
 
 def test_perf_times_each_phase_of_the_schedule_with_the_state_it_has() -> None:
-    from benchmark.tools.perf import _phases
+    from benchmark.estimates.perf import _phases
 
     source = SyntheticTokens(num_classes=3, images_per_class=4)
     method = MGProto(source.context(2))

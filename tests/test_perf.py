@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-import benchmark.tools.perf as perf
+import benchmark.estimates.perf as perf
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from benchmark.grid import parse_grid
 from benchmark.run.timing import interleaved_seconds
-from benchmark.tools.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
-from benchmark.tools.plan import load_perf, make_plan, split_images
+from benchmark.estimates.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
+from benchmark.estimates.plan import load_perf, make_plan, split_images
 from slurm.cluster import ClusterProfile
 from short_schedules import TWO_EPOCHS
 

@@ -13,8 +13,8 @@ from benchmark.cli import main
 from slurm.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid
-from benchmark.tools.costmodel import CALIBRATION_EPOCH_SECONDS, Calibration, CostModel, Device
-from benchmark.tools.plan import (
+from benchmark.estimates.costmodel import CALIBRATION_EPOCH_SECONDS, Calibration, CostModel, Device
+from benchmark.estimates.plan import (
     GB,
     PAPER_SHAPE,
     PAPER_TRUNK_DEPTH,

@@ -12,7 +12,7 @@ import pytest
 
 from benchmark.cli import build_parser, main
 from benchmark.grid import load_grid
-from benchmark.tools.demo import print_demo_story, protobench_command
+from benchmark.cli.demo_story import print_demo_story, protobench_command
 from reports.load import load_csv, load_results
 from test_e2e import GRID as E2E_GRID
 

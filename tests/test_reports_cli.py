@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.errors import ProtobenchError
-from reports.cli import FORMATS, add_report_arguments, run_report
+from benchmark.cli.results import FORMATS, add_report_arguments, run_report
 from reports.layouts import LAYOUTS
 from reports.load import load_csv, load_results
 from reports.render import WRITERS, render_report

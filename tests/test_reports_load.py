@@ -187,7 +187,7 @@ def test_building_the_cli_parser_does_not_import_pandas() -> None:
 
 def test_reports_never_import_training_code() -> None:
     code = (
-        "import sys; import reports.cli, reports.render, reports.load, reports.pivot, reports.export, "
+        "import sys; import benchmark.cli.results, reports.render, reports.load, reports.pivot, reports.export, "
         "reports.plots, reports.curves, reports.coverage; "
         "heavy = ('torch', 'timm', 'methods', 'metrics', 'benchmark.run.training'); "
         "loaded = [m for m in heavy if m in sys.modules]; "

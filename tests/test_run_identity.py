@@ -174,7 +174,7 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
     every reader and in status, without retraining; `evaluate --rescore` puts the current scores
     into result.json and keeps the replaced ones under provenance.rescored."""
     from benchmark.run.runner import execute_run
-    from benchmark.tools.status import status_records
+    from benchmark.cli.status_table import status_records
     from reports.load import load_runs
     from support import tiny_grid
 
@@ -206,7 +206,7 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
 
 # ---- one display name --------------------------------------------------------------------------------
 def test_every_output_names_a_method_by_its_adapters_display_name(tmp_path: Path) -> None:
-    from benchmark.tools.status import status_records
+    from benchmark.cli.status_table import status_records
     from methods.registry import display_name_of, list_methods
     from reports.curves import _run_label
     from reports.export import export_records

@@ -223,7 +223,7 @@ def test_gating_fallbacks_are_counted_once_per_image_per_split() -> None:
     train = TokenBatch(tokens, torch.ones(3, 5, 8), attention, torch.tensor([0, 1, 1]), torch.arange(3), (2, 2))
     test = TokenBatch(tokens[2:], torch.ones(1, 5, 8), attention[2:], torch.tensor([1]), torch.arange(1), (2, 2))
     assert model.foreground(train)[:2].all()
-    with torch.no_grad():  # what benchmark/tools/explain.py does: two gated passes over the same images
+    with torch.no_grad():  # what benchmark/run/explain.py does: two gated passes over the same images
         model.logits(train)
         model.prototype_contributions(train, train.labels)
     diagnostics = collect_diagnostics(model, {"train": BatchList(train), "test": BatchList(test)})

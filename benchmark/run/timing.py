@@ -1,6 +1,6 @@
 """Timings a run records in ``result.json`` (``measure_inference``: images/s of trunk + method;
 ``measure_live_epoch``: the paper's epoch time with the trunk in the loop), and the timing
-primitives ``protobench perf`` builds its side-by-side ratios on (:mod:`benchmark.tools.perf`).
+primitives ``protobench perf`` builds its side-by-side ratios on (:mod:`benchmark.estimates.perf`).
 
 Protocol of the paper's runtime table: batch 128, five warm-up batches, the timed region starts
 after the images are on the device; a GPU is synchronised before and after each timed call.

@@ -4,7 +4,7 @@
 Nothing here needs a dataset or a weights file: dataset sizes are the official split sizes,
 epochs come from each method's stages (built on a tiny stand-in context), and per-epoch
 costs come from ``protobench perf --out`` measurements from the target device or, by default,
-from the FLOPs-and-bytes model of :mod:`benchmark.tools.costmodel` (calibrated on the paper's
+from the FLOPs-and-bytes model of :mod:`benchmark.estimates.costmodel` (calibrated on the paper's
 RTX 8000 epochs) for the profile's ``device_model`` (default H100).
 Datasets already on disk are checked as ``run`` checks them (:func:`check_present_data`).
 
@@ -40,7 +40,7 @@ from typing import Any
 from slurm.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.cache.sizing import cache_entry_bytes
 from benchmark.config import RunSpec
-from benchmark.tools.costmodel import DEFAULT_DEVICE, CostModel, calibrate, device
+from benchmark.estimates.costmodel import DEFAULT_DEVICE, CostModel, calibrate, device
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec

@@ -78,7 +78,7 @@ def _cache_root(args: argparse.Namespace, runs_root: Path) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from slurm.executors import run_local
     from benchmark.grid import load_grid, select_runs
-    from benchmark.tools.status import print_status
+    from benchmark.cli.status_table import print_status
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
@@ -124,7 +124,7 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
     """``run --executor submitit-local|debug|slurm``: one job array per job shape."""
     from slurm.cluster import ClusterProfile, load_profile
     from slurm.executors import submit_runs, wait_for
-    from benchmark.tools.status import print_status
+    from benchmark.cli.status_table import print_status
 
     if args.executor == "slurm" and not args.profile:
         raise ProtobenchError("--executor slurm needs --profile: a cluster profile TOML "
@@ -159,7 +159,7 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from benchmark.tools.demo import print_demo_story
+    from benchmark.cli.demo_story import print_demo_story
     from benchmark.grid import load_grid, select_runs
 
     args.grid = str(_demo_grid())
@@ -182,7 +182,7 @@ def _runs_dir(path: str) -> Path:
 def cmd_status(args: argparse.Namespace) -> int:
     from slurm.jobs import latest_job, run_states
     from slurm.scheduler import slurm_available
-    from benchmark.tools.status import print_status
+    from benchmark.cli.status_table import print_status
     from benchmark.run.store import find_run_dirs
 
     root = _runs_dir(args.runs_dir)
@@ -197,7 +197,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        from benchmark.tools.status import status_records
+        from benchmark.cli.status_table import status_records
 
         print(json.dumps(status_records(root, extra_states), indent=2, sort_keys=True, default=str))
         return 0
@@ -252,7 +252,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def _check_cache_space(runs: list[RunSpec], cache_root: Path) -> None:
     """The token-cache entries the runs still need must fit in ``cache_root`` (ProtobenchError)."""
     from benchmark.cache.space import check_cache_space
-    from benchmark.tools.plan import grid_cache_needs
+    from benchmark.estimates.plan import grid_cache_needs
 
     check_cache_space([need for need, _ in grid_cache_needs(runs)], cache_root)
 
@@ -262,7 +262,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from slurm.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid, select_runs
-    from benchmark.tools.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
+    from benchmark.estimates.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args))
     if args.only:
@@ -283,7 +283,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _print_plan_file_checks(grid: GridSpec) -> None:
     """The doctor's data and weights checks, where the paths exist on this machine; placeholders
     flagged. A plan is an estimate, so its exit status stays 0 whatever they find."""
-    from benchmark.tools.doctor import data_checks, weights_checks
+    from benchmark.cli.doctor_checks import data_checks, weights_checks
 
     checks = data_checks(grid, absent_ok=True) + weights_checks(grid, absent_ok=True)
     for check in checks:
@@ -294,7 +294,7 @@ def _print_plan_file_checks(grid: GridSpec) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from benchmark.tools.doctor import print_checks, run_doctor
+    from benchmark.cli.doctor_checks import print_checks, run_doctor
     from benchmark.grid import load_grid
 
     grid = load_grid(args.grid, overrides=_grid_overrides(args)) if args.grid else None
@@ -398,7 +398,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     import json
 
     from benchmark.grid import load_grid, select_runs
-    from benchmark.tools.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
+    from benchmark.estimates.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
     from benchmark.run.store import atomic_write_bytes
 
     if args.paper_scale and args.grid:
@@ -428,7 +428,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 def cmd_figures(args: argparse.Namespace) -> int:
     from benchmark.run.identity import staleness
-    from benchmark.tools.explain import explain_run
+    from benchmark.run.explain import explain_run
     from benchmark.run.store import RunDir
     from reports.figures import run_labels, write_comparison, write_figures
     from reports.load import stale_note
@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", help="where a grid's or a run id's runs are (default: the grid's runs_dir, 'runs')")
     p.set_defaults(func=cmd_cancel)
 
-    from benchmark.tools.costmodel import DEVICES
+    from benchmark.estimates.costmodel import DEVICES
 
     p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
     p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/cub_main.toml")
@@ -612,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(default: RUNS_DIR/.token-cache)")
     p.set_defaults(func=cmd_plan)
 
-    from reports.cli import (
+    from benchmark.cli.results import (
         add_compare_arguments,
         add_export_arguments,
         add_plot_arguments,
@@ -716,6 +716,3 @@ def main(argv: list[str] | None = None) -> int:
         print("protobench: interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports it
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Commands around runs: plan, perf, doctor, status, figures (explain) and the demo."""
