@@ -253,7 +253,7 @@ def test_security_a_job_record_with_an_unknown_key_does_not_stop_the_grid(tmp_pa
 
 def test_faults_ctrl_c_exits_130_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    import benchmark.cli as cli
+    import benchmark.cli.runs as cli
 
     def interrupted(args: object) -> int:
         raise KeyboardInterrupt

@@ -1,4 +1,6 @@
-"""``protobench report``, ``export`` and ``plot``: arguments and command bodies for the CLI to mount.
+"""The commands that read finished runs: ``report``, ``export``, ``compare``, ``plot`` (tables,
+rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototype maps) and
+``tensorboard`` (training curves).
 
     protobench report RUNS_DIR|CSV... [--layout NAME] [--format latex|markdown|csv] [--against CSV]
                       [--rows DIMS] [--cols DIMS] [--metrics NAMES] [--where KEY=VALUE]...
@@ -9,6 +11,8 @@
     protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
     protobench plot --curves RUN_DIR... [--y TERM,...] --out FILE
     protobench plot --cd RUNS_DIR|CSV... [--y METRIC] [--hue KEY] --out FILE
+    protobench figures RUN_DIR... --out DIR [--images N] [--top K]
+    protobench tensorboard RUN_DIR... --out DIR
 
 Building these parsers imports neither pandas nor matplotlib (every ``protobench`` command
 builds them); the command bodies import what they use.
@@ -20,12 +24,50 @@ import sys
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
+from benchmark.run.identity import staleness
+from benchmark.run.store import RunDir, atomic_write_bytes
 from reports.layouts import get_layout, list_layouts
 
 #: the keys of ``reports.render.WRITERS``, spelt here so that building the CLI parser does not
 #: import pandas (every ``protobench`` command builds it; only ``report`` renders)
 FORMATS: tuple[str, ...] = ("latex", "markdown", "csv")
 DIMENSIONS = "dataset, backbone, method, J, variant"
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``report``, ``export``, ``compare``, ``plot``, ``figures`` and ``tensorboard`` to ``sub``."""
+    p = sub.add_parser("report", help="tables (markdown/LaTeX/CSV) of every result, or of a paper layout")
+    add_report_arguments(p)
+    p.set_defaults(func=run_report)
+
+    p = sub.add_parser("export", help="one flat row per run (spec, metrics, timings, …) to CSV/JSONL/Parquet")
+    add_export_arguments(p)
+    p.set_defaults(func=run_export)
+
+    p = sub.add_parser("compare", help="paired comparisons of one key's values (method, J, …): differences, CIs, "
+                                       "Holm-corrected p-values")
+    add_compare_arguments(p)
+    p.set_defaults(func=run_compare)
+
+    p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
+    add_plot_arguments(p)
+    p.set_defaults(func=run_plot)
+
+    p = sub.add_parser("figures", help="prototype-map figures of finished runs: one run's panels per image, or "
+                                       "several runs side by side on the same test images")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="finished runs' directories (runs/GRID/RUN_ID); several: one comparison figure")
+    p.add_argument("--images", type=int, default=4, help="how many test images (spread over the split)")
+    p.add_argument("--top", type=int, default=3, help="prototypes shown per run and image (by peak or contribution)")
+    p.add_argument("--out", required=True, help="output directory (PNG and vector PDF)")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.set_defaults(func=cmd_figures)
+
+    p = sub.add_parser("tensorboard", help="the training curves of runs (finished or not) from their metrics.jsonl "
+                                           "as TensorBoard scalars")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them (runs/demo)")
+    p.add_argument("--out", required=True, help="TensorBoard log folder; each run goes to OUT/GRID/RUN_ID")
+    p.set_defaults(func=cmd_tensorboard)
 
 
 def _names(value: str) -> list[str]:
@@ -221,8 +263,6 @@ def run_compare(args: argparse.Namespace) -> int:
     comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     if args.out is not None:
-        from benchmark.run.store import atomic_write_bytes
-
         atomic_write_bytes(args.out, text.encode("utf-8"))
     else:
         sys.stdout.write(text)
@@ -277,4 +317,38 @@ def run_plot(args: argparse.Namespace) -> int:
     for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
         print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    return 0
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from benchmark.run.explain import explain_run
+    from benchmark.run.reevaluate import check_trained
+    from reports.figures import run_labels, write_comparison, write_figures
+    from reports.load import stale_note
+
+    cache_dir = Path(args.cache_dir) if args.cache_dir else None
+    run_dirs = [Path(d) for d in args.run_dirs]
+    if args.images < 1 or args.top < 1:
+        raise ProtobenchError(f"--images {args.images} and --top {args.top} must be ≥ 1")
+    for run_dir in run_dirs:  # every run's imports and paths before the first run's compute
+        check_trained(run_dir)
+    explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
+    if len(run_dirs) == 1:
+        written = write_figures(explained[0], Path(args.out))
+    else:
+        labels = run_labels([RunDir(d).spec() or {} for d in run_dirs],
+                            [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
+        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
+    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    note = stale_note((str(d), staleness(result)) for d in run_dirs if (result := RunDir(d).result()) is not None)
+    if note:  # a figure of a stale run shows another code's model
+        print(note, file=sys.stderr)
+    return 0
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from benchmark.run.epochlog import export_tensorboard
+
+    written = export_tensorboard([Path(d) for d in args.run_dirs], Path(args.out))
+    print(f"wrote the curves of {len(written)} run(s) to {args.out}; view with `tensorboard --logdir {args.out}`")
     return 0

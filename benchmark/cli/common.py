@@ -1,0 +1,122 @@
+"""What every command group of the CLI shares: the parser class (defaults in ``--help``), the
+options of grid-reading commands, the grid overrides they make, and where runs and token caches go."""
+from __future__ import annotations
+
+import argparse
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmark.errors import ProtobenchError
+from benchmark.grid import parse_set_options, parse_sweep_options
+from benchmark.run.store import default_cache_root
+
+if TYPE_CHECKING:
+    from benchmark.config import RunSpec
+
+
+def demo_grid() -> Path:
+    return Path(str(resources.files("benchmark") / "grids" / "demo.toml"))
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it is unset (None, False, []) or the help already says it."""
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, []) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of protobench and of each command: defaults shown in ``--help``."""
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def grid_overrides(args: argparse.Namespace) -> dict[str, object]:
+    overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
+    overrides.update(parse_sweep_options(getattr(args, "sweep", None) or []))
+    if getattr(args, "data_root", None):
+        overrides["data_root"] = args.data_root
+    if getattr(args, "weights", None):
+        overrides["weights"] = args.weights
+    if getattr(args, "device", None):
+        overrides["device"] = args.device
+    if getattr(args, "no_cache", False):
+        overrides["cache"] = False
+    check_data_root(overrides.get("data_root"))
+    return overrides
+
+
+def check_data_root(data_root: object) -> None:
+    """A data root given on the command line must exist: only a grid's own data_root makes the
+    runner generate a synthbirds set (a typo would otherwise train on a fresh one)."""
+    if isinstance(data_root, str) and not Path(data_root).expanduser().exists():
+        raise ProtobenchError(
+            f"data root {data_root!r} given on the command line does not exist; pass the folder the dataset was "
+            f"extracted to. A synthbirds set is generated only where a grid file's data_root names it, or make "
+            f"one there with `protobench make-data synthbirds --out {data_root}`")
+
+
+def tensorboard_dir(args: argparse.Namespace) -> Path | None:
+    """``--tensorboard DIR``, checked to be usable before any run starts."""
+    if not getattr(args, "tensorboard", None):
+        return None
+    from benchmark.run.epochlog import summary_writer_class
+
+    summary_writer_class()
+    return Path(args.tensorboard)
+
+
+def runs_root_of(args: argparse.Namespace, grid_runs_dir: str) -> Path:
+    return Path(args.runs_dir or grid_runs_dir)
+
+
+def cache_root_of(args: argparse.Namespace, runs_root: Path) -> Path:
+    return Path(args.cache_dir) if args.cache_dir else default_cache_root(runs_root)
+
+
+def existing_runs_dir(path: str) -> Path:
+    root = Path(path)
+    if not root.exists():
+        raise ProtobenchError(f"runs directory {str(root)!r} does not exist; give the directory `protobench run` wrote to")
+    return root
+
+
+def check_cache_fits(runs: list[RunSpec], cache_root: Path) -> None:
+    """The token-cache entries the runs still need must fit in ``cache_root`` (ProtobenchError)."""
+    from benchmark.cache.space import check_cache_space
+    from benchmark.estimates.plan import grid_cache_needs
+
+    check_cache_space([need for need, _ in grid_cache_needs(runs)], cache_root)
+
+
+def add_grid_options(p: argparse.ArgumentParser) -> None:
+    """What every grid-reading command takes: overrides of the grid's fields."""
+    p.add_argument("--data-root", help="dataset root for every run (overrides the grid; must exist)")
+    p.add_argument("--weights", help="'hf-cache', 'random' or a weights file for every run (replaces the grid's "
+                                     "weights, a string or a table by backbone)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a RunSpec field or method_args.NAME in every run, or METHOD.NAME in that "
+                        "method's runs; VALUE is a TOML literal (--set batch_size=64 --set vmfproto.lambda_ppd=0.5); "
+                        "repeatable")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,…",
+                   help="add an axis to the grid: every run once per value (--sweep seed=0,1,2 "
+                        "--sweep vmfproto.lambda_ppd=0.1,0.5); keys as --set's; repeatable")
+
+
+def add_only_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--only", nargs="+", default=[], metavar="KEY=VALUE|RUN_ID",
+                   help="a subset: method=vmfproto J=3,5 seed=0 … (comma lists keep any of the values; "
+                        "J is prototypes_per_class) or run-id prefixes")
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """What every command that trains or measures runs takes."""
+    add_only_option(p)
+    add_grid_options(p)
+    p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
+    p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")

@@ -1,0 +1,134 @@
+"""The commands that look ahead of a run: ``plan`` (what a grid costs), ``perf`` (timings side by
+side) and ``doctor`` (is this machine ready)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmark.cli.common import (
+    add_grid_options,
+    add_only_option,
+    add_run_options,
+    cache_root_of,
+    check_cache_fits,
+    demo_grid,
+    grid_overrides,
+    runs_root_of,
+)
+from benchmark.cli.doctor_checks import data_checks, print_checks, run_doctor, weights_checks
+from benchmark.errors import ProtobenchError
+from benchmark.estimates.costmodel import DEVICES
+from benchmark.grid import load_grid, select_runs
+from benchmark.run.store import atomic_write_bytes
+from slurm.cluster import ClusterProfile, load_profile
+
+if TYPE_CHECKING:
+    from benchmark.grid import GridSpec
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``plan``, ``perf`` and ``doctor`` to ``sub``."""
+    p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
+    p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/cub_main.toml")
+    p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
+    p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
+                                  "from the target device (default: the FLOPs-and-bytes model)")
+    p.add_argument("--device-model", choices=sorted(DEVICES),
+                   help="the GPU the cost model assumes (default: the profile's device_model, H100)")
+    add_only_option(p)
+    add_grid_options(p)
+    p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory whose free space is checked "
+                                       "(default: RUNS_DIR/.token-cache)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("perf", help="timings side by side: trunk, method inference, cached vs live epochs")
+    p.add_argument("grid", nargs="?", help="grid TOML (default: the demo grid); its first run, or the --only runs "
+                                           "(benchmark/grids/perf.toml: every method on a full-size trunk)")
+    p.add_argument("--out", help="also write the measurements as JSON (`plan --perf` reads it)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up batches before timing (paper: 5)")
+    p.add_argument("--timed-batches", type=int, default=20,
+                   help="timed batches, interleaved across rows (inference and training steps; default 20)")
+    p.add_argument("--paper-scale", action="store_true",
+                   help="the paper's setting instead of a grid: random full-size ViT-B/14, C=200, J=5, batch 128, "
+                        "every method (select with --only method=vmfproto,nppp)")
+    p.add_argument("--baseline", help="method the epoch ratios divide by (default: the first row's)")
+    add_run_options(p)
+    p.set_defaults(func=cmd_perf)
+
+    p = sub.add_parser("doctor", help="check this machine for a grid: Python/torch/CUDA, data, weights, disk, SLURM")
+    p.add_argument("grid", nargs="?", help="grid TOML whose data roots, weights and caches to check "
+                                           "(none: the machine only)")
+    add_grid_options(p)
+    p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory whose free disk to check (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--slurm", action="store_true", help="SLURM commands missing is a failure, not a warning")
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from benchmark.estimates.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
+
+    grid = load_grid(args.grid, overrides=grid_overrides(args))
+    if args.only:
+        grid = dataclasses.replace(grid, runs=tuple(select_runs(grid, args.only)))
+    profile = load_profile(args.profile) if args.profile else ClusterProfile()
+    device_model = args.device_model or profile.device_model
+    costs = load_perf(args.perf, device_model) if args.perf else model_costs(device_model)
+    check_present_data(grid.runs)
+    print_plan(make_plan(grid, profile, costs))
+    _print_plan_file_checks(grid)
+    try:
+        check_cache_fits(list(grid.runs), cache_root_of(args, runs_root_of(args, grid.runs_dir)))
+    except ProtobenchError as warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _print_plan_file_checks(grid: GridSpec) -> None:
+    """The doctor's data and weights checks, where the paths exist on this machine; placeholders
+    flagged. A plan is an estimate, so its exit status stays 0 whatever they find."""
+    checks = data_checks(grid, absent_ok=True) + weights_checks(grid, absent_ok=True)
+    for check in checks:
+        print(check.line())
+    if any(c.status == "fail" for c in checks):
+        print(f"before submitting, fix the lines marked fail; `protobench doctor {grid.source}` checks the "
+              "machine the jobs run on")
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    from benchmark.estimates.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
+
+    if args.paper_scale and args.grid:
+        raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
+    if args.timed_batches < 1 or args.warmup < 0:
+        raise ProtobenchError(f"--timed-batches {args.timed_batches} must be ≥ 1 and --warmup {args.warmup} ≥ 0")
+    if args.paper_scale:
+        grid = paper_scale_grid(overrides=grid_overrides(args))
+        runs = select_runs(grid, args.only) if args.only else list(grid.runs)
+    else:
+        grid = load_grid(args.grid or demo_grid(), overrides=grid_overrides(args))
+        runs = select_runs(grid, args.only) if args.only else [grid.runs[0]]
+    methods = [spec.method for spec in runs]
+    baseline = args.baseline or methods[0]
+    if baseline not in methods:
+        raise ProtobenchError(f"--baseline {baseline!r} is not a method of the selected runs ({', '.join(methods)})")
+    cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir))
+    rows = measure(prepare_sharing_trunks(runs), cache_root, warmup=args.warmup, timed_batches=args.timed_batches,
+                   baseline=methods.index(baseline))
+    print_perf(rows, methods.index(baseline))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out, (json.dumps(rows, indent=2) + "\n").encode())
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    grid = load_grid(args.grid, overrides=grid_overrides(args)) if args.grid else None
+    cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir)) if grid else None
+    return print_checks(run_doctor(grid, cache_root, slurm_required=args.slurm))
