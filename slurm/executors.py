@@ -32,7 +32,8 @@ from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
 from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, adapter_paths, add_job_record, run_states
-from benchmark.estimates.plan import model_costs, run_hours
+from benchmark.estimates.costs import model_costs
+from benchmark.estimates.plan import run_hours
 from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
 from slurm.snapshot import code_snapshot, snapshot_path
 from benchmark.run.identity import discard_stale, stale_result

@@ -18,7 +18,7 @@ from benchmark.cli import main
 from benchmark.config import RunSpec
 from benchmark.cache.sizing import trunk_geometry
 from benchmark.grid import load_grid
-from benchmark.estimates.plan import grid_cache_needs
+from benchmark.estimates.caches import grid_cache_needs
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE = 112

@@ -13,7 +13,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid, parse_set_options, select_runs, toml_literal
 from benchmark.run.store import atomic_write_json, run_lock
-from benchmark.estimates.plan import run_epochs
+from benchmark.estimates.workload import run_epochs
 
 GRID = {
     "name": "habits",

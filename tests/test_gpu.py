@@ -22,7 +22,7 @@ import torch
 from benchmark.cli import main
 from benchmark.config import RunSpec
 from benchmark.grid import parse_grid
-from benchmark.estimates.plan import run_epochs
+from benchmark.estimates.workload import run_epochs
 from benchmark.run.runner import execute_run
 from methods.registry import list_methods, stand_in_method
 from short_schedules import TWO_EPOCHS

@@ -16,7 +16,8 @@ from benchmark.errors import ProtobenchError
 from slurm.executors import group_by_shape, submit_runs, wait_for
 from benchmark.grid import GridSpec, cache_group, parse_grid
 from slurm.jobs import ATTEMPT_FILE, JobRecord, RunJob, TaskRun, job_records, merge_state
-from benchmark.estimates.plan import make_plan, model_costs
+from benchmark.estimates.costs import model_costs
+from benchmark.estimates.plan import make_plan
 from slurm.scheduler import JobState
 from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import TrainingInterrupted

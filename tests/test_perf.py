@@ -15,7 +15,9 @@ from benchmark.errors import ProtobenchError
 from benchmark.grid import parse_grid
 from benchmark.run.timing import interleaved_seconds
 from benchmark.estimates.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
-from benchmark.estimates.plan import load_perf, make_plan, split_images
+from benchmark.estimates.costs import load_perf
+from benchmark.estimates.plan import make_plan
+from benchmark.estimates.workload import split_images
 from slurm.cluster import ClusterProfile
 from short_schedules import TWO_EPOCHS
 

@@ -14,20 +14,9 @@ from slurm.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid
 from benchmark.estimates.costmodel import CALIBRATION_EPOCH_SECONDS, Calibration, CostModel, Device
-from benchmark.estimates.plan import (
-    GB,
-    PAPER_SHAPE,
-    PAPER_TRUNK_DEPTH,
-    Shape,
-    augmentation_factor,
-    load_perf,
-    make_plan,
-    model_costs,
-    run_epochs,
-    split_images,
-    training_reads,
-    trunk_macs,
-)
+from benchmark.estimates.costs import PAPER_SHAPE, PAPER_TRUNK_DEPTH, load_perf, model_costs
+from benchmark.estimates.plan import GB, make_plan, training_reads
+from benchmark.estimates.workload import Shape, augmentation_factor, run_epochs, split_images, trunk_macs
 from methods.registry import list_methods
 
 REPO = Path(__file__).resolve().parent.parent

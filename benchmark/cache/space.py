@@ -14,7 +14,7 @@ from benchmark.cache.store import check_free_space, list_manifests
 from benchmark.cache.tokens import FORMAT_VERSION
 
 if TYPE_CHECKING:
-    from benchmark.estimates.plan import CacheNeed
+    from benchmark.estimates.caches import CacheNeed
 
 
 def _present(need: CacheNeed, manifest: dict[str, Any]) -> bool:

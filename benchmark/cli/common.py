@@ -87,7 +87,7 @@ def existing_runs_dir(path: str) -> Path:
 def check_cache_fits(runs: list[RunSpec], cache_root: Path) -> None:
     """The token-cache entries the runs still need must fit in ``cache_root`` (ProtobenchError)."""
     from benchmark.cache.space import check_cache_space
-    from benchmark.estimates.plan import grid_cache_needs
+    from benchmark.estimates.caches import grid_cache_needs
 
     check_cache_space([need for need, _ in grid_cache_needs(runs)], cache_root)
 

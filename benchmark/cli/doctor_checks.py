@@ -148,7 +148,7 @@ def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
 # ---- disk for the token caches ------------------------------------------------------------------
 def grid_cache_bytes(grid: GridSpec) -> int:
     """Bytes of every token-cache entry the grid reads (each counted once, as ``plan`` lists them)."""
-    from benchmark.estimates.plan import grid_cache_needs
+    from benchmark.estimates.caches import grid_cache_needs
 
     return sum(need.bytes for need, _ in grid_cache_needs(grid.runs))
 

@@ -27,6 +27,7 @@ from benchmark.run.store import atomic_write_bytes
 from slurm.cluster import ClusterProfile, load_profile
 
 if TYPE_CHECKING:
+    from benchmark.config import RunSpec
     from benchmark.grid import GridSpec
 
 
@@ -71,7 +72,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from benchmark.estimates.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
+    from benchmark.cli.plan_tables import print_plan
+    from benchmark.estimates.costs import load_perf, model_costs
+    from benchmark.estimates.plan import make_plan
 
     grid = load_grid(args.grid, overrides=grid_overrides(args))
     if args.only:
@@ -100,8 +103,20 @@ def _print_plan_file_checks(grid: GridSpec) -> None:
               "machine the jobs run on")
 
 
+def check_present_data(runs: tuple[RunSpec, ...]) -> None:
+    """Decode the images of every dataset whose ``data_root`` exists, as ``run`` does before
+    compute (:func:`benchmark.run.runner.check_data`); absent datasets are left to ``run``."""
+    from benchmark.run.runner import check_data
+
+    present = {(s.dataset, s.data_root, s.image_size): s for s in runs
+               if s.data_root and Path(s.data_root).expanduser().is_dir()}
+    for spec in present.values():
+        check_data(spec)
+
+
 def cmd_perf(args: argparse.Namespace) -> int:
-    from benchmark.estimates.perf import measure, paper_scale_grid, prepare_sharing_trunks, print_perf
+    from benchmark.cli.perf_tables import print_perf
+    from benchmark.estimates.perf import measure, paper_scale_grid, prepare_sharing_trunks
 
     if args.paper_scale and args.grid:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")

@@ -16,7 +16,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
-from benchmark.estimates.plan import run_epochs
+from benchmark.estimates.workload import run_epochs
 from benchmark.run.identity import rescoring, staleness
 from methods.registry import display_name_of
 

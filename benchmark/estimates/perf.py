@@ -35,6 +35,7 @@ from benchmark.backbones import FrozenTrunk
 from benchmark.cache.tokens import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.grid import GridSpec, parse_grid
+from benchmark.run.evaluation import evaluate
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.timing import WARMUP_BATCHES, head_forward, image_batches, interleaved_seconds, timed
 from benchmark.run.training import SourceTrainData, make_optimizer, run_epoch, set_trainable
@@ -188,8 +189,6 @@ def _walk_schedule(row: int, prep: Prepared, cached: Any,
 
 
 def _evaluate_seconds(prep: Prepared, cache_root: Path) -> tuple[float, int]:
-    from benchmark.run.evaluation import evaluate
-
     clean, noisy = prep.test_sources(cache_root)
     spec = prep.spec
     seconds = timed(prep.device, lambda: evaluate(
@@ -303,61 +302,3 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
             row["epoch_speedup_from_cache"] = Spread.of([a / b for a, b in zip(live_s, cached_s)]).to_json()
         rows.append(row)
     return rows
-
-
-def _spread_text(spread: dict[str, float], fmt: str = ".3f") -> str:
-    return f"{spread['median']:{fmt}} [{spread['q1']:{fmt}}–{spread['q3']:{fmt}}]"
-
-
-def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
-    """The measurements as two tables (medians with interquartile ranges) and a summary line."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from benchmark.progress import output_console
-
-    base = rows[baseline]
-    first = rows[0]
-    console = output_console()
-    title = (f"protobench perf ({first['device']}, batch {first['batch_size']}, {first['train_images']} training "
-             f"images, {first['timed_batches']} timed batches; median [quartiles] over batches)")
-    table = Table(title=escape(title))
-    for col in ("method", "img/s (trunk + method)", "÷ bare trunk", "epoch from cache (s)",
-                f"epoch ÷ {base['method_name']}", "hooks (s)", "evaluate (s)"):
-        table.add_column(col, justify="left" if col == "method" else "right")
-    for r in rows:
-        hooks = sum(s["on_stage_start_seconds"] + s["on_epoch_end_seconds"] for s in r["stages"])
-        table.add_row(escape(r["method"]), f"{r['method_inference_images_per_second']:.1f}",
-                      _spread_text(r["inference_ratio_method_over_trunk"]),
-                      f"{r['epoch_seconds_from_cache']:.3f}" if "epoch_seconds_from_cache" in r else "—",
-                      _spread_text(r["epoch_ratio_over_baseline"], ".2f") if "epoch_ratio_over_baseline" in r else "—",
-                      f"{hooks:.2f}", f"{r['evaluate_seconds']:.2f}")
-    console.print(table)
-    for r in rows:
-        if r.get("inference_measurement_fault"):
-            console.print(escape(f"measurement fault: {r['method']} ÷ bare trunk "
-                                 f"{_spread_text(r['inference_ratio_method_over_trunk'])} is above 1 beyond its "
-                                 "spread (trunk + method faster than the trunk alone); not a result: re-run on a "
-                                 "quieter machine"))
-    stages = Table(title=escape("every stage and each phase of it (from the epoch its step's cost changes): step "
-                                "seconds per batch (median [quartiles]; a stage's weighted by its phases' epochs), "
-                                "hooks over the schedule"))
-    for col in ("method", "stage", "epochs", "step (s)", f"step ÷ {base['method_name']} epoch step",
-                "on_stage_start (s)", "on_epoch_end, all epochs (s)"):
-        stages.add_column(col, justify="left" if col in ("method", "stage") else "right")
-    for r in rows:
-        for s in r["stages"]:
-            stages.add_row(escape(r["method"]), s["name"], str(s["epochs"]), _spread_text(s["step_seconds"]), "",
-                           f"{s['on_stage_start_seconds']:.3f}", f"{s['on_epoch_end_seconds']:.3f}")
-            if len(s["phases"]) < 2:
-                continue
-            for phase in s["phases"]:
-                ratio = phase.get("step_ratio_over_baseline")
-                stages.add_row("", f"  from epoch {phase['epoch']}", str(phase["epochs"]),
-                               _spread_text(phase["step_seconds"]), _spread_text(ratio, ".2f") if ratio else "—",
-                               "", "")
-    console.print(stages)
-    if "epoch_seconds_recomputing_trunk" in first:
-        console.print(escape(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "
-                      f"the trunk: {first['epoch_seconds_recomputing_trunk']:.3f} s = "
-                      f"{_spread_text(first['epoch_speedup_from_cache'], '.1f')}× the cached epoch"))
