@@ -16,6 +16,7 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
+from slurm.scheduler import SLURM_COMMANDS
 
 PLACEHOLDER_MARKS = ("/path/to/", "path/to/")  # how the shipped grids mark paths to fill in
 STATUSES = ("ok", "warn", "fail", "skip")
@@ -77,8 +78,6 @@ def hf_cache_check() -> Check:
 
 
 def slurm_check(required: bool) -> Check:
-    from slurm.scheduler import SLURM_COMMANDS
-
     missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if not missing:
         return Check("slurm", "ok", f"{', '.join(SLURM_COMMANDS)} on PATH")

@@ -11,14 +11,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from benchmark.progress import output_console
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.run.epochlog import read_epoch_log
-from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from benchmark.estimates.workload import run_epochs
+from benchmark.progress import output_console
+from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.identity import rescoring, staleness
+from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from methods.registry import display_name_of
+from slurm.jobs import ATTEMPT_FILE, latest_job
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -85,8 +86,6 @@ def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None) -> st
     """``epoch k/n, H:MM:SS, job J on NODE`` of a running run: epochs from its metrics.jsonl and
     its method's stages, elapsed time and node from the job's attempt.json (SLURM) or the lock
     holder (local); a part that cannot be told is left out."""
-    from slurm.jobs import ATTEMPT_FILE, latest_job
-
     parts = []
     try:
         records = read_epoch_log(rd.metrics_path)
