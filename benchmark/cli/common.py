@@ -16,11 +16,13 @@ if TYPE_CHECKING:
 
 
 def demo_grid() -> Path:
+    """The demo grid shipped with the suite (``protobench demo``, and ``perf`` without a grid)."""
     return Path(str(resources.files("benchmark") / "grids" / "demo.toml"))
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default unless it is unset (None, False, []) or the help already says it."""
+
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default in (None, False, []) or "default" in (action.help or ""):
             return action.help
@@ -29,12 +31,15 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """The parser of protobench and of each command: defaults shown in ``--help``."""
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
 def grid_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The grid fields the command line overrides: ``--set``, ``--sweep`` and the options of
+    :func:`add_grid_options` and :func:`add_run_options` (a given data root checked to exist)."""
     overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
     overrides.update(parse_sweep_options(getattr(args, "sweep", None) or []))
     if getattr(args, "data_root", None):
@@ -70,14 +75,17 @@ def tensorboard_dir(args: argparse.Namespace) -> Path | None:
 
 
 def runs_root_of(args: argparse.Namespace, grid_runs_dir: str) -> Path:
+    """Where run directories go: ``--runs-dir``, else the grid's ``runs_dir``."""
     return Path(args.runs_dir or grid_runs_dir)
 
 
 def cache_root_of(args: argparse.Namespace, runs_root: Path) -> Path:
+    """Where the token cache is: ``--cache-dir``, else ``RUNS_DIR/.token-cache``."""
     return Path(args.cache_dir) if args.cache_dir else default_cache_root(runs_root)
 
 
 def existing_runs_dir(path: str) -> Path:
+    """A runs directory a command reads, which must exist (ProtobenchError naming the fix)."""
     root = Path(path)
     if not root.exists():
         raise ProtobenchError(f"runs directory {str(root)!r} does not exist; give the directory `protobench run` wrote to")
