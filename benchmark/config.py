@@ -15,6 +15,7 @@ from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
+from benchmark.spec_fields import identity_fields
 
 DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
 CUB_FORMAT_DATASETS = ("cub", "synthbirds")
@@ -30,14 +31,6 @@ STORAGE_DTYPES = ("float16", "float32")  # token-cache storage (benchmark/cache/
 # prototypes, and a training step holds a few such tensors, which fits one 24 GB GPU.
 # CUB's 200 classes allow J ≤ 100 (the paper uses J ≤ 10).
 MAX_PROTOTYPES = 20_000
-
-# Fields that say where/how to run, not what to compute: excluded from the run id.
-# ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
-# ``deterministic`` only picks deterministic kernels for the same computation (README, "GPU").
-# (measure_live_epoch only adds a timing, taken after evaluation; no metric depends on it.)
-OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
-                      "cache_stage", "measure_live_epoch", "cache_in_memory", "checkpoint_every", "deterministic")
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -126,15 +119,6 @@ class RunSpec:
     def label(self) -> str:
         return (f"{self.method} J={self.prototypes_per_class} seed={self.seed} "
                 f"{self.backbone} {self.dataset}" + ("" if self.variant == "default" else f" [{self.variant}]"))
-
-
-def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a RunSpec's plain values (``asdict``, or a ``spec`` read back from
-    result.json) that define the result: operational ones dropped, the weights by their label."""
-    d = {k: v for k, v in values.items() if k not in OPERATIONAL_FIELDS}
-    # A random trunk and a named weights file are different science; the path is not.
-    d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
-    return d
 
 
 def _hash_id(identity: dict[str, Any]) -> str:
