@@ -326,7 +326,8 @@ def _listing(pattern: str | None, sections: tuple[str, ...]) -> dict[str, object
 
     from benchmark.backbones import BACKBONES, list_backbones
     from benchmark.config import DATASET_NAMES
-    from methods.registry import get_method_class, list_methods, method_hyperparameters
+    from benchmark.method_lookup import get_method_class
+    from methods.registry import list_methods, method_hyperparameters
 
     wildcard = pattern is not None and any(c in pattern for c in "*?[")
 

@@ -22,7 +22,6 @@ CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
-PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
 STORAGE_DTYPES = ("float16", "float32")  # token-cache storage (benchmark/cache/tokens.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
@@ -84,7 +83,7 @@ class RunSpec:
         """The normalised fields that define the result (what the run id hashes), the method's
         hyperparameters resolved: its defaults with ``method_args`` applied (README, "Run
         identity and stale results")."""
-        from methods.registry import resolved_method_args
+        from benchmark.method_lookup import resolved_method_args
 
         return {**self._declared_identity(), "method_args": resolved_method_args(self.method, self.method_args)}
 
@@ -188,7 +187,8 @@ def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
-    from methods.registry import validate_method_args
+    from benchmark.method_lookup import validate_method_args
+    from methods.common.precision import PRECISIONS
 
     def bad(msg: str) -> ProtobenchError:
         return ProtobenchError(f"{where}: {msg}")

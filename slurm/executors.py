@@ -37,7 +37,7 @@ from benchmark.run.runner import check_data, check_device, execute_run, load_tru
 from slurm.snapshot import code_snapshot, snapshot_path
 from benchmark.run.identity import discard_stale, stale_result
 from benchmark.run.store import RunBusy, RunDir, atomic_write_json
-from methods.registry import stand_in_method
+from benchmark.method_lookup import stand_in_method
 
 SUBMITIT_CLUSTERS = {"submitit-local": "local", "debug": "debug", "slurm": "slurm"}
 SUBMITIT_DIR = ".submitit"

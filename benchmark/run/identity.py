@@ -118,7 +118,7 @@ def _source_digest(files: dict[str, Path]) -> str:
 @lru_cache(maxsize=None)
 def method_fingerprint(method: str) -> str:
     """The :func:`_source_digest` of :func:`method_source_files`."""
-    from methods.registry import get_method_class
+    from benchmark.method_lookup import get_method_class
 
     return _source_digest(method_source_files(get_method_class(method)))
 

@@ -23,7 +23,7 @@ def check_trained(run_dir: Path) -> RunSpec:
     """What :func:`load_trained` needs, checked without compute: a run directory with its spec and
     checkpoint, an importable method (an adapter named by import path must be on PYTHONPATH) and,
     for a real dataset, its data root on this machine. Returns the run's spec."""
-    from methods.registry import get_method_class
+    from benchmark.method_lookup import get_method_class
 
     rd = RunDir(run_dir)
     spec_data = rd.spec()

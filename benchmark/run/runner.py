@@ -35,7 +35,8 @@ from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterr
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
 from methods.diagnostics import collect_diagnostics
-from methods.registry import build_method, method_display_name, resolved_method_args
+from benchmark.method_lookup import build_method, resolved_method_args
+from methods.registry import method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
 

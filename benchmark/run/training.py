@@ -44,7 +44,7 @@ from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.run.provenance import code_version
 from benchmark.run.store import atomic_write_checked
-from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, TrainData, set_trainable
 from methods.common.precision import autocast
 
 #: the workspaces with which cuBLAS is deterministic (CUDA docs, cuBLAS "Results reproducibility")
@@ -188,15 +188,6 @@ def make_optimizer(stage: Stage) -> torch.optim.Optimizer:
     if stage.optimizer == "sgd":
         return torch.optim.SGD(groups, momentum=0.9)
     raise ProtobenchError(f"stage {stage.name!r} asks for unknown optimizer {stage.optimizer!r} (adam | sgd)")
-
-
-def set_trainable(method: PrototypeMethod, stage: Stage) -> None:
-    """Only the parameters a stage lists train."""
-    for p in method.parameters():
-        p.requires_grad_(False)
-    for group in stage.param_groups:
-        for p in group.params:
-            p.requires_grad_(True)
 
 
 def total_loss(method: PrototypeMethod, terms: dict[str, torch.Tensor], stage: Stage, epoch: int) -> torch.Tensor:

@@ -74,7 +74,7 @@ def split_images(spec: RunSpec, split: str) -> int:
 
 def stage_epochs(spec: RunSpec) -> list[tuple[str, int]]:
     """(name, epochs) of every stage of the run's method with its hyperparameters."""
-    from methods.registry import stand_in_method
+    from benchmark.method_lookup import stand_in_method
 
     return [(stage.name, stage.epochs) for stage in stand_in_method(spec.method, spec.method_args,
                                                                      spec.prototypes_per_class).stages()]
@@ -149,7 +149,7 @@ def trunk_macs(spec: RunSpec) -> float:
 
 def push_count(spec: RunSpec) -> int:
     """Push epochs of the run's method (``push_epochs``; 0 for methods without a push)."""
-    from methods.registry import stand_in_method
+    from benchmark.method_lookup import stand_in_method
 
     return len(getattr(stand_in_method(spec.method, spec.method_args, spec.prototypes_per_class),
                        "push_epochs", ()))
@@ -418,7 +418,7 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     if not spec.cache:
         return []
     from benchmark.cache.tokens import STABILITY_NOISE_SEED
-    from methods.registry import get_method_class
+    from benchmark.method_lookup import get_method_class
 
     early = spec.cache_early_tokens or get_method_class(spec.method).needs_early_tokens
     trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
