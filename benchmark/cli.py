@@ -13,7 +13,7 @@ from benchmark.run.store import default_cache_root
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
     from benchmark.run.store import RunDir
-    from slurm.executors import Outcome
+    from benchmark.run.local import Outcome
     from benchmark.grid import GridSpec
 
 
@@ -76,7 +76,8 @@ def _cache_root(args: argparse.Namespace, runs_root: Path) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from slurm.executors import run_local
+    from benchmark.run.local import run_local
+    from slurm.scheduler import query_jobs
     from benchmark.grid import load_grid, select_runs
     from benchmark.tools.status import print_status
 
@@ -93,7 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
                          rerun_stale=args.rerun_stale,
-                         allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
+                         allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root,
+                         ask=query_jobs)  # SLURM is asked only about runs submitted to it
     print_status(runs_root / grid.name)
     return _summary(outcomes)
 
@@ -122,7 +124,7 @@ def _summary(outcomes: list[Outcome]) -> int:
 def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, args: argparse.Namespace,
             tensorboard_root: Path | None) -> int:
     """``run --executor submitit-local|debug|slurm``: one job array per job shape."""
-    from slurm.cluster import ClusterProfile, load_profile
+    from benchmark.cluster import ClusterProfile, load_profile
     from slurm.executors import submit_runs, wait_for
     from benchmark.tools.status import print_status
 
@@ -180,8 +182,8 @@ def _runs_dir(path: str) -> Path:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from slurm.jobs import latest_job, run_states
-    from slurm.scheduler import slurm_available
+    from benchmark.run.states import latest_job, run_states
+    from slurm.scheduler import query_jobs, slurm_available
     from benchmark.tools.status import print_status
     from benchmark.run.store import find_run_dirs
 
@@ -192,7 +194,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"note: {len(queued)} unfinished run(s) were submitted to SLURM, but SLURM commands are not on PATH here; "
               "showing their directories only", file=sys.stderr if args.json else sys.stdout)
         queued = []
-    states = run_states(dirs) if queued else {}
+    states = run_states(dirs, query_jobs) if queued else {}
     extra_states = {str(path): state.label for path, state in states.items()}
     if args.json:
         import json
@@ -231,11 +233,11 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from slurm.jobs import record_cancelled, run_states
-    from slurm.scheduler import cancel_jobs
+    from benchmark.run.states import record_cancelled, run_states
+    from slurm.scheduler import cancel_jobs, query_jobs
 
     what, dirs = _cancel_targets(args)
-    live = {path: state.job for path, state in run_states(dirs).items() if state.live and state.job}
+    live = {path: state.job for path, state in run_states(dirs, query_jobs).items() if state.live and state.job}
     jobs = sorted(dict.fromkeys(job.job_id for job in live.values()),  # the runs of a packed task share its job
                   key=lambda job_id: tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in job_id.split("_")))
     if not jobs:
@@ -260,7 +262,7 @@ def _check_cache_space(runs: list[RunSpec], cache_root: Path) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from slurm.cluster import ClusterProfile, load_profile
+    from benchmark.cluster import ClusterProfile, load_profile
     from benchmark.grid import load_grid, select_runs
     from benchmark.tools.plan import check_present_data, load_perf, make_plan, model_costs, print_plan
 

@@ -33,8 +33,8 @@ from benchmark.config import build_run_spec
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import _save_checkpoint, load_checkpoint
-from slurm.executors import pending_runs
-from slurm.jobs import JOB_FILE
+from benchmark.run.local import pending_runs
+from benchmark.run.states import JOB_FILE
 
 
 def runs_with_one_hostile_result(root: Path, hostile: str, file: str = "result.json") -> Path:

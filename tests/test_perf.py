@@ -16,7 +16,7 @@ from benchmark.grid import parse_grid
 from benchmark.run.timing import interleaved_seconds
 from benchmark.tools.perf import Spread, measure, paper_scale_grid, prepare_sharing_trunks
 from benchmark.tools.plan import load_perf, make_plan, split_images
-from slurm.cluster import ClusterProfile
+from benchmark.cluster import ClusterProfile
 from short_schedules import TWO_EPOCHS
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm.cluster import ClusterProfile, JobShape, pack_runs
+from benchmark.cluster import ClusterProfile, JobShape, pack_runs
 from benchmark.cache.sizing import cache_entry_bytes
 from benchmark.config import RunSpec
 from benchmark.tools.costmodel import DEFAULT_DEVICE, CostModel, calibrate, device
@@ -385,7 +385,7 @@ class Plan:
     @property
     def tasks(self) -> list[tuple[JobShape, list[tuple[RunCost, ...]]]]:
         """The array tasks of each job array, packed as ``run`` packs them
-        (:func:`slurm.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
+        (:func:`benchmark.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
         from benchmark.grid import cache_group
 
         packed = []

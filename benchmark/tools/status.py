@@ -85,7 +85,7 @@ def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None) -> st
     """``epoch k/n, H:MM:SS, job J on NODE`` of a running run: epochs from its metrics.jsonl and
     its method's stages, elapsed time and node from the job's attempt.json (SLURM) or the lock
     holder (local); a part that cannot be told is left out."""
-    from slurm.jobs import ATTEMPT_FILE, latest_job
+    from benchmark.run.states import ATTEMPT_FILE, latest_job
 
     parts = []
     try:
