@@ -107,7 +107,7 @@ def test_schedule_and_loss_weights_are_the_papers() -> None:
 def test_expanded_block_trains_in_joint_only_without_its_frozen_norm() -> None:
     source = SyntheticTokens()
 
-    def block_with_frozen_norm() -> torch.nn.Module:  # as benchmark.backbones.AppendedBlock
+    def block_with_frozen_norm() -> torch.nn.Module:  # as benchmark.attention.AppendedBlock
         block = TinyAppendedBlock(source.dim)
         block.norm = torch.nn.LayerNorm(source.dim).requires_grad_(False)
         return block

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.cache.tokens import STABILITY_NOISE_SEED
+from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
@@ -15,7 +15,8 @@ from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json, default_cache_root, json_bytes, run_lock
-from benchmark.run.training import deterministic_algorithms, load_checkpoint
+from benchmark.run.checkpoint import load_checkpoint
+from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk
-from benchmark.cache.tokens import STABILITY_NOISE_SEED
+from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.grid import GridSpec, parse_grid
 from benchmark.run.runner import Prepared, prepare

@@ -417,7 +417,7 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     is the fixed ``STABILITY_NOISE_SEED``'s, one entry per trunk and dataset."""
     if not spec.cache:
         return []
-    from benchmark.cache.tokens import STABILITY_NOISE_SEED
+    from benchmark.cache.noise import STABILITY_NOISE_SEED
     from benchmark.method_lookup import get_method_class
 
     early = spec.cache_early_tokens or get_method_class(spec.method).needs_early_tokens
