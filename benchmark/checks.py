@@ -8,12 +8,6 @@ from typing import Any
 
 from benchmark.errors import ProtobenchError
 
-# Every integer a grid gives (RunSpec fields, dataset_args, method_args) lies within ±(2³¹ − 1):
-# far above any real count or size, and every derived seed fits a 64-bit integer (training seeds
-# its per-epoch generators with seed · 100003 + epoch, benchmark/run/training.py), so an
-# out-of-range value fails at grid load, not in a C library after the cache build.
-MAX_INTEGER = 2**31 - 1
-
 
 def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError:
     close = difflib.get_close_matches(key, valid, n=1)
@@ -24,11 +18,12 @@ def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError
 
 
 def require_type(key: str, value: Any, expected: type | tuple[type, ...], where: str) -> None:
-    """``value`` must be an instance of ``expected``; a bool only counts as a bool (TOML's
-    ``true`` is never an int)."""
-    types = expected if isinstance(expected, tuple) else (expected,)
-    if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
-        kind = " or ".join(t.__name__ for t in types)
-        raise ProtobenchError(f"{where}: {key} = {value!r} must be of type {kind}")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
-        raise ProtobenchError(f"{where}: {key} = {value} is out of range: integers must lie within ±{MAX_INTEGER}")
+    """``value`` must be an instance of ``expected``, by the one rule of grid values and method
+    hyperparameters (:func:`methods.common.values.check_type`, imported here: loading a grid's
+    reader imports no torch until a value is checked)."""
+    from methods.common.values import check_type
+
+    try:
+        check_type(key, value, expected, where)
+    except (TypeError, ValueError) as err:
+        raise ProtobenchError(str(err)) from None

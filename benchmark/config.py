@@ -15,13 +15,13 @@ from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
+from benchmark.spec_fields import identity_fields
 
 DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
 CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
-PRECISIONS = ("fp32", "tf32", "bf16")  # methods/common/precision.py
 STORAGE_DTYPES = ("float16", "float32")  # token-cache storage (benchmark/cache/tokens.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
@@ -30,14 +30,6 @@ STORAGE_DTYPES = ("float16", "float32")  # token-cache storage (benchmark/cache/
 # prototypes, and a training step holds a few such tensors, which fits one 24 GB GPU.
 # CUB's 200 classes allow J ≤ 100 (the paper uses J ≤ 10).
 MAX_PROTOTYPES = 20_000
-
-# Fields that say where/how to run, not what to compute: excluded from the run id.
-# ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
-# ``deterministic`` only picks deterministic kernels for the same computation (README, "GPU").
-# (measure_live_epoch only adds a timing, taken after evaluation; no metric depends on it.)
-OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
-                      "cache_stage", "measure_live_epoch", "cache_in_memory", "checkpoint_every", "deterministic")
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -91,7 +83,7 @@ class RunSpec:
         """The normalised fields that define the result (what the run id hashes), the method's
         hyperparameters resolved: its defaults with ``method_args`` applied (README, "Run
         identity and stale results")."""
-        from methods.registry import resolved_method_args
+        from benchmark.method_lookup import resolved_method_args
 
         return {**self._declared_identity(), "method_args": resolved_method_args(self.method, self.method_args)}
 
@@ -126,15 +118,6 @@ class RunSpec:
     def label(self) -> str:
         return (f"{self.method} J={self.prototypes_per_class} seed={self.seed} "
                 f"{self.backbone} {self.dataset}" + ("" if self.variant == "default" else f" [{self.variant}]"))
-
-
-def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a RunSpec's plain values (``asdict``, or a ``spec`` read back from
-    result.json) that define the result: operational ones dropped, the weights by their label."""
-    d = {k: v for k, v in values.items() if k not in OPERATIONAL_FIELDS}
-    # A random trunk and a named weights file are different science; the path is not.
-    d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
-    return d
 
 
 def _hash_id(identity: dict[str, Any]) -> str:
@@ -204,7 +187,8 @@ def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
 def validate_run_spec(spec: RunSpec, *, where: str) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
-    from methods.registry import validate_method_args
+    from benchmark.method_lookup import validate_method_args
+    from methods.common.precision import PRECISIONS
 
     def bad(msg: str) -> ProtobenchError:
         return ProtobenchError(f"{where}: {msg}")

@@ -40,7 +40,7 @@ def check_trunk_contract(trunk: FrozenTrunk) -> None:
     last_attention = trunk.model.blocks[-1].attn
     if trunk.has_cls_token and not isinstance(last_attention, (Attention, EvaAttention)):
         raise broken(f"its last block's attention is a {type(last_attention).__name__}, whose CLS attention "
-                     "benchmark.backbones.cls_attention cannot read", "use timm's Attention or EvaAttention there")
+                     "benchmark.attention.cls_attention cannot read", "use timm's Attention or EvaAttention there")
     live = trunk(probe)
     if tuple(live.tokens.shape) != (2, patches, trunk.embed_dim):
         raise broken(f"tokens are {tuple(live.tokens.shape)}, not B×N×D = (2, {patches}, {trunk.embed_dim})",

@@ -263,3 +263,12 @@ class PrototypeMethod(nn.Module, ABC):
         range, e.g. the paper's fixed iteration count that does not converge: such a value is
         reported once per grid with the reason, not per run as a fault (default: none)."""
         return {}
+
+
+def set_trainable(method: PrototypeMethod, stage: Stage) -> None:
+    """Only the parameters a stage lists train."""
+    for p in method.parameters():
+        p.requires_grad_(False)
+    for group in stage.param_groups:
+        for p in group.params:
+            p.requires_grad_(True)

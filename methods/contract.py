@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from benchmark.run.training import set_trainable
-from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage
+from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, set_trainable
 from methods.registry import build_method, get_method_class, method_hyperparameters
 from methods.testing import SyntheticTokens, SyntheticTrainData
 
@@ -250,8 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     ``FAIL`` and the broken rule on the first failure; exit status 1 when any method fails."""
     import argparse
 
-    from benchmark.errors import ProtobenchError
-
     parser = argparse.ArgumentParser(prog="python -m methods.contract", description=main.__doc__)
     parser.add_argument("methods", nargs="+", metavar="METHOD",
                         help="a registry name (vmfproto) or an import path (mypkg.mymodule:MyMethod)")
@@ -261,8 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.methods:
         print(f"{name}:")
         try:
+            get_method_class(name)
+        except (ValueError, TypeError) as err:  # an unknown method, a failing import, not an adapter
+            print(f"  FAIL  {plain_text(str(err))}")
+            failed += 1
+            continue
+        try:
             check_method(name, prototypes_per_class=args.prototypes_per_class, echo=lambda line: print(f"  {line}"))
-        except (ContractError, ProtobenchError) as err:  # a broken rule; an unknown method or failing import
+        except ContractError as err:  # a broken rule
             print(f"  FAIL  {plain_text(str(err))}")
             failed += 1
         except Exception as err:  # noqa: BLE001 - the adapter's own error, reported as a failure

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
 from methods.common.lineage import (
     block_groups,
@@ -174,8 +173,8 @@ class EvalProtoPNet(PrototypeMethod):
             terms["orth"] = orthogonality_cost(self.basis, self.prototypes_per_class)
         if self.uses("sdfa") and epoch >= self.warm_epochs:
             if batch.early_tokens is None:
-                raise ProtobenchError("evalprotopnet: SDFA needs the early block's tokens (batch.early_tokens); "
-                                      "build the token cache with this method in the grid so it stores them")
+                raise RuntimeError("evalprotopnet: SDFA needs the early block's tokens (batch.early_tokens); "
+                                   "build the token cache with this method in the grid so it stores them")
             J = self.prototypes_per_class
             images = torch.arange(len(batch), device=projection.device)
             own = projection.view(len(batch), self.num_classes, J, -1)[images, batch.labels]  # B×J×N

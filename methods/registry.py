@@ -1,7 +1,10 @@
 """Method registry and the one factory, ``build_method`` (timm's ``create_model`` pattern).
 
 A method is named by its registry key (``"vmfproto"``) or, for adapters that live outside
-the suite, by an import path ``"package.module:ClassName"``.
+the suite, by an import path ``"package.module:ClassName"``. A name or hyperparameter the
+registry refuses raises Python's own exceptions (ValueError, TypeError: scikit-learn's parameter
+validation does the same), their messages naming the thing and the fix; the harness turns them
+into its user-facing error (``benchmark.method_lookup``).
 """
 from __future__ import annotations
 
@@ -14,9 +17,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from benchmark.checks import require_type
-from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, PrototypeMethod
+from methods.common.values import check_type
 
 M = TypeVar("M", bound=type[PrototypeMethod])
 
@@ -60,16 +62,16 @@ def get_method_class(name: str) -> type[PrototypeMethod]:
         try:
             cls = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as err:
-            raise ProtobenchError(
+            raise ValueError(
                 f"method {name!r} could not be imported ({err}); give an importable "
                 "'package.module:ClassName' whose module is on PYTHONPATH"
             ) from err
         if not (isinstance(cls, type) and issubclass(cls, PrototypeMethod)):
-            raise ProtobenchError(f"method {name!r} is not a subclass of methods.base.PrototypeMethod")
+            raise TypeError(f"method {name!r} is not a subclass of methods.base.PrototypeMethod")
         return cls
     _load_builtins()
     if name not in _REGISTRY:
-        raise ProtobenchError(
+        raise ValueError(
             f"unknown method {name!r}; choose one of {', '.join(sorted(_REGISTRY))} "
             "or give an import path 'package.module:ClassName'"
         )
@@ -87,7 +89,7 @@ def display_name_of(method: str, recorded: str | None = None) -> str:
     imports, the name its result recorded, else its class name."""
     try:
         return method_display_name(get_method_class(method))
-    except ProtobenchError:
+    except (ValueError, TypeError):
         return recorded or method.rpartition(":")[2]
 
 
@@ -119,7 +121,7 @@ def validate_method_args(name: str, overrides: dict[str, Any]) -> None:
     if unknown:
         close = [m for key in unknown for m in difflib.get_close_matches(key, list(known), n=1)]
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-        raise ProtobenchError(
+        raise ValueError(
             f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}{hint}; "
             f"valid ones are: {', '.join(sorted(known)) or '(none)'}"
         )
@@ -147,16 +149,16 @@ def check_hyperparameter(method: str, key: str, value: Any, default: Any) -> Non
     where = f"method {method!r} method_args"
     expected = _expected_type(default)
     if expected is not None:
-        require_type(key, value, expected, where)
+        check_type(key, value, expected, where)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     words = key.split("_")
     if not math.isfinite(value):
-        raise ProtobenchError(f"{where}: {key} = {value!r} must be a finite number")
+        raise ValueError(f"{where}: {key} = {value!r} must be a finite number")
     if "lr" in words and isinstance(default, float) and value <= 0:
-        raise ProtobenchError(f"{where}: {key} = {value!r} is a learning rate and must be > 0")
+        raise ValueError(f"{where}: {key} = {value!r} is a learning rate and must be > 0")
     if "epochs" in words and (not isinstance(value, int) or value < 0):
-        raise ProtobenchError(f"{where}: {key} = {value!r} is a number of epochs and must be an integer ≥ 0")
+        raise ValueError(f"{where}: {key} = {value!r} is a number of epochs and must be an integer ≥ 0")
 
 
 @lru_cache(maxsize=None)
@@ -173,10 +175,10 @@ def _stand_in(name: str, method_args: str, prototypes_per_class: int, has_cls_at
     with torch.random.fork_rng(devices=[]):
         try:
             return build_method(name, ctx, **json.loads(method_args))
-        except ProtobenchError:
+        except (ValueError, TypeError):
             raise
         except Exception as err:  # an adapter's own check that raised something else
-            raise ProtobenchError(f"method {name!r} rejects method_args {method_args}: "
+            raise ValueError(f"method {name!r} rejects method_args {method_args}: "
                                   f"{type(err).__name__}: {err}") from err
 
 
@@ -184,7 +186,7 @@ def stand_in_method(name: str, method_args: dict[str, Any], prototypes_per_class
                     has_cls_attention: bool = True, backbone: str = "") -> PrototypeMethod:
     """The method built with these hyperparameters on a tiny stand-in context (2 classes, 32-dim
     tokens on a 4×4 grid, 4 blocks; no data, no trunk; ``has_cls_attention`` and ``backbone`` as
-    the run's trunk): everything its constructor rejects is one ProtobenchError before compute,
+    the run's trunk): everything its constructor rejects is one ValueError or TypeError before compute,
     and its ``stages()`` give the epochs. Cached per arguments; read it, do not train it."""
     return _stand_in(name, json.dumps(method_args, sort_keys=True, default=str), prototypes_per_class,
                      has_cls_attention, backbone)

@@ -48,6 +48,7 @@ ORIGIN_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "source")
 # How reports label the method: the adapter's ``display_name`` the runner wrote (None: unknown).
 LABEL_COLUMNS: tuple[str, ...] = ("method_display_name",)
 
+
 # What a run computed and whether the current code still gives it (benchmark/run/identity.py):
 # setting, its resolved configuration but the seed as canonical JSON (the pooling rule: a cell's
 # runs share it); stale, why its result is stale (None: current). Both None for CSV rows.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import METRICS_FILE, RESULT_FILE, SPEC_FILE, UnreadableRunFile, parse_run_json, read_json
+from benchmark.run.store import METRICS_FILE, RESULT_FILE, SPEC_FILE, UnreadableRunFile, curve_files, parse_run_json, read_json
 from reports.plots import check_figure_path, one_legend, panels, save_figure
 
 
@@ -26,23 +26,6 @@ class Curve:
     label: str
     stages: tuple[str, ...]
     values: dict[str, tuple[float, ...]]
-
-
-def curve_files(paths: Sequence[Path]) -> list[Path]:
-    """``metrics.jsonl`` of each run directory given, or of every run below a folder given."""
-    files: dict[Path, Path] = {}
-    for path in paths:
-        if not path.is_dir():
-            raise ProtobenchError(f"{path} is not a directory; pass run directories (runs/<grid>/<run_id>).")
-        found = [path / METRICS_FILE] if (path / METRICS_FILE).is_file() else sorted(path.rglob(METRICS_FILE))
-        if not found:
-            raise ProtobenchError(
-                f"No {METRICS_FILE} in or below {path}; runs write it once per epoch while they train — "
-                f"pass a run directory of a run started with this version, or run it again."
-            )
-        for file in found:
-            files.setdefault(file.resolve(), file)
-    return list(files.values())
 
 
 def read_curve(path: Path) -> Curve:
@@ -154,16 +137,16 @@ def _number(where: str, name: str, value: object) -> float:
 
 
 def _run_label(run_dir: Path) -> str:
-    """``vMFProto J=5 seed=0`` (the adapter's display name, methods.registry.display_name_of) from
-    the run's spec.json, else the directory name."""
-    from methods.registry import display_name_of
+    """``vMFProto J=5 seed=0`` (the display name its result.json recorded, :func:`display_name`)
+    from the run's spec.json, else the directory name."""
+    from reports.layouts import display_name
 
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict) or not {"method", "prototypes_per_class", "seed"} <= spec.keys():
         return run_dir.name
     result = read_json(run_dir / RESULT_FILE)
     recorded = result.get("method_display_name") if isinstance(result, dict) else None
-    method = display_name_of(str(spec["method"]), recorded if isinstance(recorded, str) else None)
+    method = display_name(str(spec["method"]), recorded if isinstance(recorded, str) else None)
     return f"{method} J={spec['prototypes_per_class']} seed={spec['seed']}"
 
 

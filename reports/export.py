@@ -18,12 +18,17 @@ import importlib.util
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.records import read_records
 from benchmark.run.store import atomic_write_bytes
 from reports.columns import flatten
-from reports.load import load_runs, read_result_json, result_files
+from reports.layouts import display_name
+from reports.load import read_result_json, result_files
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: columns first in every export, in this order; the rest follow in first-seen order
 LEADING_COLUMNS: tuple[str, ...] = ("run_id", "grid", "run_dir", "method_display_name", "stale")
@@ -33,18 +38,17 @@ PARQUET_EXTRA = "pip install 'protobench[parquet]' (or pip install pyarrow)"
 Record = dict[str, object]
 
 
-def export_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
-    """One flat record per ``result.json`` under ``runs_dirs`` (discovery order: sorted paths),
-    read by ``reports.load.load_runs`` (the pooling rule of every reader holds), with ``stale``:
-    why the result is stale (None: current)."""
-    frame = load_runs(runs_dirs, csv=False)
+def export_records(frame: pd.DataFrame) -> list[Record]:
+    """One flat record per result row of ``frame`` (``reports.load.load_runs(..., csv=False)``:
+    discovery order, the pooling rule of every reader holds), with ``stale`` as the command that
+    loaded it filled it (why the result is stale; None: current or not checked)."""
     records = []
-    for source, stale, display_name in zip(frame["source"], frame["stale"], frame["method_display_name"]):
+    for source, stale, label in zip(frame["source"], frame["stale"], frame["method_display_name"]):
         path = Path(source)
         flat = flatten(read_result_json(path))
         flat["run_dir"] = str(path.parent)
         flat["stale"] = stale
-        flat["method_display_name"] = display_name  # the adapter's, as every reader shows it
+        flat["method_display_name"] = label  # as every reader shows it
         records.append(flat)
     return records
 
@@ -57,8 +61,6 @@ PER_IMAGE_SPEC: dict[str, str] = {"dataset": "dataset", "backbone": "backbone", 
 def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
     """One record per run × test image. Raises before writing when a run has no per-image
     records, naming the runs and the command that writes them."""
-    from methods.registry import display_name_of
-
     records: list[Record] = []
     without: list[str] = []
     for path in result_files(runs_dirs):
@@ -70,8 +72,8 @@ def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
         spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
         recorded = data.get("method_display_name")
         identity: Record = {"run_id": data.get("run_id"), "grid": data.get("grid"), "run_dir": str(path.parent),
-                            "method_display_name": display_name_of(str(spec.get("method")),
-                                                                   recorded if isinstance(recorded, str) else None)}
+                            "method_display_name": display_name(str(spec.get("method")),
+                                                                recorded if isinstance(recorded, str) else None)}
         identity.update({column: spec.get(field) for field, column in PER_IMAGE_SPEC.items()})
         cells = table.astype(object).where(table.notna(), None)
         records.extend({**identity, **row} for row in cells.to_dict(orient="records"))

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from methods.registry import display_name_of  # noqa: E402
+from reports.layouts import display_name  # noqa: E402
 
 FORMATS = ("png", "pdf")
 COLORMAP = "viridis"  # perceptually uniform, readable in greyscale and by colour-blind readers
@@ -217,13 +217,13 @@ LABEL_FIELDS = (("prototypes_per_class", "J={}"), ("seed", "seed {}"), ("backbon
 
 def run_labels(specs: Sequence[dict[str, object]], display_names: Sequence[str | None] | None = None) -> list[str]:
     """A caption per run (from its spec.json): the method's display name
-    (:func:`methods.registry.display_name_of`; ``display_names``: those the results recorded), then each
+    (:func:`reports.layouts.display_name`; ``display_names``: those the results recorded), then each
     of J, seed, backbone, variant, dataset that differs between the runs."""
     differing = [(key, fmt) for key, fmt in LABEL_FIELDS if len({str(s.get(key)) for s in specs}) > 1]
     names = display_names or [None] * len(specs)
     labels = []
     for spec, name in zip(specs, names):
-        method = display_name_of(str(spec.get("method", "?")), name)
+        method = display_name(str(spec.get("method", "?")), name)
         labels.append(" ".join([method, *(fmt.format(spec.get(key)) for key, fmt in differing)]))
     return labels
 

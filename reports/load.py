@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.config import identity_fields
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import UnreadableRunFile, load_json
+from benchmark.spec_fields import identity_fields
 from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
@@ -26,6 +26,7 @@ from reports.columns import (
     TIDY_COLUMNS,
     TIDY_PREFIX,
 )
+from reports.layouts import display_name
 
 RESULT_FILE = "result.json"
 _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global", "del")
@@ -182,10 +183,6 @@ def _read_result(path: Path) -> Record:
 
 def _result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str | None) -> Record:
     """The tidy record of one result (``path`` names it in errors and in the source column)."""
-    # the current code's names and fingerprints (imported here: loading reports imports no method)
-    from benchmark.run.identity import rescoring, staleness
-    from methods.registry import display_name_of
-
     spec = _section(path, data, "spec", required=True)
     metrics = _section(path, data, "metrics", required=True)
     timing = _section(path, data, "timing", required=False)
@@ -202,10 +199,10 @@ def _result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str
         "grid": data.get("grid"),
         "run_dir": run_dir,
         "source": str(path),
-        "method_display_name": display_name_of(str(spec.get("method")),
-                                               _optional_text(path, data, "method_display_name")),
+        "method_display_name": display_name(str(spec.get("method")),
+                                            _optional_text(path, data, "method_display_name")),
         "setting": _setting(data, spec),
-        "stale": staleness(data) or rescoring(data),  # retrain first; else rescore
+        "stale": None,  # filled by the command that shows the frame, which may import the methods
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})

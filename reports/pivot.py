@@ -16,7 +16,7 @@ from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
 from reports.layout import BEST_NOTE, BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
 from reports.layouts import (ACC, BACKBONES, BEYOND_THE_PAPER, CACHED_EPOCH_TIME, CON, DIS, EPOCH_TIME, METHODS, STA,
-                             THROUGHPUT)
+                             THROUGHPUT, display_name)
 
 #: every metric a pivot can show, in the order of its columns
 METRICS: dict[str, Metric] = {m.key: m for m in (CON, STA, DIS, *BEYOND_THE_PAPER, ACC, CACHED_EPOCH_TIME, EPOCH_TIME,
@@ -213,11 +213,9 @@ def display_names(frame: pd.DataFrame) -> dict[str, str]:
 def dimension_label(dim: str, value: KeyValue, display: Mapping[str, str]) -> Text:
     """How a value of a dimension is labelled: paper names of methods (the adapters' display names,
     tests/test_run_identity.py) and backbones, another method's display name
-    (:func:`methods.registry.display_name_of`), other values as they are."""
+    (:func:`reports.layouts.display_name`), other values as they are."""
     if dim == "method":
-        from methods.registry import display_name_of
-
-        return _METHOD_LABELS.get(str(value)) or text(display_name_of(str(value), display.get(str(value))))
+        return _METHOD_LABELS.get(str(value)) or text(display_name(str(value), display.get(str(value))))
     if dim == "backbone":
         return text(_BACKBONE_LABELS.get(str(value), str(value)))
     return text(str(value))

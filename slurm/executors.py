@@ -1,12 +1,12 @@
 """Executors: where the runs of a grid execute.
 
-- ``local`` (default): in this process, one run after another.
+- ``local`` (default): in this process, one run after another (:mod:`benchmark.run.local`).
 - ``submitit-local``, ``debug``, ``slurm``: through submitit (``AutoExecutor`` with the
   cluster named explicitly). Runs are grouped by job shape (cluster profile); each group is
   one job array (``executor.batch()``) of :class:`slurm.jobs.RunJob` callables, ordered so
   that runs reading the same token caches are neighbours; with the profile's ``runs_per_task``
   > 1, neighbours of one token-cache group share an array task, within its time budget by the
-  plan's per-run estimate (:func:`slurm.cluster.pack_runs`). Runs that share a cache entry and
+  plan's per-run estimate (:func:`benchmark.cluster.pack_runs`). Runs that share a cache entry and
   start together do not build it twice: the cache's per-entry lock file
   (``benchmark/cache/lock.py``, valid across nodes) makes all but one wait, then they read the
   published entry. ``submitit-local`` and ``debug`` wait for their jobs; ``slurm`` returns once
@@ -26,113 +26,21 @@ from pathlib import Path
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
-from slurm.cluster import ClusterProfile, JobShape, pack_runs
-from benchmark.backbones import backbone_spec
-from benchmark.config import RunSpec, check_prototype_count
+from benchmark.cluster import ClusterProfile, JobShape, pack_runs
+from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
-from slurm.jobs import RUNNING_ELSEWHERE, JobRecord, RunJob, TaskRun, adapter_paths, add_job_record, run_states
 from benchmark.estimates.costs import model_costs
 from benchmark.estimates.plan import run_hours
-from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
+from benchmark.run.local import Outcome, pending_runs, preflight
+from benchmark.run.states import JobRecord, add_job_record
+from benchmark.run.store import RunDir, atomic_write_json
+from slurm.jobs import RUNNING_ELSEWHERE, RunJob, TaskRun, adapter_paths
+from slurm.scheduler import query_jobs
 from slurm.snapshot import code_snapshot, snapshot_path
-from benchmark.run.identity import discard_stale, stale_result
-from benchmark.run.store import RunBusy, RunDir, atomic_write_json
-from methods.registry import stand_in_method
 
 SUBMITIT_CLUSTERS = {"submitit-local": "local", "debug": "debug", "slurm": "slurm"}
 SUBMITIT_DIR = ".submitit"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    spec: RunSpec
-    state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" (pending or running in SLURM)
-    #           | "skipped-stale" (a result the current code would not give: --rerun-stale)
-    #           | "running-elsewhere" (another live process holds the run's lock)
-    detail: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """The run has no result because it failed, now or in an earlier invocation."""
-        return self.state in ("failed", "skipped-failed")
-
-
-def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *,
-                 retry_failed: bool, rerun_stale: bool = False) -> tuple[list[RunSpec], list[Outcome]]:
-    """Split runs into those to execute and those settled: done, stale (benchmark/run/identity.py)
-    unless ``rerun_stale``, still pending or running in SLURM, or failed (a failure.json, or a
-    SLURM job that ended without a result) unless ``retry_failed``. SLURM is asked only about
-    unfinished runs that were submitted to it. A stale result re-run is deleted first (with its
-    checkpoint and epoch log; an earlier version's run directory as a whole)."""
-    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in runs]
-    states = run_states(dirs)
-    todo, settled = [], []
-    for spec, rd in zip(runs, dirs):
-        state = states[rd.path]
-        stale = stale_result(spec, rd)
-        if stale is not None and not rerun_stale:
-            settled.append(Outcome(spec, "skipped-stale", f"{stale[1]}: {stale[0].path} (use --rerun-stale)"))
-        elif stale is not None:
-            try:
-                discard_stale(stale[0], whole_dir=stale[0].path != rd.path)
-                todo.append(spec)
-            except RunBusy as busy:
-                settled.append(Outcome(spec, "running-elsewhere", busy.holder))
-        elif state.label == "done":
-            settled.append(Outcome(spec, "skipped", "already done"))
-        elif state.live:
-            settled.append(Outcome(spec, "queued", f"job {state.job.job_id if state.job else '?'} is {state.label}"))
-        elif state.failed and not retry_failed:
-            reason = (rd.failure() or {}).get("reason", "") if state.label == "failed" else state.label
-            settled.append(Outcome(spec, "skipped-failed", f"failed before: {reason} (use --retry-failed)"))
-        else:
-            todo.append(spec)
-    return todo, settled
-
-
-def preflight(runs: list[RunSpec]) -> None:
-    """Every user error before any training, so a bad grid fails at once rather than hours in:
-    each method built with its ``method_args`` on a stand-in context, every dataset's
-    annotations read and every image decoded (:func:`benchmark.data.check_images`), the number
-    of prototypes against the dataset's classes, every trunk's weights loaded."""
-    seen_data: dict[tuple[str, str, int], int] = {}  # → number of classes
-    seen_trunks: set[tuple[str, str, str]] = set()
-    for spec in runs:
-        stand_in_method(spec.method, spec.method_args, spec.prototypes_per_class, backbone=spec.backbone,
-                        has_cls_attention=backbone_spec(spec.backbone).architecture.has_cls_token)
-        data_key = (spec.dataset, spec.data_root, spec.image_size)
-        if data_key not in seen_data:
-            seen_data[data_key] = check_data(spec)
-        check_prototype_count(spec, seen_data[data_key])
-        trunk_key = (spec.backbone, spec.weights, repr(sorted(spec.backbone_args.items())))
-        if trunk_key not in seen_trunks:
-            seen_trunks.add(trunk_key)
-            load_trunk(spec)
-
-
-def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
-              retry_failed: bool = False, rerun_stale: bool = False, progress: bool | None = None,
-              allow_code_change: bool = False, tensorboard_root: Path | None = None) -> list[Outcome]:
-    """Execute the pending runs in this process; a failed run is recorded and the next one starts.
-    ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``."""
-    todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale)
-    for spec in {spec.device: spec for spec in todo}.values():  # a device this machine lacks is a user error
-        check_device(spec)
-    preflight(todo)
-    for spec in todo:
-        try:
-            execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
-                        allow_code_change=allow_code_change,
-                        tensorboard_dir=grid.run_dir(tensorboard_root, spec) if tensorboard_root else None)
-            outcomes.append(Outcome(spec, "done"))
-        except RunBusy as busy:  # another `protobench run` (or a job) is training it: leave it alone
-            outcomes.append(Outcome(spec, "running-elsewhere", busy.holder))
-        except ProtobenchError as err:
-            outcomes.append(Outcome(spec, "failed", str(err)))
-        except Exception as err:  # recorded in failure.json by execute_run
-            outcomes.append(Outcome(spec, "failed", f"{type(err).__name__}: {err}"))
-    return outcomes
 
 
 # ---- submitit executors ---------------------------------------------------------------------
@@ -197,7 +105,8 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     """Submit the runs still to do as one job array per job shape; record each run's job in
     its directory (``job.json``). ``device`` (e.g. the profile's) replaces the runs' device;
     ``tensorboard_root`` as in :func:`run_local`."""
-    todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale)
+    todo, settled = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale,
+                                 ask=query_jobs)
     runs_root = runs_root.resolve()
     result = Submission(runs_root / SUBMITIT_DIR / grid.name, settled=settled)
     if not todo:

@@ -1,10 +1,7 @@
-"""Runs as scheduler jobs: the submitted callable, the job records kept in run directories,
-and the state of a run seen from both sides (its directory and the scheduler).
-
-``<run_dir>/job.json`` lists every submission of the run (executor, job id, array id,
-submission time, submitit folder, code snapshot, its place in a packed task); ``<run_dir>/attempt.json``
-is written by the job each time it starts the run (job id, SLURM_RESTART_COUNT, host, the code
-directory it imported, its place in the task).
+"""Runs as scheduler jobs: the submitted callable (:class:`RunJob`), which writes
+``<run_dir>/attempt.json`` each time it starts the run (job id, SLURM_RESTART_COUNT, host, the
+code directory it imported, its place in the task). The job records and a run's state seen from
+its directory and the scheduler live in :mod:`benchmark.run.states`.
 """
 from __future__ import annotations
 
@@ -13,19 +10,16 @@ import os
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import submitit
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from slurm.scheduler import JobState, query_jobs
-from benchmark.run.store import RunBusy, RunDir, atomic_write_json, read_json
+from benchmark.run.states import ATTEMPT_FILE
+from benchmark.run.store import RunBusy, RunDir, atomic_write_json
 
-JOB_FILE = "job.json"
-ATTEMPT_FILE = "attempt.json"
-CANCELLED_FILE = "cancelled.json"  # written by `protobench cancel`: the job it cancelled, and when
 RUNNING_ELSEWHERE = "running_elsewhere"  # a run's outcome in a job's answer when another process holds it
 # How long a job waits for its run's lock: longer than an NFSv4 lease (90 s by default), after
 # which the server frees the locks of a failed node, so a job requeued after a node failure
@@ -59,63 +53,6 @@ def code_dir() -> Path:
     import benchmark
 
     return Path(benchmark.__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One submission of a run."""
-
-    executor: str  # "slurm" | "submitit-local" | "debug"
-    job_id: str  # "123_4" for task 4 of array 123
-    submitted: str  # ISO time
-    submitit_folder: str  # logs: <folder>/<job_id>_0_log.{out,err}
-    array_job_id: str = ""
-    array_task_id: int | None = None
-    snapshot: str = ""  # code snapshot the job imports ("" → the installed code)
-    profile: str = ""
-    task_position: int = 0  # the run's place among the runs packed into its array task
-    task_runs: int = 1  # runs packed into the task (1: the task is this run)
-
-    @property
-    def log_paths(self) -> tuple[Path, Path]:
-        folder = Path(self.submitit_folder)
-        return folder / f"{self.job_id}_0_log.out", folder / f"{self.job_id}_0_log.err"
-
-
-_JOB_FIELD_TYPES = {name: (str,) for name in ("executor", "job_id", "submitted", "submitit_folder")} | {
-    "array_job_id": (str,), "array_task_id": (int, type(None)), "snapshot": (str,), "profile": (str,),
-    "task_position": (int,), "task_runs": (int,)}
-
-
-def _job_record(entry: object) -> JobRecord | None:
-    """A ``job.json`` entry as a JobRecord; None when it is not one the suite wrote (a required
-    field missing or of another type). Unknown keys are left out, never passed on."""
-    if not isinstance(entry, dict) or not all(name in entry for name in ("executor", "job_id", "submitted",
-                                                                       "submitit_folder")):
-        return None
-    known = {name: value for name, value in entry.items() if name in _JOB_FIELD_TYPES}
-    if any(isinstance(value, bool) or not isinstance(value, _JOB_FIELD_TYPES[name]) for name, value in known.items()):
-        return None
-    return JobRecord(**known)
-
-
-def job_records(run_dir: Path) -> list[JobRecord]:
-    """The run's submissions, oldest first; an entry that is not a job record is skipped (a
-    hostile or damaged ``job.json`` costs that run its job history, never the grid)."""
-    submissions = (read_json(run_dir / JOB_FILE) or {}).get("submissions", [])
-    records = [_job_record(entry) for entry in submissions] if isinstance(submissions, list) else []
-    return [record for record in records if record is not None]
-
-
-def latest_job(run_dir: Path) -> JobRecord | None:
-    records = job_records(run_dir)
-    return records[-1] if records else None
-
-
-def add_job_record(run_dir: Path, record: JobRecord) -> None:
-    """Append a submission to ``job.json`` (only the submitting process writes this file)."""
-    entries = [asdict(r) for r in job_records(run_dir)] + [asdict(record)]
-    atomic_write_json(run_dir / JOB_FILE, {"submissions": entries})
 
 
 @dataclass(frozen=True)
@@ -198,80 +135,3 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 # ---- a run seen from its directory and from the scheduler ------------------------------------
-@dataclass(frozen=True)
-class RunState:
-    """Where a run stands: ``label`` is what ``protobench status`` shows."""
-
-    label: str  # done | pending | running | requeued … | cancelled | failed (REASON) | failed | started | new
-    live: bool  # a job of the run may still run: do not submit it again
-    failed: bool  # ended without a result: submit again only with --retry-failed
-    job: JobRecord | None = None
-
-
-def _attempt_restarts(run_dir: Path, job: JobRecord) -> int | None:
-    """SLURM_RESTART_COUNT recorded by the run's ``attempt.json`` when it comes from ``job``
-    (None: from another job, absent or unreadable)."""
-    attempt = read_json(run_dir / ATTEMPT_FILE) or {}
-    count = attempt.get("restart_count", 0)
-    if attempt.get("job_id") != job.job_id or isinstance(count, bool) or not isinstance(count, int):
-        return None
-    return count
-
-
-def _restarts(run_dir: Path, job: JobRecord, scheduler: JobState | None) -> int:
-    return max(_attempt_restarts(run_dir, job) or 0, scheduler.restarts if scheduler else 0)
-
-
-def _started_in_this_attempt(run_dir: Path, job: JobRecord, scheduler: JobState) -> bool:
-    """The run's ``attempt.json`` comes from the running attempt of its (packed) task: it is the
-    task's current run, not one waiting behind it."""
-    recorded = _attempt_restarts(run_dir, job)
-    return recorded is not None and recorded >= scheduler.restarts
-
-
-def record_cancelled(run_dir: Path, job: JobRecord) -> None:
-    """Mark the run's job as cancelled by the user: the run then reads ``cancelled`` (not
-    failed) and a plain ``protobench run`` submits it again."""
-    atomic_write_json(run_dir / CANCELLED_FILE, {"job_id": job.job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
-
-
-def _cancelled(run_dir: Path, job: JobRecord) -> bool:
-    return (read_json(run_dir / CANCELLED_FILE) or {}).get("job_id") == job.job_id
-
-
-def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
-    """The run's state from its files and (for SLURM jobs) the scheduler's answer, None when
-    SLURM no longer knows the job. Asks nothing of SLURM: testable without a cluster."""
-    state = rd.state  # one read of the run's files
-    if state == "done":
-        return RunState("done", live=False, failed=False, job=job)
-    if job is None or job.executor != "slurm":
-        return RunState(state, live=False, failed=state == "failed", job=job)
-    if scheduler is not None and scheduler.live:
-        label = "running" if scheduler.state in ("RUNNING", "COMPLETING") else scheduler.state.lower()
-        if label == "running" and job.task_runs > 1:  # a packed task runs one of its runs at a time
-            if not _started_in_this_attempt(rd.path, job, scheduler):
-                label = f"waiting in task {job.job_id} (run {job.task_position + 1} of {job.task_runs})"
-            elif state == "failed":  # failed in this attempt; the task goes on with its next run
-                return RunState("failed", live=False, failed=True, job=job)
-        restarts = _restarts(rd.path, job, scheduler)
-        if restarts:
-            label += f", requeued {restarts}×"
-        return RunState(label, live=True, failed=False, job=job)
-    if _cancelled(rd.path, job):  # by `protobench cancel`, pending or running: not a failure
-        return RunState("cancelled", live=False, failed=False, job=job)
-    if state == "failed":  # the run recorded its own failure (failure.json holds the reason)
-        return RunState("failed", live=False, failed=True, job=job)
-    if scheduler is None:
-        return RunState(f"failed (job {job.job_id} ended without a result; SLURM no longer knows it)",
-                        live=False, failed=True, job=job)
-    why = f"{scheduler.state}, {scheduler.reason}" if scheduler.reason else scheduler.state
-    return RunState(f"failed ({why})", live=False, failed=True, job=job)
-
-
-def run_states(run_dirs: list[RunDir]) -> dict[Path, RunState]:
-    """The state of every run directory, asking SLURM once per array about unfinished runs."""
-    jobs = [(rd, latest_job(rd.path)) for rd in run_dirs]
-    asked = [job.job_id for rd, job in jobs if job and job.executor == "slurm" and not rd.is_complete]
-    answers = query_jobs(asked) if asked else {}
-    return {rd.path: merge_state(rd, job, answers.get(job.job_id) if job else None) for rd, job in jobs}

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
-from benchmark.cache.store import Entry, open_or_build
+from benchmark.cache.entry import Entry
+from benchmark.cache.store import open_or_build
 
 NAME = "toy-train-clean-0123456789abcdef"
 ROWS = 40

@@ -23,7 +23,8 @@ import benchmark.run.training
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.store import open_or_build
 from benchmark.cache.tokens import CachedTokens
-from benchmark.run.training import StepLosses, epoch_order, make_optimizer, run_epoch, set_trainable
+from benchmark.run.training import StepLosses, epoch_order, make_optimizer, run_epoch
+from methods.base import set_trainable
 from methods.base import MethodContext
 from methods.registry import build_method
 from methods.testing import TinyAppendedBlock

@@ -9,7 +9,7 @@ from benchmark.backbones import BACKBONES, backbone_spec, create_backbone, list_
 from benchmark.config import build_run_spec
 from benchmark.errors import ProtobenchError
 from methods.base import MethodContext
-from methods.registry import build_method
+from benchmark.method_lookup import build_method
 
 TINY = dict(depth=2, embed_dim=32, num_heads=2)
 SIZE = 112

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from benchmark.backbones import create_backbone
-from benchmark.cache.tokens import STABILITY_NOISE_SEED, CachedTokens, cache_entries, token_source
+from benchmark.cache.noise import STABILITY_NOISE_SEED
+from benchmark.cache.tokens import CachedTokens, cache_entries, token_source
 from benchmark.cli import main
 from benchmark.config import RunSpec
 from benchmark.cache.sizing import trunk_geometry

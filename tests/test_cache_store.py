@@ -18,6 +18,7 @@ import pytest
 from cache_helpers import NAME, build_toy, flip_byte, read_all, toy_arrays, toy_fill, toy_layout
 
 import benchmark.cache.lock as lock_module
+import benchmark.cache.entry as entries
 import benchmark.cache.store as store
 from benchmark.cache.arrays import ArraySpec, ArrayWriter, open_array
 from benchmark.cache.lock import Heartbeat, Owner, build_lock, pid_space
@@ -71,12 +72,12 @@ def test_open_samples_blocks_and_verify_checks_all(tmp_path: Path, monkeypatch) 
     tokens = entry.path / "tokens.npy"
     row_bytes = 16 * 8 * 2
     flip_byte(tokens, 10 * row_bytes)  # a byte of row 30: block 15, neither first nor last
-    monkeypatch.setattr(store, "SAMPLE_BLOCKS", 0)  # only the first and last block are sampled
-    assert store.open_entry(entry.path, {"seed": 0}, sample=0) is not None
-    assert store.verify_entry(entry.path) == ["tokens.npy: 1 of 20 row blocks differ from their checksums"]
+    monkeypatch.setattr(entries, "SAMPLE_BLOCKS", 0)  # only the first and last block are sampled
+    assert entries.open_entry(entry.path, {"seed": 0}, sample=0) is not None
+    assert entries.verify_entry(entry.path) == ["tokens.npy: 1 of 20 row blocks differ from their checksums"]
     for _ in range(2):  # a process's first open hashes every block, whatever the sample size
         with pytest.raises(ProtobenchError, match=f"row block 15 .*protobench cache rm {NAME}"):
-            store.open_entry(entry.path, {"seed": 0})
+            entries.open_entry(entry.path, {"seed": 0})
 
 
 def test_dead_and_live_owners(tmp_path: Path, monkeypatch) -> None:

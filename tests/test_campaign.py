@@ -23,6 +23,7 @@ from test_faults_runs import write_grid
 from test_reports_load import GOOD_RESULT
 from test_reports_support import write_run
 
+import benchmark.cache.entry as entries
 import benchmark.cache.store as store
 import benchmark.run.runner as runner
 import benchmark.run.store as run_store
@@ -32,9 +33,9 @@ from benchmark.cli import main
 from benchmark.config import build_run_spec
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import RunDir, atomic_write_json
-from benchmark.run.training import _save_checkpoint, load_checkpoint
-from slurm.executors import pending_runs
-from slurm.jobs import JOB_FILE
+from benchmark.run.checkpoint import load_checkpoint, save_checkpoint
+from benchmark.run.local import pending_runs
+from benchmark.run.states import JOB_FILE
 
 
 def runs_with_one_hostile_result(root: Path, hostile: str, file: str = "result.json") -> Path:
@@ -70,7 +71,7 @@ def test_faults_a_corrupt_middle_block_is_refused_on_every_open_of_a_process(tmp
     for _ in range(2):
         random.seed(seed)
         with pytest.raises(ProtobenchError, match=f"row block {bad_row} .*protobench cache rm {NAME}"):
-            store.open_entry(entry.path, {"seed": 0})
+            entries.open_entry(entry.path, {"seed": 0})
 
 
 def test_faults_a_live_builder_in_another_pid_namespace_is_not_judged_dead(tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_faults_a_spec_temp_file_of_a_killed_writer_is_removed(tmp_path: Path, m
 def test_faults_a_checkpoint_with_a_flipped_bit_is_refused_as_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.pt"
     weights = torch.full((64,), 1.5)
-    _save_checkpoint(path, {"format": 2, "method": {"w": weights}, "report": {"code_versions": []}})
+    save_checkpoint(path, {"format": 2, "method": {"w": weights}, "report": {"code_versions": []}})
     data = bytearray(path.read_bytes())
     at = bytes(data).index(weights.numpy().tobytes())
     data[at + 3] ^= 0x40  # an exponent bit of the first float
@@ -210,7 +211,7 @@ def test_bad_input_cache_rm_of_an_entry_that_is_a_symlink_removes_the_link(
     cache.mkdir()
     (cache / NAME).symlink_to(entry.path)
     assert main(["cache", "rm", NAME, "--cache-dir", str(cache)]) == 0
-    assert not (cache / NAME).is_symlink() and store.verify_entry(entry.path) == []
+    assert not (cache / NAME).is_symlink() and entries.verify_entry(entry.path) == []
     assert list(cache.iterdir()) == []  # nothing left renamed aside
 
 

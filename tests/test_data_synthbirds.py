@@ -10,7 +10,7 @@ from PIL import Image
 
 from benchmark import data as data_module
 from benchmark.data import DATASETS, generate_synthbirds, load_dataset
-from benchmark.data import synthbirds
+from benchmark.data import bird_classes, synthbirds
 from benchmark.data.cub import ANNOTATION_FILES
 from benchmark.errors import ProtobenchError
 
@@ -147,13 +147,13 @@ def test_classes_are_separable_by_colour_alone(tmp_path: Path) -> None:
 
 def test_class_colour_codes_are_well_separated() -> None:
     rng = np.random.default_rng(0)
-    classes = synthbirds.design_classes(10, rng)
-    codes = np.array([[synthbirds.PALETTE.index(getattr(c, part)) for part in ("crown", "wing", "breast", "tail")]
+    classes = bird_classes.design_classes(10, rng)
+    codes = np.array([[bird_classes.PALETTE.index(getattr(c, part)) for part in ("crown", "wing", "breast", "tail")]
                       for c in classes])
     distances = (codes[:, None] != codes[None]).sum(-1)
     assert distances[~np.eye(10, dtype=bool)].min() >= 3
     assert [c.name for c in classes[:2]] == ["Synthbird_a", "Synthbird_b"]
-    assert synthbirds.class_suffix(26) == "aa" and synthbirds.class_suffix(27) == "ab"
+    assert bird_classes.class_suffix(26) == "aa" and bird_classes.class_suffix(27) == "ab"
 
 
 def test_refuses_a_non_empty_foreign_folder(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from slurm.cluster import ClusterProfile, JobShape, load_profile, parse_profile
+from benchmark.cluster import ClusterProfile, JobShape, load_profile, parse_profile
 from benchmark.errors import ProtobenchError
 from slurm.executors import group_by_shape, job_spec, make_executor, submit_runs, wait_for
 from benchmark.grid import cache_group, parse_grid
-from slurm.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
+from benchmark.run.states import ATTEMPT_FILE, JobRecord, add_job_record, job_records, merge_state
 from slurm.scheduler import JobState, parse_sacct, parse_scontrol
 from benchmark.run.store import RunDir, atomic_write_json
 from methods.registry import stand_in_method

@@ -24,8 +24,9 @@ from benchmark.cache.tokens import expected_cache_key, token_source
 from benchmark.config import RunSpec, build_run_spec
 from benchmark.errors import ProtobenchError
 from benchmark.run.prediction import predict
-from benchmark.run.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, load_checkpoint,
-                                prefetch_depth, train)
+from benchmark.run.checkpoint import load_checkpoint
+from benchmark.run.training import (NonFiniteLossError, TrainingInterrupted, deterministic_algorithms, prefetch_depth,
+                                    train)
 from example_adapter import CosinePrototypes
 from methods.base import TOKEN_FIELDS
 from methods.common.precision import autocast, float32_island, matmul_precision
@@ -374,8 +375,8 @@ def test_the_loss_is_read_once_per_epoch_and_a_nan_names_its_first_step(tmp_path
 def test_checkpoint_every_thins_checkpoints_and_resumes_exactly(tmp_path: Path, monkeypatch) -> None:
     source = SyntheticTokens()
     saved = []
-    write = benchmark.run.training._save_checkpoint
-    monkeypatch.setattr(benchmark.run.training, "_save_checkpoint",
+    write = benchmark.run.training.save_checkpoint
+    monkeypatch.setattr(benchmark.run.training, "save_checkpoint",
                         lambda path, payload: saved.append(payload["global_epoch"]) or write(path, payload))
 
     def build():

@@ -21,6 +21,7 @@ from support import scaled
 from test_features import KEY, TinyDataset, assert_same, everything, tiny_trunk
 
 import benchmark.cache.arrays as arrays_module
+import benchmark.cache.entry as entries
 import benchmark.cache.store as store
 from benchmark.cache.lock import STALE_AFTER_SECONDS, Owner, pid_space
 from benchmark.cache.tokens import cache_entries, token_source
@@ -50,7 +51,7 @@ def no_lock(path, heartbeat, **_):
 
 def _reader(cache_dir: str, opened, stop, results) -> None:
     """Opens the published entry of key format 1 and reads it until told to stop."""
-    entry = store.open_entry(Path(cache_dir) / NAME, {"format": 1})
+    entry = entries.open_entry(Path(cache_dir) / NAME, {"format": 1})
     expected = digests(toy_arrays(1))
     opened.set()
     reads, failures = 0, []
@@ -102,7 +103,7 @@ def test_two_builders_without_a_lock_publish_one_entry_and_spare_readers(tmp_pat
         assert {path for *_, path in outcomes} == {str(tmp_path / NAME)}
         expected = digests(toy_arrays(2))
         assert all(values == expected for _, _, values, _ in outcomes)
-        assert store.verify_entry(tmp_path / NAME) == [] and store.read_manifest(tmp_path / NAME)["key"] == {"format": 2}
+        assert entries.verify_entry(tmp_path / NAME) == [] and entries.read_manifest(tmp_path / NAME)["key"] == {"format": 2}
         assert not list(tmp_path.glob(".tmp-*"))
 
         (aside,) = tmp_path.glob(".old-*")  # the old entry was moved aside, not deleted, while read
@@ -140,7 +141,7 @@ def test_an_entry_published_between_the_check_and_the_move_aside_is_put_back(tmp
     monkeypatch.setattr(store, "move_aside", racing)
     entry, built = build_toy(tmp_path, key={"format": 2}, seed=2)
     assert raced and not built  # B kept A's entry
-    assert entry.path == tmp_path / NAME and store.read_manifest(entry.path)["key"] == {"format": 2}
+    assert entry.path == tmp_path / NAME and entries.read_manifest(entry.path)["key"] == {"format": 2}
     assert digests(read_all(entry)) == digests(toy_arrays(2))
     assert list(tmp_path.glob(".old-*")) == raced  # only the older key's entry is aside
     assert not list(tmp_path.glob(".tmp-*"))
@@ -167,7 +168,7 @@ def test_only_provably_dead_build_folders_are_removed(tmp_path: Path) -> None:
         silent_remote = _fake_build_folder(tmp_path, "silent", Owner("node-b", 7, None, "t"), 2 * stale)
         beating_remote = _fake_build_folder(tmp_path, "beating", Owner("node-c", 7, None, "t"), 0)
         entry, built = build_toy(tmp_path)  # the next builder sweeps before it builds
-        assert built and store.verify_entry(entry.path) == []
+        assert built and entries.verify_entry(entry.path) == []
         assert not dead_here.exists() and not silent_remote.exists()
         assert live_here.exists() and beating_remote.exists()
     finally:

@@ -21,13 +21,13 @@ import pytest
 import torch
 
 import benchmark.run.store
+import benchmark.run.checkpoint
 import benchmark.run.training
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import FREE_SPACE_MARGIN, find_run_dirs
-from benchmark.run.training import (
-    CHECKPOINT_FORMAT, TrainingInterrupted, _rng_state, _set_rng_state, load_checkpoint, make_optimizer, train,
-)
+from benchmark.run.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
+from benchmark.run.training import TrainingInterrupted, _rng_state, _set_rng_state, make_optimizer, train
 from example_adapter import CosinePrototypes
 from methods.registry import build_method, list_methods
 from methods.testing import SyntheticTokens
@@ -287,10 +287,12 @@ def test_file_size_limit_during_the_write_leaves_nothing_partial(tmp_path: Path)
 # ---- a resume under another code version -----------------------------------------------------------
 def test_resume_under_other_code_is_refused_naming_both(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "checkpoint.pt"
-    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")
+    for module in (benchmark.run.training, benchmark.run.checkpoint):  # the one that trains, the one that resumes
+        monkeypatch.setattr(module, "code_version", lambda: "v-old")
     train_until(path, 1)
     before = path.read_bytes()
-    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-new")
+    for module in (benchmark.run.training, benchmark.run.checkpoint):  # the one that trains, the one that resumes
+        monkeypatch.setattr(module, "code_version", lambda: "v-new")
     source = SyntheticTokens()
     with pytest.raises(ProtobenchError) as err:
         train(build(source), source, seed=3, batch_size=8, device=CPU, checkpoint_path=path, log=quiet)
@@ -301,14 +303,16 @@ def test_resume_under_other_code_is_refused_naming_both(tmp_path: Path, monkeypa
 
 def test_allowed_code_change_resumes_exactly_and_lists_both_versions(tmp_path: Path, monkeypatch) -> None:
     source = SyntheticTokens()
-    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")
+    for module in (benchmark.run.training, benchmark.run.checkpoint):  # the one that trains, the one that resumes
+        monkeypatch.setattr(module, "code_version", lambda: "v-old")
     straight = build(source, epochs=4)
     report = train(straight, source, seed=3, batch_size=8, device=CPU, checkpoint_path=tmp_path / "a.pt", log=quiet)
     assert report.code_versions == [{"version": "v-old", "epochs": [1, 4]}]
 
     train_until(tmp_path / "b.pt", 1, epochs=4)
     train_until(tmp_path / "b.pt", 2, epochs=4)  # a second attempt of the same code extends its entry
-    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-new")
+    for module in (benchmark.run.training, benchmark.run.checkpoint):  # the one that trains, the one that resumes
+        monkeypatch.setattr(module, "code_version", lambda: "v-new")
     resumed = build(source, epochs=4)
     report = train(resumed, source, seed=3, batch_size=8, device=CPU, checkpoint_path=tmp_path / "b.pt",
                    log=quiet, allow_code_change=True)
@@ -344,12 +348,15 @@ def test_cli_refuses_a_code_change_before_the_token_cache_and_allows_it_on_reque
     grid_file.write_text(GRID.format(root=tmp_path / "synthbirds"))
     runs = tmp_path / "runs"
     spec = load_grid(grid_file).runs[0]
-    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")
+    for module in (benchmark.run.training, benchmark.run.checkpoint):  # the one that trains, the one that resumes
+        monkeypatch.setattr(module, "code_version", lambda: "v-old")
     with pytest.raises(TrainingInterrupted):
         execute_run(spec, runs / "codechange" / spec.run_id, cache_root=tmp_path / "cache-old", progress=False,
                     stop_after_epoch=1, log=quiet)
 
-    monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-new")
+    for module in (benchmark.run.training, benchmark.run.checkpoint):  # the one that trains, the one that resumes
+
+        monkeypatch.setattr(module, "code_version", lambda: "v-new")
     new_cache = tmp_path / "cache-new"
     assert main(["run", str(grid_file), "--runs-dir", str(runs), "--cache-dir", str(new_cache)]) == 1
     (run,) = find_run_dirs(runs)

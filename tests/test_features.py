@@ -15,14 +15,13 @@ from torch.utils.data import Dataset
 
 from benchmark.backbones import FrozenTrunk, create_backbone
 from benchmark.errors import ProtobenchError
+from benchmark.cache.noise import NOISE_CLIP, stability_noise
 from benchmark.cache.tokens import (
-    NOISE_CLIP,
     CachedTokens,
     LiveTokens,
     View,
     cache_entries,
     expected_cache_key,
-    stability_noise,
     token_source,
 )
 from benchmark.progress import Progress, Task

@@ -1,15 +1,60 @@
-"""The suite's modules import each other without a circle (developers' guide: constants live on the
-lowest floor that uses them). Every import counts, function-level ones included; only imports under
-``if TYPE_CHECKING:`` (annotations, never executed) are left out."""
+"""The suite's modules import each other without a circle, and every import follows an allowed
+arrow between the packages' floors (developers' guide: constants live on the lowest floor that
+uses them). Every import counts, function-level ones included; only imports under
+``if TYPE_CHECKING:`` (annotations, never executed) are left out.
+
+The floors, lowest first:
+
+- ``metrics``, ``methods``: import nothing of the suite (methods raise Python's own exceptions;
+  ``benchmark.method_lookup`` turns them into the harness's error);
+- ``floor``: the harness modules that reports share (error type, run files, spec fields), importing
+  nothing of the suite above them and never torch;
+- ``core``: the rest of ``benchmark``, the harness (above methods and metrics);
+- ``reports``: tables and figures from result files: the floor only, never torch or a method;
+- ``slurm``: submission to a cluster, on top of the harness;
+- ``face``: the command line, the ``benchmark.cli`` package, which alone may import everything.
+"""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("benchmark", "methods", "metrics", "reports", "slurm")
+
+FLOOR_MODULES = frozenset({"benchmark", "benchmark.errors", "benchmark.spec_fields", "benchmark.run",
+                           "benchmark.run.store", "benchmark.run.records"})
+FACE_PREFIXES = ("benchmark.cli",)
+#: floor → the floors its modules may import (its own included)
+ALLOWED_ARROWS: dict[str, frozenset[str]] = {
+    "metrics": frozenset({"metrics"}),
+    "methods": frozenset({"methods"}),
+    "floor": frozenset({"floor"}),
+    "core": frozenset({"core", "floor", "methods", "metrics"}),
+    "reports": frozenset({"reports", "floor"}),
+    "slurm": frozenset({"slurm", "core", "floor", "methods", "metrics"}),
+    "face": frozenset({"face", "core", "floor", "methods", "metrics", "reports", "slurm"}),
+}
+
+
+def floor_of(module: str) -> str:
+    if any(module == p or module.startswith(p + ".") for p in FACE_PREFIXES):
+        return "face"
+    if module in FLOOR_MODULES:
+        return "floor"
+    package = module.partition(".")[0]
+    return "core" if package == "benchmark" else package
+
+
+def floor_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Every import ``a → b`` whose floors have no allowed arrow, as ``"a (floor) → b (floor)"``."""
+    return [f"{a} ({floor_of(a)}) → {b} ({floor_of(b)})" for a in sorted(graph) for b in sorted(graph[a])
+            if floor_of(b) not in ALLOWED_ARROWS[floor_of(a)]]
 
 
 def _modules() -> dict[str, Path]:
@@ -21,10 +66,10 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def _runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _runtime_imports(name: str, path: Path, modules: dict[str, Path], source: str | None = None) -> set[str]:
     """The suite modules ``name`` imports when it runs (``from X import Y``: the module Y if it is
-    one, else X; relative imports resolved against its package)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    one, else X; relative imports resolved against its package); ``source``: read instead of the file."""
+    tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"))
     type_only = {id(node) for stmt in tree.body if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test)
                  for node in ast.walk(stmt)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -108,3 +153,67 @@ def test_no_module_of_the_suite_imports_itself_through_another() -> None:
 ])
 def test_circle_finder_on_known_graphs(graph: dict[str, set[str]], expected: list[list[str]]) -> None:
     assert sorted(_circles(graph)) == expected
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _runtime_imports(name, path, modules) for name, path in modules.items()}
+
+
+def test_every_import_follows_an_allowed_arrow_between_floors() -> None:
+    breaches = floor_breaches(_graph())
+    assert not breaches, "imports against the floors (tests/test_import_graph.py):\n" + "\n".join(breaches)
+
+
+@pytest.mark.parametrize("added", [
+    "from benchmark.errors import ProtobenchError\n",
+    "def _late():\n    from benchmark.errors import ProtobenchError\n    return ProtobenchError\n",  # function level
+])
+def test_the_floor_test_fails_when_a_method_imports_the_harness(added: str) -> None:
+    """The real graph, with methods/registry.py read as it is plus one import of the harness."""
+    modules = _modules()
+    graph = _graph()
+    path = modules["methods.registry"]
+    graph["methods.registry"] = _runtime_imports("methods.registry", path, modules,
+                                                 source=path.read_text(encoding="utf-8") + "\n" + added)
+    assert floor_breaches(graph) == ["methods.registry (methods) → benchmark.errors (floor)"]
+
+
+@pytest.mark.parametrize(("importer", "imported", "allowed"), [
+    ("reports.load", "benchmark.run.store", True), ("reports.load", "benchmark.config", False),
+    ("reports.pivot", "methods.registry", False), ("benchmark.run.runner", "reports.curves", False),
+    ("benchmark.grid", "slurm.jobs", False), ("slurm.executors", "benchmark.run.local", True),
+    ("benchmark.cli", "slurm.executors", True), ("benchmark.run.store", "benchmark.config", False),
+    ("metrics.maps", "methods.base", False), ("benchmark.run.training", "methods.base", True),
+])
+def test_floors_of_known_arrows(importer: str, imported: str, allowed: bool) -> None:
+    assert (not floor_breaches({importer: {imported}})) == allowed
+
+
+def test_reports_and_the_floor_name_no_torch() -> None:
+    """What reports load (their modules and the floor's) imports no torch, function level included."""
+    named = []
+    for name, path in _modules().items():
+        if floor_of(name) not in ("reports", "floor"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            roots = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            named += [f"{name}: {root}" for root in roots if root.partition(".")[0] == "torch"]
+    assert not named
+
+
+def test_report_runs_with_torch_unimportable() -> None:
+    """`protobench report RUNS` in a process where ``import torch`` fails: the table is printed, and
+    the staleness check says it could not ask the method code."""
+    runs = REPO / "tests" / "fixtures" / "reports" / "runs" / "cub_main"
+    script = ("import sys; sys.modules['torch'] = None\n"  # every `import torch` now raises ImportError
+              "from benchmark.cli import main\n"
+              f"code = main(['report', {str(runs)!r}])\n"
+              "assert sys.modules['torch'] is None, 'torch was loaded'\n"
+              "sys.exit(code)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "| Method" in done.stdout and "vMFProto" in done.stdout
+    assert "not checked against the current method code" in done.stderr

@@ -11,11 +11,12 @@ import pytest
 
 import benchmark.run.runner
 from benchmark.cli import main
-from slurm.cluster import ClusterProfile, load_profile, pack_runs, parse_profile
+from benchmark.cluster import ClusterProfile, load_profile, pack_runs, parse_profile
 from benchmark.errors import ProtobenchError
 from slurm.executors import group_by_shape, submit_runs, wait_for
 from benchmark.grid import GridSpec, cache_group, parse_grid
-from slurm.jobs import ATTEMPT_FILE, JobRecord, RunJob, TaskRun, job_records, merge_state
+from benchmark.run.states import ATTEMPT_FILE, JobRecord, job_records, merge_state
+from slurm.jobs import RunJob, TaskRun
 from benchmark.estimates.costs import model_costs
 from benchmark.estimates.plan import make_plan
 from slurm.scheduler import JobState

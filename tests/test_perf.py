@@ -18,7 +18,7 @@ from benchmark.estimates.perf import Spread, measure, paper_scale_grid, prepare_
 from benchmark.estimates.costs import load_perf
 from benchmark.estimates.plan import make_plan
 from benchmark.estimates.workload import split_images
-from slurm.cluster import ClusterProfile
+from benchmark.cluster import ClusterProfile
 from short_schedules import TWO_EPOCHS
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from slurm.cluster import ClusterProfile, load_profile
+from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid
 from benchmark.estimates.costmodel import CALIBRATION_EPOCH_SECONDS, Calibration, CostModel, Device

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmark.errors import ProtobenchError
 from benchmark.run.training import TrainingInterrupted, train
 from methods.base import Stage
 from methods.protopnet import log_similarity, squared_distances
@@ -108,7 +107,7 @@ def test_schedule_and_loss_weights_are_the_papers() -> None:
 def test_expanded_block_trains_in_joint_only_without_its_frozen_norm() -> None:
     source = SyntheticTokens()
 
-    def block_with_frozen_norm() -> torch.nn.Module:  # as benchmark.backbones.AppendedBlock
+    def block_with_frozen_norm() -> torch.nn.Module:  # as benchmark.attention.AppendedBlock
         block = TinyAppendedBlock(source.dim)
         block.norm = torch.nn.LayerNorm(source.dim).requires_grad_(False)
         return block
@@ -128,7 +127,7 @@ def test_expanded_block_trains_in_joint_only_without_its_frozen_norm() -> None:
     ("add_on_weight_decay", float("nan")),
 ])
 def test_bad_hyperparameters_name_the_argument(argument: str, value: object) -> None:
-    with pytest.raises(ProtobenchError, match=argument):
+    with pytest.raises((ValueError, TypeError), match=argument):
         build_method("protopnet", SyntheticTokens().context(3), **{argument: value})
 
 

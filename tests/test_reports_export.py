@@ -12,6 +12,7 @@ from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from reports.columns import flatten
 from reports.export import export_records, write_export
+from reports.load import load_runs
 from test_reports_support import RUNS, write_run
 
 SMOKE = RUNS / "smoke" / "4c037f0069db" / "result.json"
@@ -47,7 +48,7 @@ def test_jsonl_flattens_diagnostics_and_keeps_lists(tmp_path: Path) -> None:
               method_display_name="Cosine prototypes", diagnostics=diagnostics)
     write_run(tmp_path / "runs", "b")
     out = tmp_path / "runs.jsonl"
-    write_export(export_records([tmp_path / "runs"]), out)
+    write_export(export_records(load_runs([tmp_path / "runs"], csv=False)), out)
     first, second = (json.loads(line) for line in out.read_text(encoding="utf-8").splitlines())
     assert first["diagnostics.ot.marginal_error"] == 0.01 and first["diagnostics.kappa_mean"] == 52.5
     assert first["diagnostics.ot.iterations"] == [10, 10]
@@ -66,7 +67,7 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: py
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
     with pytest.raises(ProtobenchError, match=r"needs pyarrow.*protobench\[parquet\]"):
-        write_export(export_records([RUNS]), tmp_path / "x.parquet")
+        write_export(export_records(load_runs([RUNS], csv=False)), tmp_path / "x.parquet")
     assert not (tmp_path / "x.parquet").exists()
 
 
@@ -75,7 +76,7 @@ def test_parquet_round_trips_through_pandas(tmp_path: Path) -> None:
     import pandas as pd
 
     out = tmp_path / "runs.parquet"
-    write_export(export_records([RUNS]), out)
+    write_export(export_records(load_runs([RUNS], csv=False)), out)
     frame = pd.read_parquet(out)
     smoke = json.loads(SMOKE.read_text())
     row = frame[frame["run_id"] == smoke["run_id"]].iloc[0]

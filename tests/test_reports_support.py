@@ -8,7 +8,7 @@ from pathlib import Path
 
 from benchmark.config import RunSpec
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
-from methods.registry import resolved_method_args
+from methods.registry import display_name_of, resolved_method_args
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "tests" / "fixtures" / "reports" / "runs"
@@ -86,6 +86,7 @@ def write_run(
         "method_hyperparameters": resolved_method_args(method, {}),
         "method_fingerprint": method_fingerprint(method),
         "metrics_fingerprint": metrics_fingerprint(),
+        "method_display_name": display_name_of(method),  # as the runner records it
         "metrics": metrics if metrics is not None else {"acc": 50.0},
         "timing": {"epoch_seconds": 1.5, "stage_seconds": {"train": 3.0}},
         "provenance": {"code_version": "test", "device": "cpu", "packages": {"torch": "2.14.1"}},

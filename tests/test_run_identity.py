@@ -175,6 +175,7 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
     into result.json and keeps the replaced ones under provenance.rescored."""
     from benchmark.run.runner import execute_run
     from benchmark.cli.status_table import status_records
+    from benchmark.run.identity import mark_stale
     from reports.load import load_runs
     from support import tiny_grid
 
@@ -182,12 +183,12 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
     run_dir = tmp_path / "runs" / "g" / spec.run_id
     result = execute_run(spec, run_dir, cache_root=tmp_path / "runs" / ".token-cache", progress=False)
     assert result["metrics_fingerprint"] == metrics_fingerprint()
-    assert load_runs([tmp_path / "runs"])["stale"].isna().all()
+    assert mark_stale(load_runs([tmp_path / "runs"]))["stale"].isna().all()
     earlier = {**result, "metrics": {**result["metrics"], "dis": 12.5}}
     del earlier["metrics_fingerprint"]  # as written before result.json recorded it
     atomic_write_json(run_dir / "result.json", earlier)
 
-    assert "scored by earlier metric code" in load_runs([tmp_path / "runs"])["stale"].iloc[0]
+    assert "scored by earlier metric code" in mark_stale(load_runs([tmp_path / "runs"]))["stale"].iloc[0]
     [record] = status_records(tmp_path / "runs")
     assert record["state"] == "done" and "--rescore" in record["rescore"]
     with pytest.MonkeyPatch.context() as patch:  # refused before the run is loaded (no compute)
@@ -200,28 +201,38 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
     assert after["provenance"]["rescored"][-1]["metrics"]["dis"] == 12.5
     assert after["provenance"]["rescored"][-1]["metrics_fingerprint"] is None
     assert after["timing"] == result["timing"] and after["run_id"] == result["run_id"]
-    assert load_runs([tmp_path / "runs"])["stale"].isna().all()
+    assert mark_stale(load_runs([tmp_path / "runs"]))["stale"].isna().all()
     assert rescoring(after) is None and staleness(after) is None
 
 
 # ---- one display name --------------------------------------------------------------------------------
-def test_every_output_names_a_method_by_its_adapters_display_name(tmp_path: Path) -> None:
+def test_reports_name_a_method_by_the_display_name_its_result_recorded(tmp_path: Path) -> None:
+    """Reports import no method: a result's label is the display name result.json recorded (the
+    adapter's when it ran), else the paper's label of a suite method (equal to the adapters' display
+    names) or an import path's class name; status, which imports the methods, shows the
+    adapter's current one."""
     from benchmark.cli.status_table import status_records
     from methods.registry import display_name_of, list_methods
     from reports.curves import _run_label
     from reports.export import export_records
     from reports.figures import run_labels
+    from reports.load import load_runs
     from reports.layouts import METHODS
     from reports.pivot import dimension_label
     from test_reports_support import write_run
 
-    # the paper's table labels are the adapters' display names
     assert {key: label.md for key, label in METHODS} == {m: display_name_of(m) for m in list_methods()}
     assert display_name_of("vmfproto") == "vMFProto"
-    path = write_run(tmp_path / "runs", "r", method="vmfproto", method_display_name="VMFProto")  # an older result
+    path = write_run(tmp_path / "runs", "r", method="vmfproto", method_display_name="VMFProto")  # an older name
     atomic_write_json(path.parent / "spec.json", json.loads(path.read_text())["spec"])
     (record,) = status_records(tmp_path / "runs")
-    (exported,) = export_records([tmp_path / "runs"])
+    (exported,) = export_records(load_runs([tmp_path / "runs"], csv=False))
     spec = {"method": "vmfproto", "prototypes_per_class": 5, "seed": 0}
-    assert {record["method_display_name"], exported["method_display_name"], run_labels([spec], ["VMFProto"])[0],
-            dimension_label("method", "vmfproto", {}).md, _run_label(path.parent).split()[0]} == {"vMFProto"}
+    assert record["method_display_name"] == "vMFProto" == dimension_label("method", "vmfproto", {}).md
+    assert {exported["method_display_name"], run_labels([spec], ["VMFProto"])[0],
+            _run_label(path.parent).split()[0]} == {"VMFProto"}
+    unrecorded = json.loads(path.read_text())
+    del unrecorded["method_display_name"]
+    atomic_write_json(path, unrecorded)
+    assert _run_label(path.parent).split()[0] == "vMFProto" == run_labels([spec])[0]  # the paper's label
+    assert dimension_label("method", "pkg.mod:MyMethod", {}).md == "MyMethod"

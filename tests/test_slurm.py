@@ -19,11 +19,13 @@ import pytest
 import submitit
 
 from benchmark.cli import main
-from slurm.cluster import ClusterProfile, load_profile
+from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
-from slurm.executors import Submission, make_executor, pending_runs, submit_runs
+from benchmark.run.local import pending_runs
+from slurm.executors import Submission, make_executor, submit_runs
 from benchmark.grid import GridSpec, load_grid
-from slurm.jobs import ATTEMPT_FILE, latest_job, run_states
+from benchmark.run.states import ATTEMPT_FILE, latest_job, run_states
+from slurm.scheduler import query_jobs
 from benchmark.run.provenance import code_version
 from slurm.snapshot import code_snapshot
 from benchmark.run.store import RunDir, find_run_dirs
@@ -103,7 +105,7 @@ def results(grid: GridSpec, runs_root: Path) -> Callable[[], bool]:
     dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in grid.runs]
 
     def all_done() -> bool:
-        for rd, state in run_states(dirs).items():
+        for rd, state in run_states(dirs, query_jobs).items():
             if state.failed:
                 pytest.fail(f"run {rd.name} {state.label}: {(RunDir(rd).failure() or {}).get('reason', '')}\n"
                             f"{job_log(RunDir(rd))}")
@@ -153,7 +155,7 @@ def test_grid_runs_as_one_job_array_and_writes_every_result(finished_grid: tuple
         job = latest_job(rd.path)
         assert job.executor == "slurm" and job.job_id in ids and job.array_job_id == ids[0].split("_")[0]
         assert Path(job.submitit_folder) == submission.folder and job.snapshot == str(submission.snapshot)
-    states = run_states(find_run_dirs(runs_root / grid.name))
+    states = run_states(find_run_dirs(runs_root / grid.name), query_jobs)
     assert {s.label for s in states.values()} == {"done"}
 
 
@@ -217,7 +219,7 @@ def test_preempted_job_resumes_and_matches_an_uninterrupted_run(profile: Cluster
     wait_until(lambda: finished_epochs(rd) >= 1, "the first finished epoch in checkpoint.pt")
     tic = time.monotonic()
     subprocess.run(["scontrol", "requeue", job_id], check=True)
-    assert "requeued 1×" in wait_until(lambda: run_states([rd])[rd.path].label, "a state")
+    assert "requeued 1×" in wait_until(lambda: run_states([rd], query_jobs)[rd.path].label, "a state")
     wait_until(lambda: restart_count(rd) >= 1, "the requeued job to start again")
     round_trip = time.monotonic() - tic
     resumed_at = finished_epochs(rd)
@@ -274,9 +276,9 @@ def test_requeued_packed_task_keeps_its_finished_run_and_resumes_the_next(profil
     job_id = submission.arrays[0].job_ids[0]
 
     wait_until(lambda: finished_epochs(first) >= 1, "the first run's first finished epoch", QUEUED_DEADLINE_S)
-    assert run_states([second])[second.path].label == f"waiting in task {job_id} (run 2 of 2)"
+    assert run_states([second], query_jobs)[second.path].label == f"waiting in task {job_id} (run 2 of 2)"
     wait_until(lambda: finished_epochs(second) >= 1, "the second run's first finished epoch", QUEUED_DEADLINE_S)
-    assert first.is_complete and run_states([second])[second.path].label == "running"
+    assert first.is_complete and run_states([second], query_jobs)[second.path].label == "running"
     first_log = first.log_path.read_text()
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     wait_until(lambda: restart_count(second) >= 1, "the requeued task to start the second run again",
@@ -297,13 +299,13 @@ def test_cancelled_runs_read_cancelled_pending_or_running_and_a_plain_run_resubm
     assert main(["cancel", str(runs_root / grid.name)]) == 0
     assert f"cancelled 3 job(s) of 3 run(s): {' '.join(submission.arrays[0].job_ids)}" in capsys.readouterr().out
 
-    states = wait_until(lambda: (s := run_states(dirs)) and all(not v.live for v in s.values()) and s,
+    states = wait_until(lambda: (s := run_states(dirs, query_jobs)) and all(not v.live for v in s.values()) and s,
                         "every cancelled run to end", 60)
     assert {state.label for state in states.values()} == {"cancelled"}
     assert main(["status", str(runs_root / grid.name)]) == 0
     out = capsys.readouterr().out
     assert "3 runs: 3 cancelled" in out and "log " not in out
-    todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False)
+    todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False, ask=query_jobs)
     assert todo == list(grid.runs) and settled == []
 
 

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from benchmark.run.training import NonFiniteLossError, TrainingInterrupted, load_checkpoint, train
+from benchmark.run.checkpoint import load_checkpoint
+from benchmark.run.training import NonFiniteLossError, TrainingInterrupted, train
 from example_adapter import CosinePrototypes
 from methods.testing import SyntheticTokens
 

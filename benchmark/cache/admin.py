@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.cache.lock import Owner, filesystem_now
+from benchmark.cache.entry import read_manifest, verify_entry
 from benchmark.cache.store import (
     ASIDE_PREFIX,
     BUILDER,
@@ -20,9 +21,7 @@ from benchmark.cache.store import (
     in_use_here,
     last_used,
     move_aside,
-    read_manifest,
     remove_leftovers,
-    verify_entry,
 )
 from benchmark.errors import ProtobenchError
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
-from benchmark.cache.store import Entry, open_or_build
+from benchmark.cache.entry import Entry
+from benchmark.cache.store import open_or_build
 from benchmark.errors import ProtobenchError
 
 STAGE_ENV = ("SLURM_TMPDIR", "TMPDIR")

@@ -25,7 +25,6 @@ import json
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,8 +38,10 @@ from torch.utils.data import DataLoader, Dataset
 from benchmark.backbones import FrozenTrunk
 from benchmark.cache.arrays import ArraySpec, ArrayWriter
 from benchmark.cache.memory import read_into_memory
+from benchmark.cache.noise import stability_noise
 from benchmark.cache.stage import stage_entry
-from benchmark.cache.store import Entry, Fill, list_manifests, open_or_build, rm_command
+from benchmark.cache.entry import Entry, rm_command
+from benchmark.cache.store import Fill, list_manifests, open_or_build
 from benchmark.config import STORAGE_DTYPES
 from benchmark.errors import ProtobenchError
 from benchmark.progress import NO_PROGRESS, Progress
@@ -52,25 +53,17 @@ __all__ = [
     "CacheKey",
     "CachedTokens",
     "FORMAT_VERSION",
-    "STABILITY_NOISE_SEED",
     "LiveTokens",
     "TokenSource",
     "View",
     "cache_entries",
     "entry_layout",
     "expected_cache_key",
-    "stability_noise",
     "token_source",
 ]
 
 #: bump when the arrays or their meaning change: every older entry then misses and is rebuilt
 FORMAT_VERSION = 3  # 2: per-block checksums in the manifest; 3: no tokens array (rebuilt from block_input)
-#: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
-NOISE_STD = 0.2
-NOISE_CLIP = 0.25
-#: the stability perturbation of every run is drawn from this seed, not the run's: every method and
-#: seed is scored on the same perturbed images (paired comparisons; README "Protocol deviations")
-STABILITY_NOISE_SEED = 0
 
 
 class TokenDataset(Protocol):
@@ -85,19 +78,6 @@ class TokenDataset(Protocol):
     def __len__(self) -> int: ...
 
     def fingerprint(self) -> str: ...
-
-
-def _noise_seed(seed: int, index: int) -> int:
-    """A 63-bit generator seed for image ``index`` of a view seeded ``seed`` (no (seed, index) aliasing)."""
-    digest = hashlib.sha256(f"stability-noise:{seed}:{index}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-def stability_noise(shape: Sequence[int], *, seed: int, index: int) -> Tensor:
-    """The stability perturbation of image ``index`` (metrics.md): i.i.d. N(0, 0.2²) clipped to
-    ±0.25, from a generator seeded by (seed, index), so it is the same in any batch or order."""
-    generator = torch.Generator().manual_seed(_noise_seed(seed, index))
-    return (torch.randn(tuple(shape), generator=generator) * NOISE_STD).clamp_(-NOISE_CLIP, NOISE_CLIP)
 
 
 @dataclass(frozen=True)

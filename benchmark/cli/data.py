@@ -67,7 +67,8 @@ def _listing(pattern: str | None, sections: tuple[str, ...]) -> dict[str, object
     substring or shell glob of the name); a pattern with ':' names a method by import path.
     Backbones: the aliases, and every ``timm:NAME`` trunk when a pattern or the section is given."""
     from benchmark.backbones import BACKBONES, list_backbones
-    from methods.registry import get_method_class, list_methods, method_hyperparameters
+    from benchmark.method_lookup import get_method_class
+    from methods.registry import list_methods, method_hyperparameters
 
     wildcard = pattern is not None and any(c in pattern for c in "*?[")
 

@@ -24,7 +24,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.estimates.costmodel import DEVICES
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import atomic_write_bytes
-from slurm.cluster import ClusterProfile, load_profile
+from benchmark.cluster import ClusterProfile, load_profile
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec

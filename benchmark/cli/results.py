@@ -114,6 +114,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
+    from benchmark.run.identity import mark_stale
     from reports.load import load_csv, load_runs, stale_note
     from reports.pivot import parse_where, pivot_layout
     from reports.render import render_report
@@ -131,7 +132,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
-    frame = load_runs(args.runs_dirs, where)
+    frame = mark_stale(load_runs(args.runs_dirs, where))
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
@@ -200,11 +201,12 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     """One flat row per run (spec, metrics, diagnostics, timings, provenance) to a CSV/JSONL/Parquet file."""
+    from benchmark.run.identity import mark_stale
     from reports.export import check_export_path, export_records, per_image_records, write_export
-    from reports.load import stale_note
+    from reports.load import load_runs, stale_note
 
     check_export_path(args.out)
-    records = per_image_records(args.runs_dirs) if args.per_image else export_records(args.runs_dirs)
+    records = per_image_records(args.runs_dirs) if args.per_image else export_records(mark_stale(load_runs(args.runs_dirs, csv=False)))
     write_export(records, args.out)
     runs = len({r["run_dir"] for r in records})
     print(f"wrote {len(records)} row(s) of {runs} run(s) to {args.out}" if args.per_image
@@ -301,6 +303,7 @@ def run_plot(args: argparse.Namespace) -> int:
         curves = plot_curves(args.inputs, args.out, quantities=args.y)
         print(f"wrote curves of {len(curves)} run(s) to {args.out}")
         return 0
+    from benchmark.run.identity import mark_stale
     from reports.load import load_runs, stale_note
     from reports.pivot import parse_where
     from reports.plots import check_figure_path, plot_results
@@ -310,7 +313,7 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
-    frame = load_runs(args.inputs, parse_where(args.where))
+    frame = mark_stale(load_runs(args.inputs, parse_where(args.where)))
     series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")

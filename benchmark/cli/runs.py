@@ -20,15 +20,15 @@ from benchmark.cli.common import (
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import find_run_dirs
-from slurm.cluster import ClusterProfile, load_profile
-from slurm.jobs import latest_job, record_cancelled, run_states
-from slurm.scheduler import cancel_jobs, slurm_available
+from benchmark.cluster import ClusterProfile, load_profile
+from benchmark.run.states import latest_job, record_cancelled, run_states
+from slurm.scheduler import cancel_jobs, query_jobs, slurm_available
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
     from benchmark.grid import GridSpec
     from benchmark.run.store import RunDir
-    from slurm.executors import Outcome
+    from benchmark.run.local import Outcome
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -84,7 +84,7 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from slurm.executors import run_local
+    from benchmark.run.local import run_local
     from benchmark.cli.status_table import print_status
 
     grid = load_grid(args.grid, overrides=grid_overrides(args))
@@ -100,7 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"grid {grid.name!r}: {len(runs)} runs → {runs_root / grid.name}", flush=True)
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
                          rerun_stale=args.rerun_stale,
-                         allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root)
+                         allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root,
+                         ask=query_jobs)  # SLURM is asked only about runs submitted to it
     print_status(runs_root / grid.name)
     return _summary(outcomes)
 
@@ -197,7 +198,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"note: {len(queued)} unfinished run(s) were submitted to SLURM, but SLURM commands are not on PATH here; "
               "showing their directories only", file=sys.stderr if args.json else sys.stdout)
         queued = []
-    states = run_states(dirs) if queued else {}
+    states = run_states(dirs, query_jobs) if queued else {}
     extra_states = {str(path): state.label for path, state in states.items()}
     if args.json:
         print(json.dumps(status_records(root, extra_states), indent=2, sort_keys=True, default=str))
@@ -230,7 +231,7 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     what, dirs = _cancel_targets(args)
-    live = {path: state.job for path, state in run_states(dirs).items() if state.live and state.job}
+    live = {path: state.job for path, state in run_states(dirs, query_jobs).items() if state.live and state.job}
     jobs = sorted(dict.fromkeys(job.job_id for job in live.values()),  # the runs of a packed task share its job
                   key=lambda job_id: tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in job_id.split("_")))
     if not jobs:

@@ -19,7 +19,7 @@ from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.identity import rescoring, staleness
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from methods.registry import display_name_of
-from slurm.jobs import ATTEMPT_FILE, latest_job
+from benchmark.run.states import ATTEMPT_FILE, latest_job
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 

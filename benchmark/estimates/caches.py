@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmark.cache.sizing import cache_entry_bytes
-from benchmark.cache.tokens import STABILITY_NOISE_SEED
+from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.data.augment import AUGMENTATION_SEED
 from benchmark.estimates.workload import augmentation_factor, split_images, trunk_macs
-from methods.registry import get_method_class
+from benchmark.method_lookup import get_method_class
 
 
 # ---- the plan --------------------------------------------------------------------------------

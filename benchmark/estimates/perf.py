@@ -32,14 +32,14 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk
-from benchmark.cache.tokens import STABILITY_NOISE_SEED
+from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.grid import GridSpec, parse_grid
 from benchmark.run.evaluation import evaluate
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.timing import WARMUP_BATCHES, head_forward, image_batches, interleaved_seconds, timed
-from benchmark.run.training import SourceTrainData, make_optimizer, run_epoch, set_trainable
-from methods.base import PrototypeMethod, Stage
+from benchmark.run.training import SourceTrainData, make_optimizer, run_epoch
+from methods.base import PrototypeMethod, Stage, set_trainable
 
 TIMED_BATCHES = 20
 PAPER_SCALE_METHODS = ("vmfproto", "protopnet", "deformable_protopnet", "tesnet", "evalprotopnet", "mgproto",

@@ -22,7 +22,7 @@ from benchmark.estimates.caches import CacheNeed, cache_needs, grid_cache_needs
 from benchmark.estimates.costs import Costs
 from benchmark.estimates.workload import run_epochs
 from benchmark.grid import GridSpec, cache_group
-from slurm.cluster import ClusterProfile, JobShape, pack_runs
+from benchmark.cluster import ClusterProfile, JobShape, pack_runs
 
 
 GB = 10**9  # cache sizes are printed in decimal gigabytes
@@ -98,7 +98,7 @@ class Plan:
     @property
     def tasks(self) -> list[tuple[JobShape, list[tuple[RunCost, ...]]]]:
         """The array tasks of each job array, packed as ``run`` packs them
-        (:func:`slurm.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
+        (:func:`benchmark.cluster.pack_runs`, ``runs_per_task`` of the profile)."""
         packed = []
         for shape, runs in self.arrays:
             by_id = {r.spec.run_id: r for r in runs}

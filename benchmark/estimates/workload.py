@@ -12,7 +12,7 @@ from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec
 from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
-from methods.registry import stand_in_method
+from benchmark.method_lookup import stand_in_method
 
 
 # Official split sizes (train, test).

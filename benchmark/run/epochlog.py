@@ -87,7 +87,7 @@ def export_tensorboard(run_dirs: list[Path], out: Path) -> list[Path]:
     under ``out/GRID/RUN_ID`` (the layout ``run --tensorboard`` writes live); a folder given
     stands for every run below it. Returns the event folders written. A folder written before is
     rewritten from the first epoch (``purge_step``), so exporting again adds no duplicates."""
-    from reports.curves import curve_files
+    from benchmark.run.store import curve_files
 
     summary_writer_class()  # the missing package named before any file is read
     written = []

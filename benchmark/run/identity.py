@@ -26,13 +26,14 @@ import ast
 import hashlib
 import importlib.util
 import shutil
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import LOCKED_FILES, RunDir, run_lock
+from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
 METRICS_PACKAGE = "metrics"  # every score of a result.json is computed there
@@ -117,7 +118,7 @@ def _source_digest(files: dict[str, Path]) -> str:
 @lru_cache(maxsize=None)
 def method_fingerprint(method: str) -> str:
     """The :func:`_source_digest` of :func:`method_source_files`."""
-    from methods.registry import get_method_class
+    from benchmark.method_lookup import get_method_class
 
     return _source_digest(method_source_files(get_method_class(method)))
 
@@ -157,6 +158,29 @@ def rescoring(result: dict[str, Any]) -> str | None:
         return None
     return ("scored by " + ("earlier" if recorded is None else "other") + " metric code; "
             "`protobench evaluate RUN_DIR --rescore` scores its checkpoint again")
+
+
+def mark_stale(frame: Any) -> Any:  # (pandas.DataFrame) -> pandas.DataFrame
+    """``frame`` (``reports.load.load_runs``) with its ``stale`` column filled by the command that
+    shows it (reports never import a method): for each row read from a ``result.json``, why the
+    current code no longer gives that result (:func:`staleness`: retrain first; else
+    :func:`rescoring`), None when it does. Rows of CSVs keep theirs. Where the methods do not
+    import (a machine without torch reading results), only the metric code is checked, and one
+    line on stderr says so."""
+    try:
+        import methods.registry  # noqa: F401 - staleness resolves each result's method there
+    except ImportError as err:
+        print(f"note: results are not checked against the current method code, which does not import "
+              f"here ({err}); only their metric scoring is", file=sys.stderr)
+        judge = rescoring
+    else:
+        def judge(result: dict[str, Any]) -> str | None:
+            return staleness(result) or rescoring(result)
+    reasons = []
+    for source, stale in zip(frame["source"], frame["stale"]):
+        result = read_json(Path(source)) if Path(str(source)).name == RESULT_FILE else None
+        reasons.append(stale if result is None else judge(result))
+    return frame.assign(stale=reasons)
 
 
 def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:

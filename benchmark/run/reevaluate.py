@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.cache.tokens import STABILITY_NOISE_SEED
+from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
@@ -15,7 +15,8 @@ from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json, default_cache_root, json_bytes, run_lock
-from benchmark.run.training import deterministic_algorithms, load_checkpoint
+from benchmark.run.checkpoint import load_checkpoint
+from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
 
 
@@ -23,7 +24,7 @@ def check_trained(run_dir: Path) -> RunSpec:
     """What :func:`load_trained` needs, checked without compute: a run directory with its spec and
     checkpoint, an importable method (an adapter named by import path must be on PYTHONPATH) and,
     for a real dataset, its data root on this machine. Returns the run's spec."""
-    from methods.registry import get_method_class
+    from benchmark.method_lookup import get_method_class
 
     rd = RunDir(run_dir)
     spec_data = rd.spec()

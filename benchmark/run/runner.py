@@ -17,7 +17,8 @@ import torch
 from benchmark.backbones import FrozenTrunk, backbone_spec, create_backbone
 from benchmark.cache.stage import stage_root
 from benchmark.cache.frozen import with_frozen_features
-from benchmark.cache.tokens import STABILITY_NOISE_SEED, TokenSource, View, token_source
+from benchmark.cache.noise import STABILITY_NOISE_SEED
+from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
 from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
                             ensure_synthbirds, load_dataset)
@@ -30,12 +31,13 @@ from benchmark.run.provenance import provenance, resolve_device
 from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
 from benchmark.run.timing import inference_throughput, live_trunk_epoch_seconds
-from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms,
-                                resume_checkpoint, train)
+from benchmark.run.checkpoint import resume_checkpoint
+from benchmark.run.training import EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms, train
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
 from methods.diagnostics import collect_diagnostics
-from methods.registry import build_method, method_display_name, resolved_method_args
+from benchmark.method_lookup import build_method, resolved_method_args
+from methods.registry import method_display_name
 
 TRUNK_INIT_SEED = 0  # a random trunk (weights = "random") is the same for every run
 

@@ -16,7 +16,7 @@ import secrets
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,6 +322,23 @@ def lock_holder(run_dir: Path) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def curve_files(paths: Sequence[Path]) -> list[Path]:
+    """``metrics.jsonl`` of each run directory given, or of every run below a folder given."""
+    files: dict[Path, Path] = {}
+    for path in paths:
+        if not path.is_dir():
+            raise ProtobenchError(f"{path} is not a directory; pass run directories (runs/<grid>/<run_id>).")
+        found = [path / METRICS_FILE] if (path / METRICS_FILE).is_file() else sorted(path.rglob(METRICS_FILE))
+        if not found:
+            raise ProtobenchError(
+                f"No {METRICS_FILE} in or below {path}; runs write it once per epoch while they train — "
+                f"pass a run directory of a run started with this version, or run it again."
+            )
+        for file in found:
+            files.setdefault(file.resolve(), file)
+    return list(files.values())
 
 
 def find_run_dirs(root: Path) -> list[RunDir]:

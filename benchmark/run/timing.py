@@ -15,8 +15,8 @@ import torch
 
 from benchmark.backbones import FrozenTrunk
 from benchmark.data import ImageDataset
-from benchmark.run.training import epoch_order, make_optimizer, run_epoch, set_trainable
-from methods.base import PrototypeMethod, Stage, TokenBatch
+from benchmark.run.training import epoch_order, make_optimizer, run_epoch
+from methods.base import PrototypeMethod, Stage, TokenBatch, set_trainable
 
 WARMUP_BATCHES = 5  # the paper's runtime protocol
 

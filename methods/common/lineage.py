@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import ProtobenchError
 from methods.base import MethodContext, ParamGroup, SchedulerFactory, Stage, TokenBatch, TrainData
 
 #: images per forward pass when a hook reads the whole training split (push, feature caching);
@@ -30,9 +29,9 @@ PooledScores = Callable[[TokenBatch], Tensor]
 
 # ---- argument checks ------------------------------------------------------------------------
 def check_arg(ok: bool, method: str, argument: str, expected: str, value: object) -> None:
-    """Raise a ProtobenchError naming ``argument`` unless ``ok``."""
+    """Raise a ValueError naming ``argument`` unless ``ok``."""
     if not ok:
-        raise ProtobenchError(f"{method}: {argument} must be {expected}, got {value!r}")
+        raise ValueError(f"{method}: {argument} must be {expected}, got {value!r}")
 
 
 def check_positive(method: str, **values: float) -> None:
@@ -241,7 +240,7 @@ def push_prototypes(data: TrainData, latent_and_scores: LatentAndScores, prototy
                           torch.where(better, image_index, best.image_index),
                           torch.where(better, position, best.position), torch.where(better, score, best.score))
     if best is None:
-        raise ProtobenchError("push needs a non-empty training split")
+        raise ValueError("push needs a non-empty training split")
     return best
 
 

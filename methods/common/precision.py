@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from benchmark.config import PRECISIONS
+PRECISIONS = ("fp32", "tf32", "bf16")  # a run's ``precision`` (benchmark.config.RunSpec)
+
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 _LOW = (torch.bfloat16, torch.float16)

@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import ProtobenchError
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import (
     block_groups,
@@ -94,9 +93,9 @@ class NPPP(PrototypeMethod):
         check_arg(isinstance(sa_init, (int, float)), NAME, "sa_init", "a number", sa_init)
         check_arg(sign in SIGN_RULES, NAME, "sign", f"one of {', '.join(SIGN_RULES)}", sign)
         if sign == "attention" and not ctx.has_cls_attention:
-            raise ProtobenchError(f"nppp: sign='attention' reads the CLS attention, and backbone "
-                                  f"{ctx.backbone or '(this trunk)'} has no CLS token; use sign = \"native\" "
-                                  "(the official rule)")
+            raise ValueError(f"nppp: sign='attention' reads the CLS attention, and backbone "
+                             f"{ctx.backbone or '(this trunk)'} has no CLS token; use sign = \"native\" "
+                             "(the official rule)")
         if sign != "attention":
             self.reads = frozenset({"tokens", "block_input"})
         self.discovery_epochs, self.finetune_epochs = discovery_epochs, finetune_epochs

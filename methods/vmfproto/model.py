@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.errors import ProtobenchError
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
@@ -30,8 +29,8 @@ OT_MARGINAL_ERROR_RANGE: DiagnosticRange = (0.0, 0.1)
 KAPPA_RANGE: DiagnosticRange = (1e-4, 1e5)
 
 
-def _fail(argument: str, value: Any, requirement: str) -> ProtobenchError:
-    return ProtobenchError(f"vmfproto: {argument}={value!r} is invalid; {requirement} (set it in method_args)")
+def _fail(argument: str, value: Any, requirement: str) -> ValueError:
+    return ValueError(f"vmfproto: {argument}={value!r} is invalid; {requirement} (set it in method_args)")
 
 
 def _check_positive(argument: str, value: float) -> None:
@@ -93,7 +92,7 @@ class VMFProto(PrototypeMethod):
         if gating not in GATING_VARIANTS:
             raise _fail("gating", gating, f"choose one of {', '.join(GATING_VARIANTS)}")
         if gating in ATTENTION_GATES and not ctx.has_cls_attention:
-            raise ProtobenchError(
+            raise ValueError(
                 f"vmfproto: gating={gating!r} reads the CLS attention, and backbone {ctx.backbone or '(this trunk)'} "
                 f"has no CLS token; set method_args.gating = \"pca\" (the attention-free gate) or pick a trunk with "
                 f"a CLS token")
@@ -125,7 +124,7 @@ class VMFProto(PrototypeMethod):
         if not isinstance(stage2_prototypes, bool):
             raise _fail("stage2_prototypes", stage2_prototypes, "it must be true or false")
         if ctx.embed_dim < 2:
-            raise ProtobenchError(f"vmfproto needs token dimension >= 2, the trunk gives {ctx.embed_dim}")
+            raise ValueError(f"vmfproto needs token dimension >= 2, the trunk gives {ctx.embed_dim}")
 
         self.gating = gating
         if gating not in ATTENTION_GATES:
