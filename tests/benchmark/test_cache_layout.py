@@ -19,8 +19,9 @@ from benchmark.config import RunSpec
 from benchmark.cache.sizing import trunk_geometry
 from benchmark.grid import load_grid
 from benchmark.tools.plan import grid_cache_needs
+from tiny_grid import write_tiny_grid
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SIZE = 112
 COUNT = 5
 #: unit roundoff of IEEE binary16 (10 stored mantissa bits): round-to-nearest error ≤ u·|x|
@@ -164,21 +165,9 @@ def test_cub_main_cache_is_the_hand_computed_size(capsys: pytest.CaptureFixture[
 def test_small_grid_cache_size_and_free_space_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     grid = tmp_path / "g.toml"
-    grid.write_text(f"""
-name = "g"
-[defaults]
-dataset = "synthbirds"
-data_root = "{tmp_path / 'sb'}"
-dataset_args = {{ classes = 3, images_per_class = 5, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-image_size = {SIZE}
-backbone_args = {{ depth = 2, embed_dim = 32, num_heads = 2 }}
-prototypes_per_class = 2
-[[sweep]]
-method = ["vmfproto", "nppp"]
-seed = [0, 1]
-""")
+    write_tiny_grid(grid, "g", tmp_path / "sb", dataset_args={"classes": 3, "images_per_class": 5, "seed": 0},
+                    image_size=SIZE, backbone_args={"depth": 2, "embed_dim": 32, "num_heads": 2},
+                    sweep=[{"method": ["vmfproto", "nppp"], "seed": [0, 1]}])
     # synthbirds: 3 train + 2 test images per class; 8×8 patches + CLS at 112, D = 32; no early tokens
     expected = hand_entry_bytes(9, 64, 1, 32, False) + 2 * hand_entry_bytes(6, 64, 1, 32, False)
     cache = tmp_path / "cache"

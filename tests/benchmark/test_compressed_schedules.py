@@ -14,7 +14,7 @@ from benchmark.run.training import train
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
 
-GRID = Path(__file__).resolve().parent.parent / "benchmark" / "grids" / "cub_ablations.toml"
+GRID = Path(__file__).resolve().parents[2] / "benchmark" / "grids" / "cub_ablations.toml"
 
 # Compressed epoch e (0..4) acts as the official epoch at its centre, t = ⌊(e + ½)·20/5⌋ = 2, 6,
 # 10, 14, 18; for a joint stage of 15 official epochs starting at global epoch 5 that is joint

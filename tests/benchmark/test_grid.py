@@ -7,7 +7,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, parse_grid, select_runs
 
-DEMO = Path(__file__).resolve().parent.parent / "benchmark" / "grids" / "demo.toml"
+DEMO = Path(__file__).resolve().parents[2] / "benchmark" / "grids" / "demo.toml"
 BASE = {"dataset": "synthbirds", "backbone": "dinov2_vits14", "method": "vmfproto", "data_root": "x"}
 
 

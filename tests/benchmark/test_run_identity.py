@@ -14,9 +14,10 @@ from benchmark.cli import main
 from benchmark.run.identity import method_fingerprint, method_source_files, metrics_fingerprint, rescoring, staleness
 from benchmark.run.store import RunDir, atomic_write_json
 from methods.registry import get_method_class
-from test_reports_e2e import GRID  # a tiny grid of an import-path adapter: seeds 0 and 1, 2 epochs
+from support import HELPERS
+from tiny_grid import write_adapter_grid
 
-ADAPTER = Path(__file__).with_name("example_adapter.py")
+ADAPTER = HELPERS / "example_adapter.py"
 MODULE = "edited_adapter"
 
 
@@ -48,7 +49,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
     grid = tmp_path / "custom.toml"
-    grid.write_text(GRID.format(root=tmp_path / "synthbirds", method=f"{MODULE}:CosinePrototypes"))
+    write_adapter_grid(grid, tmp_path / "synthbirds", method=f"{MODULE}:CosinePrototypes")
     capsys.readouterr()
     assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs"), *extra]) == 0
     return capsys.readouterr().out
@@ -96,7 +97,7 @@ def test_an_earlier_versions_result_reads_stale(tmp_path: Path, capsys: pytest.C
     from benchmark.grid import load_grid
 
     grid = tmp_path / "custom.toml"
-    grid.write_text(GRID.format(root=tmp_path / "synthbirds", method="example_adapter:CosinePrototypes"))
+    write_adapter_grid(grid, tmp_path / "synthbirds")
     spec = load_grid(grid).runs[0]
     old = RunDir(tmp_path / "runs" / "custom" / spec.earlier_run_id)
     atomic_write_json(old.spec_path, spec.to_json())
@@ -122,7 +123,7 @@ def test_the_fingerprint_covers_a_suite_adapters_package_and_what_it_imports_fro
 
 # ---- one pooling rule for every reader ------------------------------------------------------------
 def _two_dirs_one_cell(tmp_path: Path, second_seed: int) -> tuple[Path, Path]:
-    from test_reports_support import write_run
+    from reports_support import write_run
 
     a, b = tmp_path / "a", tmp_path / "b"
     write_run(a, "r", metrics={"acc": 60.0})
@@ -156,7 +157,7 @@ def test_plot_report_and_export_refuse_one_cell_of_two_settings_with_one_message
 def test_evaluate_reproduces_the_runs_metrics_exactly(tmp_path: Path, precision: str) -> None:
     from benchmark.run.reevaluate import reevaluate
     from benchmark.run.runner import execute_run
-    from support import tiny_grid
+    from tiny_grid import tiny_grid
 
     spec = tiny_grid("g", tmp_path / "data").runs[0].with_overrides(precision=precision)
     run_dir = tmp_path / "runs" / "g" / spec.run_id
@@ -176,7 +177,7 @@ def test_a_result_scored_by_other_metric_code_is_flagged_and_rescore_replaces_it
     from benchmark.run.runner import execute_run
     from benchmark.tools.status import status_records
     from reports.load import load_runs
-    from support import tiny_grid
+    from tiny_grid import tiny_grid
 
     spec = tiny_grid("g", tmp_path / "data").runs[0]
     run_dir = tmp_path / "runs" / "g" / spec.run_id
@@ -213,7 +214,7 @@ def test_every_output_names_a_method_by_its_adapters_display_name(tmp_path: Path
     from reports.figures import run_labels
     from reports.layouts import METHODS
     from reports.pivot import dimension_label
-    from test_reports_support import write_run
+    from reports_support import write_run
 
     # the paper's table labels are the adapters' display names
     assert {key: label.md for key, label in METHODS} == {m: display_name_of(m) for m in list_methods()}

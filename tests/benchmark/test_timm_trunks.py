@@ -10,6 +10,7 @@ from benchmark.config import build_run_spec
 from benchmark.errors import ProtobenchError
 from methods.base import MethodContext
 from methods.registry import build_method
+from tiny_grid import write_tiny_grid
 
 TINY = dict(depth=2, embed_dim=32, num_heads=2)
 SIZE = 112
@@ -104,31 +105,17 @@ def test_a_gate_that_needs_cls_attention_is_refused_on_siglip_naming_the_alterna
     assert "attention" in build_method("vmfproto", context(True)).reads
 
 
-SIGLIP_GRID = """
-name = "siglip"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 3, images_per_class = 6, seed = 0 }}
-backbone = "timm:vit_base_patch16_siglip_224"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 32, num_heads = 2 }}
-batch_size = 8
-eval_batch_size = 16
-prototypes_per_class = 2
-method = "vmfproto"
-[[sweep]]
-method_args = {{ gating = "{gating}", discovery_epochs = 1, end_to_end_epochs = 1 }}
-"""
-
-
 def test_siglip_runs_vmfproto_with_the_pca_gate_and_refuses_the_default_before_training(tmp_path, capsys) -> None:
     from benchmark.cli import main
     from benchmark.run.store import find_run_dirs
 
     for gating in ("pca", "attention_pca"):
         grid = tmp_path / f"{gating}.toml"
-        grid.write_text(SIGLIP_GRID.format(root=tmp_path / "synthbirds", gating=gating))
+        write_tiny_grid(grid, "siglip", tmp_path / "synthbirds",
+                        dataset_args={"classes": 3, "images_per_class": 6, "seed": 0},
+                        backbone="timm:vit_base_patch16_siglip_224",
+                        backbone_args={"depth": 2, "embed_dim": 32, "num_heads": 2},
+                        sweep=[{"method_args": {"gating": gating, "discovery_epochs": 1, "end_to_end_epochs": 1}}])
         rc = main(["run", str(grid), "--runs-dir", str(tmp_path / gating)])
         if gating == "pca":
             (run,) = find_run_dirs(tmp_path / gating)

@@ -32,7 +32,7 @@ from methods.common.precision import autocast, float32_island, matmul_precision
 from methods.common.transfer import to_device
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
-from test_features import KEY, TinyDataset, tiny_trunk
+from tiny_token_source import KEY, TinyDataset, tiny_trunk
 
 CPU = torch.device("cpu")
 BASE = {"dataset": "synthbirds", "backbone": "dinov2_vits14_reg4", "method": "vmfproto", "prototypes_per_class": 2}

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from benchmark.backbones import backbone_spec, create_backbone
 from benchmark.config import build_run_spec
 from benchmark.errors import ProtobenchError
+from tiny_grid import write_tiny_grid
 
 OWN = "example_trunk:tiny_vit"
 SIZE = 112
@@ -81,29 +82,15 @@ def test_each_broken_trunk_gets_one_message_naming_its_clause(name: str) -> None
     assert not any(re.search(message, str(caught.value)) for message in others)  # its own clause only
 
 
-OWN_GRID = """
-name = "own"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 3, images_per_class = 6, seed = 0 }}
-backbone = "example_trunk:tiny_vit"
-weights = "random"
-image_size = 112
-batch_size = 8
-eval_batch_size = 16
-prototypes_per_class = 2
-method = "vmfproto"
-method_args = {{ discovery_epochs = 1, end_to_end_epochs = 1 }}
-"""
-
-
 def test_a_tiny_grid_runs_end_to_end_on_a_user_trunk(tmp_path: Path) -> None:
     from benchmark.cli import main
     from benchmark.run.store import find_run_dirs
 
     grid = tmp_path / "own.toml"
-    grid.write_text(OWN_GRID.format(root=tmp_path / "synthbirds"))
+    write_tiny_grid(grid, "own", tmp_path / "synthbirds", without=("backbone_args",),
+                    dataset_args={"classes": 3, "images_per_class": 6, "seed": 0}, backbone="example_trunk:tiny_vit",
+                    image_size=112,
+                    method_args={"discovery_epochs": 1, "end_to_end_epochs": 1})
     assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
     (run,) = find_run_dirs(tmp_path / "runs")
     result = run.result()

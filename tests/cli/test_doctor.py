@@ -9,8 +9,9 @@ from benchmark.cache.sizing import cache_entry_bytes
 from benchmark.tools import doctor
 from benchmark.cli import main
 from benchmark.grid import parse_grid
+from tiny_grid import write_tiny_grid
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -57,18 +58,8 @@ weights = "hf-cache"
 
 
 def test_doctor_passes_a_grid_that_runs_here(tmp_path, capsys):
-    grid = write(tmp_path / "ok.toml", f"""
-name = "ok"
-[defaults]
-dataset = "synthbirds"
-data_root = "{tmp_path / 'birds'}"
-dataset_args = {{ classes = 2, images_per_class = 4 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-method = "vmfproto"
-prototypes_per_class = 2
-""")
+    grid = write_tiny_grid(tmp_path / "ok.toml", "ok", tmp_path / "birds",
+                           dataset_args={"classes": 2, "images_per_class": 4})
     assert main(["doctor", str(grid), "--cache-dir", str(tmp_path / "cache")]) == 0
     out = capsys.readouterr().out
     assert "[  ok] data synthbirds" in out and "generated" in out

@@ -18,6 +18,7 @@ from benchmark.tools.perf import Spread, measure, paper_scale_grid, prepare_shar
 from benchmark.tools.plan import load_perf, make_plan, split_images
 from slurm.cluster import ClusterProfile
 from short_schedules import TWO_EPOCHS
+from tiny_grid import tiny_grid_table
 
 
 @pytest.mark.parametrize("values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], [0.3, 0.1, 0.2, 0.9, 0.5, 0.4]])
@@ -58,21 +59,19 @@ def test_paper_scale_preset_is_the_papers_setting() -> None:
         assert split_images(spec, "train") == 200  # one training image per class: nothing CUB-sized
 
 
-def tiny_grid(root: Path) -> object:
-    return parse_grid({"name": "tiny", "defaults": {
-        "dataset": "synthbirds", "data_root": str(root / "synthbirds"),
-        "dataset_args": {"classes": 3, "images_per_class": 6, "seed": 0},
-        "backbone": "dinov2_vits14", "weights": "random",
-        "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
-        "batch_size": 4, "eval_batch_size": 6, "prototypes_per_class": 2, "seed": 0, "device": "cpu"},
-        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": 2}},
-                  {"method": "nppp", "method_args": {"finetune_epochs": 2}}]}, source="tests/test_perf.py")
+def two_method_grid(root: Path) -> object:
+    """vMFProto and NPPP for 2 epochs each on the tests' tiny grid (3 classes × 6 images)."""
+    return parse_grid(tiny_grid_table(
+        "tiny", root / "synthbirds", dataset_args={"classes": 3, "images_per_class": 6, "seed": 0}, batch_size=4,
+        eval_batch_size=6, seed=0, device="cpu", without=("method",),
+        sweep=[{"method": "vmfproto", "method_args": {"end_to_end_epochs": 2}},
+               {"method": "nppp", "method_args": {"finetune_epochs": 2}}]), source="tests/cli/test_perf.py")
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("perf")
-    grid = tiny_grid(root)
+    grid = two_method_grid(root)
     preps = prepare_sharing_trunks(list(grid.runs))
     calls: list[str] = []
     real = perf.run_epoch
@@ -123,7 +122,7 @@ def test_plan_reads_what_perf_writes(measured, tmp_path: Path) -> None:
     path = tmp_path / "perf.json"
     path.write_text(json.dumps(rows))
     costs = load_perf(path)
-    plan = make_plan(tiny_grid(root), ClusterProfile(), costs)
+    plan = make_plan(two_method_grid(root), ClusterProfile(), costs)
     assert [r.source.split(" (")[0] for r in plan.runs] == ["measured", "measured"]
     assert all(r.hours > 0 for r in plan.runs)
 

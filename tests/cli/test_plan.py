@@ -30,7 +30,7 @@ from benchmark.tools.plan import (
 )
 from methods.registry import list_methods
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GRIDS = sorted((REPO / "benchmark" / "grids").glob("*.toml"))
 EXAMPLE = REPO / "slurm" / "profiles" / "example.toml"
 

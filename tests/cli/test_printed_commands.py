@@ -14,12 +14,9 @@ from benchmark.cli import build_parser, main
 from benchmark.grid import load_grid
 from benchmark.tools.demo import print_demo_story, protobench_command
 from reports.load import load_csv, load_results
-from test_e2e import GRID as E2E_GRID
+from tiny_grid import write_tiny_grid
 
-REPO = Path(__file__).resolve().parents[1]
-#: test_e2e's tiny vMFProto grid, named "demo" and with two J (two runs for the comparison figure)
-GRID = E2E_GRID.replace('name = "tiny"', 'name = "demo"').replace("prototypes_per_class = [2]",
-                                                                 "prototypes_per_class = [2, 3]")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +24,8 @@ def workdir(tmp_path_factory):
     """A working directory holding runs/demo with two finished tiny runs (J = 2, 3)."""
     root = tmp_path_factory.mktemp("printed")
     grid_file = root / "demo.toml"
-    grid_file.write_text(GRID.format(root=root / "synthbirds"))
+    write_tiny_grid(grid_file, "demo", root / "synthbirds", method_args={"end_to_end_epochs": 2},
+                    sweep=[{"prototypes_per_class": [2, 3], "seed": [0]}])
     assert main(["run", str(grid_file), "--runs-dir", str(root / "runs")]) == 0
     return root
 

@@ -12,24 +12,7 @@ from benchmark.run.records import read_records
 from benchmark.run.runner import execute_run
 from benchmark.run.store import RunDir, find_run_dirs
 from benchmark.run.training import TrainingInterrupted
-
-GRID = """
-name = "tiny"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-batch_size = 8
-eval_batch_size = 16
-method = "vmfproto"
-method_args = {{ end_to_end_epochs = 2 }}
-[[sweep]]
-prototypes_per_class = [2]
-seed = [0]
-"""
+from tiny_grid import write_tiny_grid
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +23,8 @@ def workdir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def grid_file(workdir):
     path = workdir / "tiny.toml"
-    path.write_text(GRID.format(root=workdir / "synthbirds"))
+    write_tiny_grid(path, "tiny", workdir / "synthbirds", method_args={"end_to_end_epochs": 2},
+                    sweep=[{"prototypes_per_class": [2], "seed": [0]}])
     return path
 
 

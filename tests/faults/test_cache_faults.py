@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 from cache_helpers import NAME, build_toy, flip_byte, read_all, toy_arrays
-from support import scaled
-from test_features import KEY, TinyDataset, assert_same, everything, tiny_trunk
+from support import HELPERS, REPO, scaled
+from tiny_token_source import KEY, TinyDataset, assert_same, everything, tiny_trunk
 
 import benchmark.cache.arrays as arrays_module
 import benchmark.cache.store as store
@@ -229,8 +229,7 @@ except ProtobenchError as error:
 
 
 def test_file_size_limit_during_a_build_is_a_clear_error(tmp_path: Path) -> None:
-    tests = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(REPO)])}
     done = subprocess.run([sys.executable, "-c", RLIMIT_SCRIPT, str(tmp_path)], env=env, capture_output=True,
                           text=True, timeout=DEADLINE)
     assert done.returncode == 3, done.stderr

@@ -29,11 +29,12 @@ from benchmark.run.training import (
     CHECKPOINT_FORMAT, TrainingInterrupted, _rng_state, _set_rng_state, load_checkpoint, make_optimizer, train,
 )
 from example_adapter import CosinePrototypes
+from support import HELPERS, REPO
+from tiny_grid import write_tiny_grid
 from methods.registry import build_method, list_methods
 from methods.testing import SyntheticTokens
 
 CPU = torch.device("cpu")
-TESTS = Path(__file__).resolve().parent
 
 
 def quiet(line: str) -> None:
@@ -275,7 +276,7 @@ def test_file_size_limit_during_the_write_leaves_nothing_partial(tmp_path: Path)
     path = tmp_path / "checkpoint.pt"
     train_until(path, 1)
     before = path.read_bytes()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(REPO)]),
            "PYTHONDONTWRITEBYTECODE": "1"}
     child = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), str(path), str(len(before) // 2)],
                            capture_output=True, text=True, env=env, timeout=600)
@@ -317,31 +318,16 @@ def test_allowed_code_change_resumes_exactly_and_lists_both_versions(tmp_path: P
     assert torch.equal(straight.prototypes, resumed.prototypes)
 
 
-GRID = """
-name = "codechange"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 3, images_per_class = 4, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 1, embed_dim = 24, num_heads = 2 }}
-image_size = 56
-batch_size = 8
-eval_batch_size = 16
-method = "vmfproto"
-method_args = {{ end_to_end_epochs = 2 }}
-prototypes_per_class = 2
-"""
-
-
 def test_cli_refuses_a_code_change_before_the_token_cache_and_allows_it_on_request(tmp_path: Path,
                                                                                      monkeypatch, capsys) -> None:
     from benchmark.grid import load_grid
     from benchmark.run.runner import execute_run
 
     grid_file = tmp_path / "grid.toml"
-    grid_file.write_text(GRID.format(root=tmp_path / "synthbirds"))
+    write_tiny_grid(grid_file, "codechange", tmp_path / "synthbirds",
+                    dataset_args={"classes": 3, "images_per_class": 4, "seed": 0},
+                    backbone_args={"depth": 1, "embed_dim": 24, "num_heads": 2}, image_size=56,
+                    method_args={"end_to_end_epochs": 2})
     runs = tmp_path / "runs"
     spec = load_grid(grid_file).runs[0]
     monkeypatch.setattr(benchmark.run.training, "code_version", lambda: "v-old")

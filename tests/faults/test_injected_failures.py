@@ -18,10 +18,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from cache_helpers import NAME, ROWS, build_toy
-from support import tiny_grid
-from test_faults_runs import write_grid
-from test_reports_load import GOOD_RESULT
-from test_reports_support import write_run
+from reports_support import GOOD_RESULT, write_run
+from tiny_grid import tiny_grid, write_tiny_grid
 
 import benchmark.cache.store as store
 import benchmark.run.runner as runner
@@ -152,7 +150,7 @@ def test_faults_a_checkpoint_with_a_flipped_bit_is_refused_as_corrupt(tmp_path: 
 # ---- bad inputs -----------------------------------------------------------------------------------
 def test_bad_input_seed_2_63_minus_1_is_refused_before_any_trunk_forward(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    write_grid(tmp_path / "grid.toml", tmp_path / "data", name="camp")
+    write_tiny_grid(tmp_path / "grid.toml", "camp", tmp_path / "data", device="cpu")
 
     def no_forward(*args: object, **kwargs: object) -> None:
         raise AssertionError("the trunk ran")
@@ -175,7 +173,7 @@ def test_bad_input_an_integer_field_is_bounded_where_validated(tmp_path: Path) -
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_bad_input_cuda_without_cuda_is_a_validation_error_with_no_run_folder(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_grid(tmp_path / "grid.toml", tmp_path / "data", name="camp")
+    write_tiny_grid(tmp_path / "grid.toml", "camp", tmp_path / "data", device="cpu")
     assert main(["run", str(tmp_path / "grid.toml"), "--runs-dir", str(tmp_path / "runs"), "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "camp").exists()

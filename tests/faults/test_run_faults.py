@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from support import scaled
+from tiny_grid import TomlLiteral, write_tiny_grid
 
 from benchmark.backbones import FrozenTrunk
 from benchmark.cli import main
@@ -30,29 +31,10 @@ from benchmark.run.training import NonFiniteLossError, train
 from methods.registry import build_method
 from methods.testing import SyntheticTokens
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # Subprocesses get this long (scaled on a loaded machine by PROTOBENCH_TEST_TIMEOUT_SCALE).
 DEADLINE_S = scaled(300)
 
-GRID = """
-name = "{name}"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-image_size = 56
-batch_size = 8
-eval_batch_size = 16
-device = "cpu"
-cache_dtype = "{cache_dtype}"
-method = "{method}"
-method_args = {method_args}
-[[sweep]]
-prototypes_per_class = {js}
-"""
 VMF_ARGS = "{ discovery_epochs = 1, end_to_end_epochs = 2 }"
 
 # A subprocess that runs `protobench ARGS…` single-threaded (as the tests are: conftest) and,
@@ -91,9 +73,11 @@ sys.exit(main(argv))
 
 def write_grid(path: Path, root: Path, *, name: str = "tiny", js: str = "[2]", method: str = "vmfproto",
                method_args: str = VMF_ARGS, cache_dtype: str = "float16") -> Path:
-    path.write_text(GRID.format(name=name, root=root, js=js, method=method, method_args=method_args,
-                                cache_dtype=cache_dtype))
-    return path
+    """The tests' tiny grid at 56 px on the CPU; ``name`` (inside quotes), ``js`` and ``method_args``
+    go into the file as written, so a bad-input case can hand the parser what a user could."""
+    return write_tiny_grid(path, TomlLiteral(f'"{name}"'), root, image_size=56, device="cpu", cache_dtype=cache_dtype,
+                           method=method, method_args=TomlLiteral(method_args),
+                           sweep=[{"prototypes_per_class": TomlLiteral(js)}])
 
 
 def drive(phase: str, nth: int, argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -1,23 +1,20 @@
 """The iterative foreground gate against the ``eigh`` gate on random token sets of ViT-S/B shape
-(issue 20 item 2): the masks of both gating variants that use an eigenvector, compared element by
-element, with the share of images the iteration accepted and the two gates' times.
+(source: issue 20 item 2): the masks of both gating variants that use an eigenvector, compared
+element by element, with the share of images the iteration accepted and the two gates' times.
 
-    .venv/bin/python tests/measure_gate.py [--sets 10000] [--batch 100]
+    .venv/bin/python tests/helpers/measure_gate.py [--sets 10000] [--batch 100]
 
-Token sets as tests/test_vmf_gating.py ``token_sets`` (a dominant direction, pure Gaussian,
-rank 2, constant), 16×16 patches, D = 384 and 768. Not a test: it prints what it finds.
+Token sets as in tests/methods/test_vmfproto_gating.py (tests/helpers/gating_token_sets.py: a
+dominant direction, pure Gaussian, rank 2, constant), 16×16 patches, D = 384 and 768. Not a test: it prints what it finds.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
+
+from gating_token_sets import token_sets  # this script's folder is on sys.path when it is run
 
 from methods.vmfproto import gating
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_vmf_gating import token_sets  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""Shared helpers of the reports tests (no tests here): fixture paths, a LaTeX check, table parsers,
-a result.json writer."""
+"""Shared helpers of the reports tests: fixture paths, a LaTeX check, table parsers, a well-formed
+result.json and a result.json writer."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,22 @@ from benchmark.config import RunSpec
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from methods.registry import resolved_method_args
 
-REPO = Path(__file__).resolve().parents[1]
-RUNS = REPO / "tests" / "fixtures" / "reports" / "runs"
+REPO = Path(__file__).resolve().parents[2]
+RUNS = REPO / "tests" / "reports" / "fixtures" / "runs"
 PAPER_CSV = REPO / "reports" / "paper"
-GOLDEN = REPO / "tests" / "golden" / "reports"
+GOLDEN = REPO / "tests" / "reports" / "golden"
 PAPER_TEX = REPO.parent / "shared" / "paper" / "vmfproto.tex"
+
+#: a well-formed result.json of the cub_main grid, for tests that break one field of it
+GOOD_RESULT = {
+    "run_id": "3f2a9c1b7d04",
+    "grid": "cub_main",
+    "spec": {"dataset": "cub", "backbone": "dinov2_vitb14", "method": "vmfproto",
+             "prototypes_per_class": 5, "seed": 0, "variant": "default"},
+    "metrics": {"acc": 90.4, "con": 77.7, "sta": 81.3, "dis": 96.9},
+    "timing": {"epoch_seconds": 12.1, "inference_images_per_second": 850.0},
+    "provenance": {"code_version": "v1", "device": "cpu", "packages": {"torch": "2.14.1"}},
+}
 
 _UNESCAPED_AMP = re.compile(r"(?<!\\)&")
 _MULTICOLUMN = re.compile(r"^\\multicolumn\{(\d+)\}")

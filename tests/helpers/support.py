@@ -1,5 +1,5 @@
-"""Helpers shared by test modules: a tiny grid, git in a scratch repository, and waits on
-state whose deadlines scale with ``PROTOBENCH_TEST_TIMEOUT_SCALE`` (default 1; CI on a busy
+"""Helpers shared by test modules: where the helpers and the checkout are, git in a scratch
+repository, and waits on state whose deadlines scale with ``PROTOBENCH_TEST_TIMEOUT_SCALE`` (default 1; CI on a busy
 machine raises it, e.g. to 3, so tests slow down instead of failing)."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import TypeVar
 
 import pytest
 
-from benchmark.grid import GridSpec, parse_grid
-
+HELPERS = Path(__file__).resolve().parent  # on sys.path: pyproject.toml [tool.pytest.ini_options] pythonpath
+REPO = HELPERS.parents[1]
 TIMEOUT_SCALE_ENV = "PROTOBENCH_TEST_TIMEOUT_SCALE"
 T = TypeVar("T")
 
@@ -54,22 +54,6 @@ def wait_until(predicate: Callable[[], T], what: str, timeout_s: float, *, poll_
             pytest.fail(f"timed out after {limit:.0f} s{stalled} ({TIMEOUT_SCALE_ENV}={timeout_scale():g}) "
                         f"waiting for {what}\n{context()}")
         time.sleep(poll_s)
-
-
-def tiny_grid(name: str, data_root: Path, *, epochs: int = 1, seeds: tuple[int, ...] = (0,),
-              js: tuple[int, ...] = (2,), backbones: tuple[str, ...] = ("dinov2_vits14",)) -> GridSpec:
-    """vMFProto on 4 synthbirds classes × 8 images, 2-block random trunks, on the CPU."""
-    return parse_grid({
-        "name": name,
-        "defaults": {
-            "dataset": "synthbirds", "data_root": str(data_root),
-            "dataset_args": {"classes": 4, "images_per_class": 8, "seed": 0},
-            "weights": "random", "backbone_args": {"depth": 2, "embed_dim": 48, "num_heads": 2},
-            "batch_size": 8, "eval_batch_size": 16, "device": "cpu",
-        },
-        "sweep": [{"method": "vmfproto", "method_args": {"end_to_end_epochs": epochs}, "backbone": list(backbones),
-                   "prototypes_per_class": list(js), "seed": list(seeds)}],
-    }, source=f"{name} (test)")
 
 
 def git(repo: Path, *args: str) -> str:

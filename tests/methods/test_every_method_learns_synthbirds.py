@@ -8,7 +8,7 @@ from benchmark.grid import load_grid
 from benchmark.run.runner import execute_run
 from methods.registry import list_methods
 
-DEMO_ALL = Path(__file__).resolve().parent.parent / "benchmark" / "grids" / "demo_all.toml"
+DEMO_ALL = Path(__file__).resolve().parents[2] / "benchmark" / "grids" / "demo_all.toml"
 CLASSES = 6
 
 

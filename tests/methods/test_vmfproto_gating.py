@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gating_token_sets import token_sets
 
 from methods.vmfproto import gating
 from methods.vmfproto.gating import exact_top_eigenvector, foreground_mask, foreground_scores, top_eigenvector
@@ -75,21 +76,6 @@ def test_top_eigenvector(patches: int) -> None:
     v = top_eigenvector(x)
     _, vectors = torch.linalg.eigh(x.transpose(1, 2) @ x)
     torch.testing.assert_close((v * vectors[..., -1]).sum(-1).abs(), torch.ones(3, dtype=torch.float64))
-
-
-def token_sets(count: int, patches: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``count`` images of ``patches`` tokens: layer-normed tokens around a per-image direction
-    (a dominant eigenvalue, as a ViT's), pure Gaussian tokens (eigengap ≈ 0: the fallback), rank-2
-    tokens and a constant image, with random attention."""
-    g = torch.Generator().manual_seed(seed)
-    quarter = count // 4
-    shared = torch.nn.functional.layer_norm(
-        2 * torch.randn(quarter, 1, dim, generator=g) + torch.randn(quarter, patches, dim, generator=g), (dim,))
-    gaussian = torch.randn(quarter, patches, dim, generator=g)
-    low_rank = torch.randn(quarter, patches, 2, generator=g) @ torch.randn(quarter, 2, dim, generator=g)
-    constant = torch.ones(count - 3 * quarter, patches, dim)
-    tokens = torch.cat([shared, gaussian, low_rank, constant])
-    return tokens, torch.rand(count, patches, generator=g)
 
 
 @pytest.mark.parametrize(("patches", "dim"), [(64, 96), (96, 48)])  # Gram route (N < D) and covariance route

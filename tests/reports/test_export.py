@@ -12,7 +12,7 @@ from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from reports.columns import flatten
 from reports.export import export_records, write_export
-from test_reports_support import RUNS, write_run
+from reports_support import RUNS, write_run
 
 SMOKE = RUNS / "smoke" / "4c037f0069db" / "result.json"
 

@@ -13,6 +13,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.store import find_run_dirs
 from reports.figures import (COLORMAP, class_label, draw_comparison, draw_explanation, joint_normalise, run_labels,
                              write_comparison)
+from tiny_grid import write_tiny_grid
 
 NAMES = ["001.Black_footed_Albatross", "017.Cardinal"]
 
@@ -124,29 +125,12 @@ def test_run_labels_name_what_differs():
     assert run_labels(specs, ["vMFProto", None]) == ["vMFProto J=3", "MyProto J=5"]
 
 
-GRID = """
-name = "fig"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 3, images_per_class = 6, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-batch_size = 8
-eval_batch_size = 16
-method = "vmfproto"
-method_args = {{ end_to_end_epochs = 1 }}
-[[sweep]]
-prototypes_per_class = [2, 3]
-"""
-
-
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("fig")
     grid = work / "fig.toml"
-    grid.write_text(GRID.format(root=work / "birds"))
+    write_tiny_grid(grid, "fig", work / "birds", dataset_args={"classes": 3, "images_per_class": 6, "seed": 0},
+                    method_args={"end_to_end_epochs": 1}, sweep=[{"prototypes_per_class": [2, 3]}])
     board = ["--tensorboard", str(work / "tb")] if importlib.util.find_spec("tensorboard") else []
     assert main(["run", str(grid), "--runs-dir", str(work / "runs"), *board]) == 0
     return work, [rd.path for rd in find_run_dirs(work / "runs")]

@@ -14,18 +14,8 @@ import pytest
 from benchmark.errors import ProtobenchError
 from reports.columns import TIDY_COLUMNS
 from reports.load import load_csv, load_results
-from test_reports_support import PAPER_CSV as PAPER
-from test_reports_support import REPO, RUNS
-
-GOOD_RESULT = {
-    "run_id": "3f2a9c1b7d04",
-    "grid": "cub_main",
-    "spec": {"dataset": "cub", "backbone": "dinov2_vitb14", "method": "vmfproto",
-             "prototypes_per_class": 5, "seed": 0, "variant": "default"},
-    "metrics": {"acc": 90.4, "con": 77.7, "sta": 81.3, "dis": 96.9},
-    "timing": {"epoch_seconds": 12.1, "inference_images_per_second": 850.0},
-    "provenance": {"code_version": "v1", "device": "cpu", "packages": {"torch": "2.14.1"}},
-}
+from reports_support import PAPER_CSV as PAPER
+from reports_support import GOOD_RESULT, REPO, RUNS
 
 
 def write_result(root: Path, payload: object, name: str = "run") -> Path:

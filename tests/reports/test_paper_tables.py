@@ -11,7 +11,7 @@ import pytest
 
 from reports.load import load_csv
 from reports.render import render_report
-from test_reports_support import PAPER_CSV, PAPER_TEX, latex_rows, markdown_rows
+from reports_support import PAPER_CSV, PAPER_TEX, latex_rows, markdown_rows
 
 B14, S14, B16, S16 = "B/14", "S/14", "B/16", "S/16"
 BACKBONES = (B14, S14, B16, S16)

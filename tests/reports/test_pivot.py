@@ -15,7 +15,7 @@ from benchmark.errors import ProtobenchError
 from reports.load import load_results
 from reports.pivot import filter_frame, parse_where, pivot_layout
 from reports.render import render_report
-from test_reports_support import RUNS, check_latex, markdown_rows, write_run
+from reports_support import RUNS, check_latex, markdown_rows, write_run
 
 CUSTOM = "example_adapter:CosinePrototypes"
 

@@ -15,7 +15,7 @@ from benchmark.errors import ProtobenchError
 from reports.curves import plot_curves, read_curve
 from reports.load import load_results
 from reports.plots import plot_results, result_series
-from test_reports_support import write_run
+from reports_support import write_run
 
 ACC = {
     ("vmfproto", 3): [80.0, 83.0, 86.5], ("vmfproto", 5): [85.0, 87.0], ("nppp", 3): [70.0], ("nppp", 5): [72.0, 71.0],

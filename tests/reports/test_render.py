@@ -18,7 +18,7 @@ from reports.layouts import CACHED_EPOCH_TIME, LAYOUTS, THROUGHPUT
 from reports.load import load_csv, load_results
 from reports.pivot import filter_frame, parse_where, pivot_layout
 from reports.render import render_report
-from test_reports_support import GOLDEN, PAPER_CSV, RUNS, check_latex, latex_rows, markdown_rows
+from reports_support import GOLDEN, PAPER_CSV, RUNS, check_latex, latex_rows, markdown_rows
 
 UPDATE = os.environ.get("PROTOBENCH_UPDATE_GOLDEN") == "1"
 SUFFIX = {"latex": "tex", "markdown": "md", "csv": "csv"}

@@ -11,7 +11,7 @@ from reports.cli import FORMATS, add_report_arguments, run_report
 from reports.layouts import LAYOUTS
 from reports.load import load_csv, load_results
 from reports.render import WRITERS, render_report
-from test_reports_support import PAPER_CSV, RUNS, markdown_rows, write_run
+from reports_support import PAPER_CSV, RUNS, markdown_rows, write_run
 
 
 def report(*argv: str) -> int:
@@ -45,7 +45,7 @@ def test_markdown_to_stdout_and_missing_cells_to_stderr(capsys: pytest.CaptureFi
 
 def test_a_layout_far_from_the_results_summarises_its_empty_cells(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from test_reports_support import write_run
+    from reports_support import write_run
 
     write_run(tmp_path, "a", dataset="synthbirds")
     assert report(str(tmp_path), "--layout", "cub_main") == 0
@@ -81,7 +81,7 @@ def test_usage_mistakes_are_user_errors(tmp_path: Path) -> None:
 def test_report_regenerates_a_table_from_a_published_csv(capsys):
     from benchmark.cli import main
 
-    paper = Path(__file__).resolve().parent.parent / "reports" / "paper" / "cub_main.csv"
+    paper = Path(__file__).resolve().parents[2] / "reports" / "paper" / "cub_main.csv"
     assert main(["report", str(paper), "--layout", "cub_main", "--format", "latex"]) == 0
     text = capsys.readouterr().out
     assert r"\textbf{98.7}" in text and r"\underline{96.9}" in text  # vMFProto J=3/5 Dis., ViT-B/14 (Table 1)

@@ -10,33 +10,17 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import main
-from test_reports_support import markdown_rows
+from reports_support import markdown_rows
+from tiny_grid import write_adapter_grid
 
 METHOD = "example_adapter:CosinePrototypes"
-GRID = """
-name = "custom"
-[defaults]
-dataset = "synthbirds"
-data_root = "{root}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-batch_size = 8
-eval_batch_size = 16
-method = "{method}"
-method_args = {{ epochs = 2 }}
-[[sweep]]
-prototypes_per_class = [2]
-seed = [0, 1]
-"""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("custom")
     grid = work / "custom.toml"
-    grid.write_text(GRID.format(root=work / "synthbirds", method=METHOD))
+    write_adapter_grid(grid, work / "synthbirds")
     assert main(["run", str(grid), "--runs-dir", str(work / "runs")]) == 0
     return work / "runs" / "custom"
 

@@ -15,7 +15,7 @@ from statsmodels.stats.multitest import multipletests
 
 from benchmark.cli import main
 from benchmark.run.records import write_records
-from test_reports_support import check_latex, markdown_rows, write_run
+from reports_support import check_latex, markdown_rows, write_run
 
 N_IMAGES = 60
 SEEDS = (0, 1, 2)

@@ -29,11 +29,12 @@ from slurm.snapshot import code_snapshot
 from benchmark.run.store import RunDir, find_run_dirs
 
 import support
-from support import git, scaled, tiny_grid
+from support import git, scaled
+from tiny_grid import tiny_grid, write_tiny_grid
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "slurm" / "profiles" / "local.toml"
 DEADLINE_S = 180  # on an idle 2-core machine; scaled by PROTOBENCH_TEST_TIMEOUT_SCALE
 QUEUED_DEADLINE_S = 600  # waits that include time in the queue behind other jobs of a shared test cluster
@@ -347,23 +348,6 @@ def test_a_bad_partition_is_one_error_quoting_sbatch(profile: ClusterProfile, tm
 
 
 # ---- as a researcher submits: relative paths, an own adapter -----------------------------------
-ADAPTER_GRID = """
-name = "own"
-[defaults]
-dataset = "synthbirds"
-data_root = "data/synthbirds"
-dataset_args = { classes = 4, images_per_class = 8, seed = 0 }
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = { depth = 2, embed_dim = 48, num_heads = 2 }
-batch_size = 8
-eval_batch_size = 16
-device = "cpu"
-method = "my_adapter:CosinePrototypes"
-method_args = { epochs = 2 }
-[[sweep]]
-prototypes_per_class = [2, 3]
-"""
 
 
 def test_relative_paths_and_an_own_adapter_on_a_relative_pythonpath_run_as_locally(
@@ -371,8 +355,9 @@ def test_relative_paths_and_an_own_adapter_on_a_relative_pythonpath_run_as_local
     """``PYTHONPATH=contrib protobench run grid.toml --executor slurm`` from the folder holding
     ``contrib/`` and ``data/``: every job finds the data and the adapter, and equals the local run."""
     (tmp_path / "contrib").mkdir()
-    shutil.copy(REPO / "tests" / "example_adapter.py", tmp_path / "contrib" / "my_adapter.py")
-    (tmp_path / "grid.toml").write_text(ADAPTER_GRID)
+    shutil.copy(REPO / "tests" / "helpers" / "example_adapter.py", tmp_path / "contrib" / "my_adapter.py")
+    write_tiny_grid(tmp_path / "grid.toml", "own", "data/synthbirds", device="cpu", method="my_adapter:CosinePrototypes",
+                    method_args={"epochs": 2}, sweep=[{"prototypes_per_class": [2, 3]}])
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", "contrib")  # what the jobs inherit, relative as the user typed it
     monkeypatch.syspath_prepend("contrib")

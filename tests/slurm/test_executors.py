@@ -19,9 +19,10 @@ from slurm.jobs import ATTEMPT_FILE, JobRecord, add_job_record, job_records, mer
 from slurm.scheduler import JobState, parse_sacct, parse_scontrol
 from benchmark.run.store import RunDir, atomic_write_json
 from methods.registry import stand_in_method
-from support import git, tiny_grid
+from support import HELPERS
+from tiny_grid import tiny_grid, write_tiny_grid
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "slurm" / "profiles"
 
 
@@ -237,18 +238,7 @@ needs_checkout = pytest.mark.skipif(not (REPO / ".git").exists() or not shutil.w
 @needs_checkout
 def test_refused_submission_is_one_message_quoting_sbatch(tmp_path: Path, fake_sbatch: None,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "grid.toml").write_text(f"""name = "refused"
-[defaults]
-dataset = "synthbirds"
-data_root = "{tmp_path / 'data'}"
-dataset_args = {{ classes = 4, images_per_class = 8, seed = 0 }}
-method = "vmfproto"
-backbone = "dinov2_vits14"
-weights = "random"
-backbone_args = {{ depth = 2, embed_dim = 48, num_heads = 2 }}
-[[sweep]]
-prototypes_per_class = [2, 3]
-""")
+    write_tiny_grid(tmp_path / "grid.toml", "refused", tmp_path / "data", sweep=[{"prototypes_per_class": [2, 3]}])
     (tmp_path / "nope.toml").write_text('partition = "nope"\ndevice = "cpu"\n')
     runs = tmp_path / "runs"
     assert main(["run", str(tmp_path / "grid.toml"), "--executor", "slurm", "--profile", str(tmp_path / "nope.toml"),
@@ -291,7 +281,7 @@ def test_adapter_paths_are_the_absolute_entries_own_adapters_were_imported_from(
     package = tmp_path / "contrib" / "mypkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).parent / "example_adapter.py", package / "adapters.py")
+    shutil.copy(HELPERS / "example_adapter.py", package / "adapters.py")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend("contrib")  # relative, as PYTHONPATH=contrib puts it
     grid = tiny_grid("g", tmp_path / "data")
@@ -299,10 +289,10 @@ def test_adapter_paths_are_the_absolute_entries_own_adapters_were_imported_from(
                                                              "example_adapter:CosinePrototypes")]
     for spec in specs:  # what the pre-submit checks do
         stand_in_method(spec.method, {}, 2)
-    assert adapter_paths(specs) == (tmp_path / "contrib", Path(__file__).resolve().parent)
+    assert adapter_paths(specs) == (tmp_path / "contrib", HELPERS)
     trunks = tmp_path / "trunks"
     trunks.mkdir()
-    shutil.copy(Path(__file__).parent / "example_trunk.py", trunks / "lab_trunk.py")
+    shutil.copy(HELPERS / "example_trunk.py", trunks / "lab_trunk.py")
     monkeypatch.syspath_prepend("trunks")
     own_trunk = grid.runs[0].with_overrides(backbone="lab_trunk:tiny_vit")  # a trunk by import path too
     assert adapter_paths([own_trunk]) == (trunks,)

@@ -20,9 +20,9 @@ from benchmark.tools.plan import make_plan, model_costs
 from slurm.scheduler import JobState
 from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import TrainingInterrupted
-from support import tiny_grid
+from tiny_grid import tiny_grid
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "slurm" / "profiles" / "example.toml"
 
 
