@@ -1,11 +1,11 @@
-"""The independent fault campaign of issue 18, one test per finding, in its three groups (the
-test names start with the group): ``faults`` (the suite keeps exact results or fails with a named
-error), ``bad_input`` (refused before compute, with one clear error) and ``security`` (a hostile
-file costs its own row, never the directory). Each failed on the code before issue 18."""
+"""Injected failures keep results exact or fail with a named error: a corrupt cache block refused
+on every open, a live builder in another PID namespace not judged dead, a failure that cannot be
+recorded keeping its own error, free space checked before compute, a killed writer's temp file
+removed, a flipped checkpoint bit refused, Ctrl-C as exit 130 with one line. (Source: the fault
+campaign of issue 18; each failed on the code before it.)"""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import socket
@@ -18,39 +18,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 from cache_helpers import NAME, ROWS, build_toy
-from reports_support import GOOD_RESULT, write_run
-from tiny_grid import tiny_grid, write_tiny_grid
+from tiny_grid import tiny_grid
 
 import benchmark.cache.store as store
 import benchmark.run.runner as runner
 import benchmark.run.store as run_store
-from benchmark.backbones import FrozenTrunk
 from benchmark.cache.lock import Owner
 from benchmark.cli import main
-from benchmark.config import build_run_spec
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import _save_checkpoint, load_checkpoint
-from slurm.executors import pending_runs
-from slurm.jobs import JOB_FILE
-
-
-def runs_with_one_hostile_result(root: Path, hostile: str, file: str = "result.json") -> Path:
-    """Two finished (current) runs and a third whose ``file`` holds ``hostile``; the bad file's path."""
-    spec = tiny_grid("camp", root / "data").runs[0]
-    for index, name in enumerate(("good-a", "good-b", "bad")):
-        run = root / "runs" / "camp" / name
-        atomic_write_json(run / "spec.json", spec.with_overrides(seed=index).to_json())
-        write_run(root / "runs" / "camp", name, seed=index)
-    bad = root / "runs" / "camp" / "bad" / file
-    bad.write_text(hostile)
-    return bad
-
-
-HOSTILE = {
-    "huge-integer": '{"run_id": "bad", "metrics": {"acc": 1' + "0" * 5000 + "}}",
-    "deep-nesting": "[" * 100_000 + "]" * 100_000,
-}
 
 
 # ---- faults ---------------------------------------------------------------------------------------
@@ -145,108 +121,6 @@ def test_faults_a_checkpoint_with_a_flipped_bit_is_refused_as_corrupt(tmp_path: 
     path.write_bytes(bytes(data))
     with pytest.raises(ProtobenchError, match="is corrupt"):
         load_checkpoint(path)
-
-
-# ---- bad inputs -----------------------------------------------------------------------------------
-def test_bad_input_seed_2_63_minus_1_is_refused_before_any_trunk_forward(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    write_tiny_grid(tmp_path / "grid.toml", "camp", tmp_path / "data", device="cpu")
-
-    def no_forward(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the trunk ran")
-
-    monkeypatch.setattr(FrozenTrunk, "forward", no_forward)
-    assert main(["run", str(tmp_path / "grid.toml"), "--runs-dir", str(tmp_path / "runs"),
-                 "--set", "seed=9223372036854775807"]) == 2
-    assert "seed = 9223372036854775807 is out of range" in capsys.readouterr().err
-    assert not (tmp_path / "runs" / "camp").exists()
-
-
-def test_bad_input_an_integer_field_is_bounded_where_validated(tmp_path: Path) -> None:
-    values = tiny_grid("camp", tmp_path).runs[0].to_json()
-    with pytest.raises(ProtobenchError, match="grid: dataset_args.classes = 1000000000000 is out of range"):
-        build_run_spec({**values, "dataset_args": {"classes": 10**12}}, where="grid")
-    with pytest.raises(ProtobenchError, match="grid: batch_size = 4294967296 is out of range"):
-        build_run_spec({**values, "batch_size": 2**32}, where="grid")
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_bad_input_cuda_without_cuda_is_a_validation_error_with_no_run_folder(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_tiny_grid(tmp_path / "grid.toml", "camp", tmp_path / "data", device="cpu")
-    assert main(["run", str(tmp_path / "grid.toml"), "--runs-dir", str(tmp_path / "runs"), "--device", "cuda"]) == 2
-    assert "CUDA is not available" in capsys.readouterr().err
-    assert not (tmp_path / "runs" / "camp").exists()
-
-
-def test_bad_input_a_pipe_in_a_display_name_does_not_split_its_markdown_row(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "runs" / "g" / "r"
-    run.mkdir(parents=True)
-    own = {**GOOD_RESULT, "spec": {**GOOD_RESULT["spec"], "method": "my_adapter:Mine"}}
-    (run / "result.json").write_text(json.dumps({**own, "method_display_name": "Mine | v2"}))
-    assert main(["report", str(tmp_path / "runs")]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    assert "Mine \\| v2" in "\n".join(rows)
-    assert len({line.replace("\\|", "").count("|") for line in rows}) == 1  # every row has the header's columns
-
-
-def test_bad_input_export_to_an_unwritable_path_is_one_error_naming_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "runs" / "g" / "r"
-    run.mkdir(parents=True)
-    (run / "result.json").write_text(json.dumps(GOOD_RESULT))
-    assert main(["export", str(tmp_path / "runs"), "--out", "/proc/x.csv"]) == 2
-    err = capsys.readouterr().err
-    assert "cannot write /proc/x.csv" in err and ".tmp" not in err
-
-
-def test_bad_input_cache_rm_of_an_entry_that_is_a_symlink_removes_the_link(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    entry, _ = build_toy(tmp_path / "elsewhere")
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / NAME).symlink_to(entry.path)
-    assert main(["cache", "rm", NAME, "--cache-dir", str(cache)]) == 0
-    assert not (cache / NAME).is_symlink() and store.verify_entry(entry.path) == []
-    assert list(cache.iterdir()) == []  # nothing left renamed aside
-
-
-# ---- security: hostile run files ------------------------------------------------------------------
-@pytest.mark.parametrize("hostile", list(HOSTILE))
-def test_security_a_hostile_result_costs_one_row_in_status(
-        tmp_path: Path, hostile: str, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = runs_with_one_hostile_result(tmp_path, HOSTILE[hostile])
-    assert main(["status", str(tmp_path / "runs")]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
-    assert "3 runs: 2 done, 1 unreadable" in out and f"{bad} is unreadable" in out
-
-
-@pytest.mark.parametrize("command", ["report", "export"])
-def test_security_a_hostile_result_costs_one_row_in_reports(
-        tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = runs_with_one_hostile_result(tmp_path, HOSTILE["huge-integer"])
-    out = ["--out", str(tmp_path / "all.csv")] if command == "export" else []
-    assert main([command, str(tmp_path / "runs"), *out]) == 0
-    assert f"skipped {bad} is malformed" in capsys.readouterr().err
-
-
-def test_security_a_spec_json_that_is_a_list_costs_one_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = runs_with_one_hostile_result(tmp_path, "[1, 2]", file="spec.json")
-    assert main(["status", str(tmp_path / "runs")]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "3 runs: 3 done" in out and f"{bad} is unreadable" in out
-
-
-def test_security_a_job_record_with_an_unknown_key_does_not_stop_the_grid(tmp_path: Path) -> None:
-    grid = tiny_grid("camp", tmp_path / "data", js=(2, 3))
-    runs_root = tmp_path / "runs"
-    first = grid.run_dir(runs_root, grid.runs[0])
-    atomic_write_json(first / JOB_FILE, {"submissions": [{"executor": "slurm", "jnb_id": "7_0", "submitted": "t",
-                                                          "submitit_folder": "/x"}]})
-    todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False)
-    assert todo == list(grid.runs) and settled == []
-    assert RunDir(first).state == "new"
 
 
 def test_faults_ctrl_c_exits_130_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
