@@ -1,5 +1,5 @@
-"""Per-image and per-prototype records (issue 19 item 1): each metric's parts give back its score,
-logit margins against a loop, the stored tables round-trip in both formats."""
+"""Per-image and per-prototype records: each metric's parts give back its score, logit margins
+against a loop, the stored tables round-trip in both formats (source: issue 19 item 1)."""
 from __future__ import annotations
 
 import math

@@ -30,7 +30,7 @@ def _reload(module: str) -> None:
 
 @pytest.fixture()
 def adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of tests/example_adapter.py importable as ``edited_adapter``, to edit."""
+    """A copy of tests/helpers/example_adapter.py importable as ``edited_adapter``, to edit."""
     source = tmp_path / "adapters" / f"{MODULE}.py"
     source.parent.mkdir()
     shutil.copy(ADAPTER, source)

@@ -198,7 +198,7 @@ def _build_in_child(cache_dir: str, barrier, results) -> None:
 
 def test_two_processes_build_one_entry(tmp_path: Path) -> None:
     # fork: the children start without re-importing torch and timm; the O_EXCL lock file lets one
-    # build while the other waits for it (tests/test_faults_cache.py: the same without the lock)
+    # build while the other waits for it (tests/faults/test_cache_faults.py: the same without the lock)
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(2), context.Queue()
     workers = [context.Process(target=_build_in_child, args=(str(tmp_path), barrier, results)) for _ in range(2)]

@@ -1,4 +1,4 @@
-"""Fault injection on runs (issue 10): a process killed with SIGKILL at each phase of a run →
+"""Fault injection on runs (source: issue 10): a process killed with SIGKILL at each phase of a run →
 the next `protobench run` gives the uninterrupted result and leaves no temporary file;
 concurrent `protobench run` processes on one runs directory train each run once; every bad
 input is one clear error before the trunk's forward pass; a failed run keeps the exit status
@@ -341,8 +341,8 @@ def test_plan_checks_images_of_datasets_on_disk(work: Path, tmp_path: Path,
 # ---- numerical failures ----------------------------------------------------------------------
 def test_a_failed_decomposition_is_a_non_finite_loss_error_naming_stage_and_epoch() -> None:
     """Learning rates of 100 make vMFProto's parameters diverge (a raw ``torch.linalg.LinAlgError``
-    of the log-det term's Cholesky factor before issue 10; since issue 23 a failed factor is a NaN
-    term, read at the epoch end like any other non-finite loss)."""
+    of the log-det term's Cholesky factor once; now a failed factor is a NaN term, read at the
+    epoch end like any other non-finite loss; sources: issues 10 and 23)."""
     source = SyntheticTokens()
     torch.manual_seed(0)
     method = build_method("vmfproto", source.context(2), discovery_epochs=1, end_to_end_epochs=2,

@@ -49,7 +49,7 @@ def _grid(root: Path, method: str, **extra: object):
         "backbone": "dinov2_vits14", "weights": "random",
         "backbone_args": {"depth": 4, "embed_dim": 96, "num_heads": 3},
         "batch_size": 16, "eval_batch_size": 32, "prototypes_per_class": 3, "seed": 0, "device": "cuda",
-        "method": method, "method_args": TWO_EPOCHS[method], **extra}}, source="tests/test_gpu.py")
+        "method": method, "method_args": TWO_EPOCHS[method], **extra}}, source="tests/gpu/test_methods_on_cuda.py")
 
 
 def _run(root: Path, spec: RunSpec, name: str) -> dict[str, object]:
@@ -93,7 +93,7 @@ def test_method_trains_on_cuda_and_repeats(tmp_path_factory: pytest.TempPathFact
 @pytest.mark.parametrize("method", ["vmfproto", "nppp"])
 def test_bf16_metrics_are_close_to_fp32(tmp_path_factory: pytest.TempPathFactory, method: str) -> None:
     if "precision" not in {f.name for f in fields(RunSpec)}:
-        pytest.skip("RunSpec has no `precision` field yet (issue 12 item 3): nothing to compare")
+        pytest.skip("RunSpec has no `precision` field: nothing to compare")
     root = tmp_path_factory.mktemp(f"bf16-{method}")
     fp32 = _run(root, _grid(root, method, precision="fp32").runs[0], "fp32")
     bf16 = _run(root, _grid(root, method, precision="bf16").runs[0], "bf16")

@@ -1,5 +1,5 @@
 """User trunks that each break one clause of the trunk contract (``benchmark.trunk_contract``);
-``test_backbones_own.py`` names them by import path, as a user would."""
+``test_user_trunks.py`` names them by import path, as a user would."""
 from __future__ import annotations
 
 from typing import Any

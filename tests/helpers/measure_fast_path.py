@@ -1,7 +1,7 @@
-"""Side-by-side epoch times of the training loop's fast path, in one process (issue 12 item 3):
-prefetched vs synchronous batches, and loss terms read once per epoch vs every step.
+"""Side-by-side epoch times of the training loop's fast path, in one process: prefetched vs
+synchronous batches, and loss terms read once per epoch vs every step (source: issue 12 item 3).
 
-    .venv/bin/python tests/measure_fast_path.py [--images 256] [--dim 384] [--batch 32] [--repeats 5]
+    .venv/bin/python tests/helpers/measure_fast_path.py [--images 256] [--dim 384] [--batch 32] [--repeats 5]
 
 A cache entry of random float16 arrays shaped like a ViT's (16×16 grid + CLS) is
 written to a temporary folder and read memory-mapped; vMFProto (appended block of width
@@ -54,7 +54,7 @@ def write_entry(root: Path, images: int, dim: int) -> CachedTokens:
 
 
 def per_step_sync(self: StepLosses, terms: dict) -> None:
-    """The loop before issue 12: a host read of every term at every step."""
+    """The loop without the fast path (before issue 12): a host read of every term at every step."""
     for value in terms.values():
         float(value.detach())
     original_record(self, terms)

@@ -1,5 +1,6 @@
-"""plot --cd (issue 19 item 5): mean ranks and Friedman's p against autorank, the Wilcoxon–Holm
-post-hoc against scipy + statsmodels, bars on a known case, the figure and its errors."""
+"""plot --cd, the critical-difference diagram: mean ranks and Friedman's p against autorank, the
+Wilcoxon–Holm post-hoc against scipy + statsmodels, bars on a known case, the figure and its
+errors (source: issue 19 item 5)."""
 from __future__ import annotations
 
 import itertools

@@ -1,7 +1,7 @@
 """Rendering: golden files for every layout, LaTeX structure, marks, daggers, comparison.
 
 Regenerate the golden files after an intended change with
-``PROTOBENCH_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/test_reports_render.py`` and review
+``PROTOBENCH_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/reports/test_render.py`` and review
 the diff; ``test_hand_checked_cells`` pins values computed by hand from the fixture.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_golden_against_paper(runs: pd.DataFrame, name: str, fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", ["latex", "markdown", "csv"])
 def test_golden_pivot_of_the_cub_fixture(runs: pd.DataFrame, fmt: str) -> None:
-    """``report RUNS --where dataset=cub`` (no layout); cells hand-checked in test_reports_pivot.py."""
+    """``report RUNS --where dataset=cub`` (no layout); cells hand-checked in test_pivot.py."""
     cub = filter_frame(runs, parse_where(["dataset=cub"]))
     _golden("pivot_cub", fmt, render_report(cub, pivot_layout(cub), fmt).text)
 
@@ -76,7 +76,7 @@ def _row(rows: list[list[str]], label: str) -> list[str]:
 
 
 def test_hand_checked_cells(runs: pd.DataFrame) -> None:
-    """cub_main cells worked out by hand from tests/fixtures/reports/runs."""
+    """cub_main cells worked out by hand from tests/reports/fixtures/runs."""
     md = markdown_rows(render_report(runs, "cub_main", "markdown").text)
     # vMFProto J=5 on B/14: seeds 0-2, Con. (77+78+79)/3 = 78.0 (best), Sta. 81.5 (NPPP J=7's 82.2 is best),
     # Dis. 96.8, Acc. 90.4 (second, tied with NPPP J=7's 90.44 -> 90.4). On S/14 one seed only: no dagger.

@@ -31,7 +31,7 @@ def test_markdown_to_stdout_and_missing_cells_to_stderr(capsys: pytest.CaptureFi
     out, err = capsys.readouterr()
     assert out == render_report(load_results([RUNS]), "gating", "markdown").text
     lines = err.splitlines()
-    assert lines[0].startswith("gating: ")  # what to act on first: tests/test_reports_pivot.py
+    assert lines[0].startswith("gating: ")  # what to act on first: tests/reports/test_pivot.py
     assert lines[1:7] == [
         "4 cell(s) of layout gating have no result:",
         "  4× no result has variant gating_attention",  # one line per reason, with its count
@@ -92,7 +92,7 @@ def test_the_format_choices_are_the_writers() -> None:
 
 
 def test_runtime_layout_shows_the_live_trunk_and_cached_epoch_times(capsys: pytest.CaptureFixture[str]) -> None:
-    """tests/fixtures/reports/runs/runtime: NPPP 81.3 s with the trunk in the loop, 23.4 s from the
+    """tests/reports/fixtures/runs/runtime: NPPP 81.3 s with the trunk in the loop, 23.4 s from the
     cache, 189.0 img/s; vMFProto 214.6 s, 131.7 s, 73.0 img/s; the paper: 76.9 s / 206.8 s."""
     from benchmark.cli import main
 

@@ -1,4 +1,4 @@
-"""Reports on real runs: a tiny grid of a method named by import path (tests/example_adapter.py)
+"""Reports on real runs: a tiny grid of a method named by import path (tests/helpers/example_adapter.py)
 trained through the CLI, then ``report`` (no layout), ``export`` and ``plot`` on its runs."""
 from __future__ import annotations
 

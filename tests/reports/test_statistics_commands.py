@@ -1,5 +1,5 @@
-"""report --ci, compare and export --per-image on hand-made runs with per-image records
-(issue 19 items 1-3): shapes, the numbers against independent computations, clear errors."""
+"""report --ci, compare and export --per-image on hand-made runs with per-image records: shapes,
+the numbers against independent computations, clear errors (source: issue 19 items 1-3)."""
 from __future__ import annotations
 
 import csv

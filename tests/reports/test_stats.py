@@ -1,5 +1,5 @@
-"""reports.stats against independent implementations on known data (issue 19 item 6): scipy and
-statsmodels where they hold the test, autorank where installed, brute-force loops otherwise."""
+"""reports.stats against independent implementations on known data: scipy and statsmodels where
+they hold the test, autorank where installed, brute-force loops otherwise (source: issue 19 item 6)."""
 from __future__ import annotations
 
 import itertools
