@@ -63,7 +63,7 @@ if phase == "epoch":  # the Nth training batch, between the loss and the optimis
     benchmark.run.training.total_loss = killing(benchmark.run.training.total_loss)
 elif phase in ("checkpoint-rename", "result-rename", "records-rename"):  # temp file written, rename not done
     target = {"checkpoint-rename": "checkpoint.pt", "result-rename": "result.json",
-              "records-rename": "per_image.csv.gz"}[phase]
+              "records-rename": ("per_image.parquet", "per_image.csv.gz")}[phase]  # Parquet with pyarrow
     os.replace = killing(os.replace, lambda src, dst, **k: str(dst).endswith(target))
 elif phase == "evaluation":
     benchmark.run.runner.evaluate = killing(benchmark.run.runner.evaluate)
@@ -116,7 +116,7 @@ def solo(work: Path) -> dict[int, dict]:
     ("checkpoint-rename", 1, ".checkpoint.pt."),  # the first checkpoint, written but not renamed
     ("checkpoint-rename", 2, ".checkpoint.pt."),  # the second, with the first in place
     ("evaluation", 1, None),  # training done, evaluating
-    ("records-rename", 1, ".per_image.csv.gz."),  # per-image records written but not renamed
+    ("records-rename", 1, ".per_image."),  # per-image records (Parquet or gzip CSV) written but not renamed
     ("result-rename", 1, ".result.json."),  # result written but not renamed
 ])
 @pytest.mark.slow
