@@ -67,20 +67,20 @@ class SwitchOffEveryClass(CosinePrototypes):
 ])
 def test_contract_names_the_broken_rule(cls, rule):
     with pytest.raises(ContractError, match=None) as err:
-        check_method(f"test_contract:{cls.__name__}")
+        check_method(f"test_adapter_contract:{cls.__name__}")
     assert rule in str(err.value)
 
 
 def test_the_command_prints_each_check_and_plain_whole_failures(capsys):
     from methods.contract import CHECKS, main, plain_text
 
-    assert main(["example_adapter:CosinePrototypes", "test_contract:NumpyExtraState"]) == 1
+    assert main(["example_adapter:CosinePrototypes", "test_adapter_contract:NumpyExtraState"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "example_adapter:CosinePrototypes:"
     assert [line.split(":")[0] for line in out[1:1 + len(CHECKS)]] == [
         f"  ok    {check.__name__.removeprefix('check_').replace('_', ' ')}" for check in CHECKS]
     assert out[1 + len(CHECKS)] == f"  all {len(CHECKS)} checks passed"
-    failure = "\n".join(out[out.index("test_contract:NumpyExtraState:") + 1:])
-    assert "FAIL  test_contract:NumpyExtraState: state_dict() must hold only tensors" in failure
+    failure = "\n".join(out[out.index("test_adapter_contract:NumpyExtraState:") + 1:])
+    assert "FAIL  test_adapter_contract:NumpyExtraState: state_dict() must hold only tensors" in failure
     assert "\x1b" not in failure and "torch says:" in failure
     assert plain_text("\x1b[1m\x1b[31mbad\x1b[0m value\nsecond line") == "bad value\nsecond line"
