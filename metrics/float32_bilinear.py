@@ -12,7 +12,7 @@ format, and the two round differently. This module evaluates the generic kernel'
 compiled with FMA for AVX2/AVX512, which contracts ``a * b + c`` to one fused multiply-add) with
 correctly rounded float32 operations, so the peaks are the same on any device, batch and thread
 count, and the values equal ``F.interpolate``'s generic kernel to the last bit
-(tests/test_metrics_float32.py). Only the few pixels that can hold the maximum are evaluated so.
+(tests/metrics/test_float32_peaks.py). Only the few pixels that can hold the maximum are evaluated so.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def nppp_peaks(maps: Tensor, map_pool: int = 1, size: int = FRAME_SIZE) -> Tenso
 
     Only the pixels that can hold that maximum are computed in float32 (those within
     :data:`CANDIDATE_TOLERANCE` ``* max|map|`` of the float64 maximum); the answer equals the
-    first maximum of the whole float32 map (tests/test_metrics_float32.py).
+    first maximum of the whole float32 map (tests/metrics/test_float32_peaks.py).
     """
     check_map_pool(maps, map_pool)
     x = maps.to(torch.float32)

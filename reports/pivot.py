@@ -212,7 +212,7 @@ def display_names(frame: pd.DataFrame) -> dict[str, str]:
 
 def dimension_label(dim: str, value: KeyValue, display: Mapping[str, str]) -> Text:
     """How a value of a dimension is labelled: paper names of methods (the adapters' display names,
-    tests/test_run_identity.py) and backbones, another method's display name
+    tests/benchmark/test_run_identity.py) and backbones, another method's display name
     (:func:`reports.layouts.display_name`), other values as they are."""
     if dim == "method":
         return _METHOD_LABELS.get(str(value)) or text(display_name(str(value), display.get(str(value))))

@@ -18,5 +18,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); run `make gpu-check` on one")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:  # the mark, not the keyword: tests/gpu/ names every test in it
             item.add_marker(skip)

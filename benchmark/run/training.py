@@ -4,7 +4,7 @@ checkpoint, fails loudly on a non-finite loss.
 
 The loop never waits for the device within an epoch: towards CUDA batches are read ahead on a
 thread (benchmark/cache/prefetch.py; on a CPU the thread would compete with the compute for the
-same cores and gave no gain in tests/measure_fast_path.py, so there they are read in step), loss terms stay on the device and are read once at the end of
+same cores and gave no gain in tests/helpers/measure_fast_path.py, so there they are read in step), loss terms stay on the device and are read once at the end of
 the epoch, which is where a non-finite term is reported, naming its first step. The steps after
 that one have updated the weights with non-finite gradients, so the epoch is discarded: it is
 not checkpointed, and the checkpoint of the previous epoch is intact to resume from (lower the
@@ -251,7 +251,7 @@ class StepLosses:
 def prefetch_depth(device: torch.device) -> int:
     """Batches read ahead by default: two towards CUDA (the copies overlap the GPU's work), none
     on a CPU (a reading thread competes with the compute for the cores and gave no gain:
-    fastest-epoch ratio 1.1–1.3× slower in tests/measure_fast_path.py)."""
+    fastest-epoch ratio 1.1–1.3× slower in tests/helpers/measure_fast_path.py)."""
     return DEFAULT_DEPTH if device.type == "cuda" else 0
 
 

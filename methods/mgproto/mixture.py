@@ -171,7 +171,7 @@ def em_update(bank: Tensor, state: EMState, pending: Tensor, *, loops: int, alph
     ``loops·k`` zero-gradient steps of the classes before it, then all pending classes take
     their ``loops`` fitted steps together (each with its own global step number), then drift
     through the steps of the classes after them; a class not pending drifts through all
-    ``loops·K`` steps. Equal to the sequential loop up to rounding (tests/test_mgproto.py).
+    ``loops·K`` steps. Equal to the sequential loop up to rounding (tests/methods/test_mgproto.py).
 
     Returns a new state (the input tensors are not modified); runs with gradients enabled
     whatever the caller's grad mode (the training loop calls hooks under ``no_grad``).

@@ -22,7 +22,7 @@ How it is computed, for every κ ≥ 0 and D ≥ 2 (no branch on κ):
 
 Everything is evaluated in float64 (float32 inputs are cast and the result cast back). Against
 mpmath, for D ∈ [2, 4096] and κ ∈ [1e-4, 1e5]: ``log C_D`` to ~1e-14 relative (absolute ~1e-14
-where it crosses zero), ``A_ν`` to ~1e-15 relative (tests/test_vmf_normaliser.py).
+where it crosses zero), ``A_ν`` to ~1e-15 relative (tests/methods/test_vmf_normaliser.py).
 """
 from __future__ import annotations
 

@@ -1,0 +1,141 @@
+"""report --ci, compare and export --per-image on hand-made runs with per-image records: shapes,
+the numbers against independent computations, clear errors (source: issue 19 items 1-3)."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+
+from benchmark.cli import main
+from benchmark.run.records import write_records
+from reports_support import check_latex, markdown_rows, write_run
+
+N_IMAGES = 60
+SEEDS = (0, 1, 2)
+
+
+def correctness(j: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(10 * j + seed).random(N_IMAGES) < (0.5 if j == 2 else 0.8)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs" / "grid"
+    for j in (2, 4):
+        for seed in SEEDS:
+            correct = correctness(j, seed)
+            con = 40.0 + 10 * j + seed
+            path = write_run(root, f"j{j}s{seed}", J=j, seed=seed,
+                             metrics={"acc": 100 * correct.mean(), "con": con, "sta": None, "dis": None, "comp": None})
+            labels = np.arange(N_IMAGES) % 3
+            write_records(path.parent, {"per_image": pd.DataFrame({
+                "index": range(N_IMAGES), "image": [f"c/{i}.png" for i in range(N_IMAGES)], "label": labels,
+                "predicted": np.where(correct, labels, (labels + 1) % 3), "correct": correct,
+                "margin": np.where(correct, 1.0, -1.0)})})
+    return tmp_path / "runs"
+
+
+def test_export_per_image_has_one_row_per_run_and_image(runs, tmp_path, capsys) -> None:
+    out = tmp_path / "per_image.csv"
+    assert main(["export", str(runs), "--per-image", "--out", str(out)]) == 0
+    assert "wrote 360 row(s) of 6 run(s)" in capsys.readouterr().out
+    frame = pd.read_csv(out)
+    assert len(frame) == 6 * N_IMAGES and frame.groupby("run_id").size().eq(N_IMAGES).all()
+    assert {"run_id", "J", "seed", "index", "image", "label", "predicted", "correct", "margin"} <= set(frame.columns)
+    j4s1 = frame[(frame["J"] == 4) & (frame["seed"] == 1)].sort_values("index")
+    assert (j4s1["correct"].to_numpy() == correctness(4, 1)).all()
+
+
+def test_export_per_image_names_runs_without_records_and_writes_nothing(runs, tmp_path, capsys) -> None:
+    write_run(runs / "grid", "old", J=2, seed=9)
+    out = tmp_path / "per_image.csv"
+    assert main(["export", str(runs), "--per-image", "--out", str(out)]) == 2
+    assert re.search(r"1 run\(s\) have no per-image records.*old.*protobench evaluate", capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_report_ci_puts_an_interval_in_every_cell(runs, capsys) -> None:
+    assert main(["report", str(runs), "--ci", "--metrics", "acc,con"]) == 0
+    out = capsys.readouterr().out
+    rows = markdown_rows(out)
+    assert len(rows) == 2
+    for row in rows:
+        acc, con = row[-2:]
+        assert "[" in con and "img [" in acc
+    assert "95% Student t interval over seeds" in out and "seeds 0, 1, 2" in out
+    con = [40.0 + 20 + s for s in SEEDS]  # J = 2
+    low, high = sps.t.interval(0.95, 2, loc=np.mean(con), scale=sps.sem(con))
+    assert f"[{low:.1f}, {high:.1f}]" in rows[0][-1]
+
+
+def test_report_ci_csv_and_latex(runs, capsys) -> None:
+    assert main(["report", str(runs), "--ci", "90", "--format", "csv", "--metrics", "acc,con"]) == 0
+    captured = capsys.readouterr()
+    table = list(csv.DictReader(io.StringIO(captured.out)))
+    assert "90% Student t" in captured.err
+    for row in table:
+        for name in ("Acc.", "Con."):
+            column = next(c for c in row if c.endswith(name) or c == name)
+            assert float(row[f"{column} ci_low"]) < float(row[column]) < float(row[f"{column} ci_high"])
+        assert row[f"{next(c for c in row if c.endswith('Acc.'))} img_ci_low"]
+    assert main(["report", str(runs), "--ci", "--format", "latex", "--metrics", "acc,con"]) == 0
+    latex = capsys.readouterr().out
+    check_latex(latex)
+    assert r"95\% Student t" in latex
+
+
+def test_compare_by_j_against_independent_computations(runs, capsys) -> None:
+    assert main(["compare", str(runs), "--by", "J", "--format", "csv"]) == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert {"metric", "a", "b", "difference", "ci_low", "ci_high", "p_value", "p_holm", "prob_improvement",
+            "n_seeds"} <= set(frame.columns)
+    assert list(frame["metric"]) == ["acc", "con"] and (frame["a"] == 4).all() and (frame["b"] == 2).all()
+    assert np.isfinite(frame[["p_value", "p_holm", "ci_low", "ci_high"]].to_numpy()).all()
+    acc = frame.iloc[0]
+    a = np.stack([correctness(4, s) for s in SEEDS])
+    b = np.stack([correctness(2, s) for s in SEEDS])
+    assert acc["difference"] == pytest.approx(100 * (a.mean() - b.mean()))
+    table = [[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]]
+    assert acc["p_value"] == pytest.approx(mcnemar(table, exact=False, correction=True).pvalue)
+    assert acc["ci_low"] < acc["difference"] < acc["ci_high"] and acc["n_images"] == N_IMAGES
+    con = frame.iloc[1]
+    assert con["difference"] == pytest.approx(20.0) and con["p_value"] == pytest.approx(0.25)  # 2/2^3: exact
+    assert con["prob_improvement"] == 1.0 and con["n_seeds"] == 3
+    assert list(frame["p_holm"]) == pytest.approx(list(multipletests(frame["p_value"], method="holm")[1]))
+
+
+def test_compare_markdown_and_mistakes(runs, capsys) -> None:
+    assert main(["compare", str(runs), "--by", "J", "--baseline", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "| acc" in out and "Holm over the 2 comparisons" in out and "−" in out
+    assert main(["compare", str(runs), "--by", "J", "--baseline", "3"]) == 2
+    assert "--baseline '3' is not a value of J" in capsys.readouterr().err
+    assert main(["compare", str(runs), "--by", "method"]) == 2
+    assert "needs at least two values of method" in capsys.readouterr().err
+    assert main(["compare", str(runs), "--by", "gating"]) == 2
+    assert "--by 'gating' is not a key" in capsys.readouterr().err
+
+
+def test_significance_bolds_only_a_tested_best_and_marks_ties(runs, capsys) -> None:
+    assert main(["report", str(runs), "--significance", "--metrics", "acc,con"]) == 0
+    out = capsys.readouterr().out
+    (j2_acc, j2_con), (j4_acc, j4_con) = (row[-2:] for row in markdown_rows(out))
+    # acc: 50 % vs 80 % on the same 180 (seed, image) pairs: McNemar p ≪ 0.05 → J=4 bold, J=2 unmarked
+    assert j4_acc.startswith("**") and "≈" not in j2_acc and "**" not in j2_acc
+    # con: +20 on each of 3 seeds, but the exact Wilcoxon p cannot fall below 2/2^3 = 0.25 → tied
+    assert "≈" in j4_con and "≈" in j2_con and "**" not in j4_con
+    assert "exact Wilcoxon signed-rank" in out and "α = 0.05" in out
+    assert "second-best" not in out  # the legend replaces the caption's best/second-best sentence
+    assert main(["report", str(runs), "--significance", "--format", "latex", "--metrics", "acc,con"]) == 0
+    latex = capsys.readouterr().out
+    check_latex(latex)
+    assert r"$^{\approx}$" in latex and r"\textbf{" in latex and "second-best" not in latex
+    assert main(["report", str(runs), "--metrics", "acc,con"]) == 0  # without marks: the sentence stays
+    assert "second-best is <u>underlined</u>" in capsys.readouterr().out
