@@ -207,7 +207,7 @@ def interval_note(frame: pd.DataFrame, level: float) -> str:
             f"n = 1 or a published mean: no interval, shown as [n=1]); acc img [lo, hi]: {100 * level:g}% "
             f"{IMAGE_METHOD}, where every run of the cell has per-image records (the interval compare gives "
             f"accuracy differences). {CLIPPED_MARK}: clipped to the metric's range (percentages [0, 100]). "
-            f"No best/second-best marks from means alone: --significance tests them.")
+            f"--ci draws no best/second-best marks from means alone (--significance draws tested ones).")
 
 
 def _marks(
