@@ -14,7 +14,8 @@ Numerics (choices metrics.md leaves open):
   of the maximum. The known answers of metrics.md are exact-arithmetic ties (e.g. a one-hot cell
   whose peak falls between pixels 41 and 42); a strict ``==`` argmax would let the last bit of
   rounding decide them (torch float64 bilinear puts the 8x8 cell (1, 2) at (42, 70), exact
-  arithmetic and cv2 at (41, 69)).
+  arithmetic and cv2 at (41, 69)). Flat (constant) maps, where every pixel ties, take the peak
+  the official float32 ``cv2.resize`` path takes (``metrics.float32_bicubic``).
 """
 from __future__ import annotations
 
@@ -146,8 +147,20 @@ def map_scale(maps: Tensor) -> Tensor:
 
 def upsampled_peaks(maps: Tensor, mode: str, size: int = FRAME_SIZE) -> Tensor:
     """First argmax of each (already pooled) ``(..., h, w)`` map after upsampling to the frame
-    (metrics.md "Shared core" 1-2), ties relative to ``max|map|`` of the map as given."""
-    return argmax_positions(upsample_maps(maps, size=size, mode=mode), scale=map_scale(maps))
+    (metrics.md "Shared core" 1-2), ties relative to ``max|map|`` of the map as given.
+
+    bicubic, flat (constant) maps: every pixel ties in exact arithmetic, and the official code's
+    float32 ``cv2.resize`` lets rounding pick the peak; those maps take it as that kernel does
+    (``metrics.float32_bicubic``, first exact maximum)."""
+    peaks = argmax_positions(upsample_maps(maps, size=size, mode=mode), scale=map_scale(maps))
+    if mode == "bicubic":
+        flat_values = maps.flatten(-2)
+        flat = flat_values.amax(dim=-1) == flat_values.amin(dim=-1)
+        if bool(flat.any()):
+            from .float32_bicubic import cv2_cubic_float32, first_max_positions
+
+            peaks[flat] = first_max_positions(cv2_cubic_float32(maps[flat], size))
+    return peaks
 
 
 def select_topk_maps(maps: Tensor, topk: int | None) -> Tensor:

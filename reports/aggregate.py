@@ -6,8 +6,10 @@ A cell's rows are all rows sharing its key (dataset, backbone, method, J, varian
   sample standard deviation (ddof = 1) over the seeds where the metric is not missing.
 
 With a confidence ``level`` (``report --ci``), a cell of n ≥ 2 seeds also gets its Student t
-interval over the seeds, and an accuracy cell whose runs all have per-image records the
-stratified bootstrap interval over test images (``reports.stats``).
+interval over the seeds, and an accuracy cell whose runs all have per-image records its Student t
+interval over test images, each image's correctness averaged over the seeds (``reports.stats``:
+the procedure ``compare`` uses for accuracy differences); intervals are clipped to the metric's
+range (``reports.columns.METRIC_RANGES``) and marked.
 """
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from reports.columns import KEY_COLUMNS, TIDY_COLUMNS, flatten, std_column
+from reports.columns import KEY_COLUMNS, METRIC_RANGES, TIDY_COLUMNS, flatten, std_column
 from reports.layout import KeyValue, Layout
 
 CellKey = tuple[KeyValue, ...]
@@ -34,6 +37,9 @@ class Stat:
     n: int
     ci: tuple[float, float] | None = None
     image_ci: tuple[float, float] | None = None
+    ci_clipped: bool = False  # the interval over seeds was clipped to the metric's range
+    image_ci_clipped: bool = False
+    image_note: str | None = None  # why an accuracy cell with per-image records has no image interval
 
 
 def describe_key(key: CellKey) -> str:
@@ -125,15 +131,25 @@ def _summarize(rows: pd.DataFrame, metric: str) -> Stat | None:
 
 
 def _with_intervals(stat: Stat, rows: pd.DataFrame, metric: str, level: float) -> Stat:
-    from reports.stats import image_interval, seed_interval
+    from reports.stats import image_accuracy, seed_interval
 
     values = rows[metric].dropna()
-    ci = seed_interval(values.tolist(), level) if (rows["n_seeds"] == 1).all() else None
-    image_ci = None
-    if metric == "acc":
-        correct = seed_correctness(rows)
-        image_ci = image_interval(list(correct.values()), level) if correct is not None else None
-    return replace(stat, ci=ci, image_ci=image_ci)
+    seed = seed_interval(values.tolist(), level, METRIC_RANGES[metric]) if (rows["n_seeds"] == 1).all() else None
+    ci, ci_clipped = seed if seed is not None else (None, False)
+    if metric != "acc":
+        return replace(stat, ci=ci, ci_clipped=ci_clipped)
+    correct = seed_correctness(rows)
+    if correct is None:
+        return replace(stat, ci=ci, ci_clipped=ci_clipped)
+    lengths = {len(c) for c in correct.values()}
+    if len(lengths) != 1:
+        raise ProtobenchError(f"Cell {describe_key(tuple(rows[list(KEY_COLUMNS)].iloc[0]))}: its runs' per-image "
+                              f"records hold different numbers of test images ({', '.join(map(str, sorted(lengths)))}); "
+                              f"report runs of one test split.")
+    image = image_accuracy(np.stack(list(correct.values())), level)
+    if not image.tested:
+        return replace(stat, ci=ci, ci_clipped=ci_clipped, image_note=image.test)
+    return replace(stat, ci=ci, ci_clipped=ci_clipped, image_ci=image.ci, image_ci_clipped=image.clipped)
 
 
 def seed_correctness(rows: pd.DataFrame) -> dict[int, object] | None:

@@ -24,7 +24,7 @@ from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS
 from reports.pivot import METRICS, dimension_label, display_names
 from reports.plots import check_figure_path, panels, save_figure
-from reports.stats import holm, paired_seed_difference
+from reports.stats import holm, wilcoxon_p
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def critical_difference(frame: pd.DataFrame, metric: str, *, treatment: str = "m
     k = len(order)
     friedman = float(stats.friedmanchisquare(*values.T).pvalue) if k >= 3 else None
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-    adjusted = holm([paired_seed_difference(values[:, i], values[:, j], 1 - alpha).p_value for i, j in pairs])
+    adjusted = holm([wilcoxon_p(values[:, i], values[:, j]) for i, j in pairs])
     p_holm = dict(zip(pairs, adjusted))
     return CriticalDifference(
         treatments=[str(table.columns[i]) for i in order], mean_ranks=ranks.mean(axis=0)[order].tolist(),

@@ -5,6 +5,7 @@ Every frame the reports build or read (``load_results``, ``load_csv``) has exact
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 # A table cell is addressed by these five values; they never vary inside one cell.
@@ -30,6 +31,21 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "epoch_seconds_live_trunk",
     "inference_images_per_second",
 )
+
+
+_PERCENT = ("acc", "con", "sta", "dis", "comp", "purity", "loc")
+#: the values a metric can take (intervals are clipped to it and marked): percentages in [0, 100],
+#: ``del`` a difference of two accuracies in percent points, sizes and timings non-negative
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **{m: (0.0, 100.0) for m in _PERCENT}, "del": (-100.0, 100.0),
+    **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in _PERCENT and m != "del"},
+}
+
+
+def difference_range(metric: str) -> tuple[float, float]:
+    """The values a difference of two values of ``metric`` can take: ``[lo − hi, hi − lo]``."""
+    low, high = METRIC_RANGES[metric]
+    return low - high, high - low
 
 
 def std_column(metric: str) -> str:

@@ -1,5 +1,6 @@
 """Spell a TableView as CSV: one line per row, a value, std and n column per table column
-(with ``report --ci`` also ci_low, ci_high over seeds and img_ci_low, img_ci_high over test images).
+(with ``report --ci`` also ci_low, ci_high, ci_clipped over seeds and img_ci_low, img_ci_high,
+img_ci_clipped over test images).
 
 For spreadsheets: no marks, no daggers; the std and n columns are filled wherever known,
 whether or not the LaTeX/markdown version of the layout prints them. Row labels are the
@@ -18,7 +19,7 @@ import io
 
 from reports.columns import KEY_COLUMNS, TIDY_PREFIX, std_column
 from reports.layout import Heading
-from reports.table import RowView, TableView, column_name
+from reports.table import CellView, RowView, TableView, column_name
 
 def render_csv(table: TableView) -> str:
     layout = table.layout
@@ -26,7 +27,8 @@ def render_csv(table: TableView) -> str:
     names = [column_name(group, metric) for group in layout.columns for metric in group.metrics]
     header = (["section"] if sectioned else []) + [h.md or "row" for h in layout.label_headers]
     intervals = table.interval_note is not None
-    suffixes = ("", " std", " n") + ((" ci_low", " ci_high", " img_ci_low", " img_ci_high") if intervals else ())
+    suffixes = ("", " std", " n") + ((" ci_low", " ci_high", " ci_clipped", " img_ci_low", " img_ci_high",
+                                      " img_ci_clipped") if intervals else ())
     header += [f"{name}{suffix}" for name in names for suffix in suffixes]
     tidy_header, tidy_lines = _tidy_cells(table) or ([], [])
     header += tidy_header
@@ -41,10 +43,21 @@ def render_csv(table: TableView) -> str:
         elif isinstance(item, RowView):
             labels = _label_cells(item)
             values = [v for c in item.cells for v in (c.value or "", c.std or "", c.n or "")
-                      + ((*(c.ci or ("", "")), *(c.image_ci or ("", ""))) if intervals else ())]
+                      + (_interval_cells(c) if intervals else ())]
             writer.writerow(([" / ".join(context)] if sectioned else []) + labels + values
                             + next(tidy_rows, []))
     return out.getvalue()
+
+
+def _interval_cells(cell: CellView) -> tuple[str, ...]:
+    """``ci_low, ci_high, ci_clipped, img_ci_low, img_ci_high, img_ci_clipped`` of one cell (empty
+    where it has no such interval; clipped: ``true`` where clipped to the metric's range)."""
+    def flag(interval: tuple[str, str] | None, clipped: bool) -> str:
+        return "" if interval is None else str(clipped).lower()
+
+    stat = cell.stat
+    return (*(cell.ci or ("", "")), flag(cell.ci, stat is not None and stat.ci_clipped),
+            *(cell.image_ci or ("", "")), flag(cell.image_ci, stat is not None and stat.image_ci_clipped))
 
 
 def _label_cells(row: RowView) -> list[str]:

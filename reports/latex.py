@@ -7,7 +7,7 @@ from __future__ import annotations
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
 from reports.layouts import VMFPROTO
-from reports.table import CellView, HeaderCell, RowView, TableView, caption_text, interval_text
+from reports.table import CLIPPED_MARK, CellView, HeaderCell, RowView, TableView, caption_text, interval_text
 
 MISSING = "--"
 # --method-macro: the paper defines \newcommand{\method}{\textsc{vMFProto}\xspace} (vmfproto.tex,
@@ -77,7 +77,7 @@ def _caption(table: TableView) -> str:
     if table.significance_note:
         parts.append(table.significance_note.replace("≈", r"$\approx$").replace("α", r"$\alpha$"))
     if table.interval_note:
-        parts.append(table.interval_note.replace("%", r"\%"))
+        parts.append(table.interval_note.replace("%", r"\%").replace(CLIPPED_MARK, r"\ddag{}"))
     return " ".join(parts)
 
 
@@ -115,7 +115,7 @@ def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:
     if layout.show_n and cell.n > 1:
         shown += f" (n={cell.n})"
     if intervals and cell.value is not None:
-        shown += interval_text(cell)
+        shown += interval_text(cell, r"\ddag{}")
     return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"
 
 

@@ -45,7 +45,7 @@ def display_name(method: str, recorded: str | None) -> str:
     """A method's label in every report: the display name its result.json recorded (the adapter's
     ``display_name`` when the run finished); else, for a result written before results recorded it
     or a run still training, the paper's label of a suite method (:data:`METHODS`, the adapters'
-    display names: tests/test_run_identity.py), or an import path's class name. Reports never
+    display names: tests/benchmark/test_run_identity.py), or an import path's class name. Reports never
     import a method."""
     return recorded or next((label.md for key, label in METHODS if key == method), method.rpartition(":")[2])
 J_SWEEP = (3, 5, 7)

@@ -3,10 +3,12 @@ seed and test image, Holm-corrected across the comparisons of one call.
 
 A cell is every other key (dataset, backbone, method, J, variant) held fixed; in it, level ``a``
 is compared with level ``b`` on the seeds both have. Accuracy, when every paired run has
-per-image records, is compared on the same test images (paired bootstrap interval, McNemar);
-otherwise, and for the explanation metrics, over seeds (paired t interval, Wilcoxon signed-rank).
+per-image records, is compared on the same test images, the image being the unit (each image's
+difference averaged over the seeds; Student t over images); otherwise, and for the explanation
+metrics, over seeds (paired Student t). Each row's interval and p come from one procedure, so the
+interval excludes 0 exactly when p < 1 − level; intervals are clipped to [−100, 100] and marked.
 The probability of improvement is over the runs' values (rliable's P(a > b)). All metrics here
-are higher-is-better percentages (metrics.md). The tests: ``reports.stats``.
+are higher-is-better percentages (metrics.md). The procedures: ``reports.stats``.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from reports.aggregate import seed_correctness
-from reports.columns import KEY_COLUMNS
+from reports.columns import KEY_COLUMNS, difference_range
 from reports.stats import (Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
 
@@ -41,7 +43,8 @@ class Comparison:
     prob_improvement: float  # P(a > b) + ½ P(a = b) over the two levels' runs
     n_seeds: int
     n_images: int | None  # test images each paired seed compares (accuracy on records), else None
-    test: str
+    test: str  # the procedure of ci and p_value, or why there is no test (then both are NaN)
+    clipped: bool  # the interval was clipped to the difference's range [−100, 100]
 
 
 CSV_COLUMNS: tuple[str, ...] = tuple(Comparison.__dataclass_fields__)
@@ -92,7 +95,7 @@ def compare_levels(frame: pd.DataFrame, by: str, *, baseline: str | None = None,
     adjusted = holm([row[4].p_value for row in rows])
     return [Comparison(cell=label, metric=metric, a=a, b=b, difference=d.difference, ci_low=d.ci[0], ci_high=d.ci[1],
                        p_value=d.p_value, p_holm=p_holm, prob_improvement=poi, n_seeds=n, n_images=n_images,
-                       test=d.test)
+                       test=d.test, clipped=d.clipped)
             for (label, metric, a, b, d, poi, n, n_images), p_holm in zip(rows, adjusted)]
 
 
@@ -125,21 +128,28 @@ def cell_difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str,
                                       f"({', '.join(map(str, sorted(shapes)))}); compare runs on one test split.")
             return paired_image_difference(np.stack([a[s] for s in both]), np.stack([b[s] for s in both]),
                                            level), len(both), shapes.pop()
-    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level), len(both), None
+    return (paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level, difference_range(metric)),
+            len(both), None)
 
 
 def comparisons_frame(comparisons: list[Comparison]) -> pd.DataFrame:
     return pd.DataFrame([asdict(c) for c in comparisons], columns=list(CSV_COLUMNS))
 
 
+CLIPPED_MARK = "‡"
+
+
 def comparison_note(comparisons: list[Comparison], level: float) -> str:
     """What the table's numbers are: the difference, interval, tests and correction."""
-    return (f"difference = a − b (percent points, mean over paired seeds); CI: {100 * level:g}% (accuracy with "
-            f"per-image records: paired percentile bootstrap over test images; otherwise Student t over the paired "
-            f"seeds' differences, none for n = 1); p: McNemar (accuracy on images) or exact Wilcoxon signed-rank "
-            f"(over seeds: with n seeds it cannot fall below 2/2^n, 0.5 for 2 seeds, 0.0625 for 5); p_holm: Holm over the "
-            f"{sum(not math.isnan(c.p_value) for c in comparisons)} comparisons of this call; P(a>b): probability "
-            f"of improvement over the two levels' runs.")
+    from reports.stats import MIN_IMAGES
+
+    return (f"difference = a − b (percent points, mean over paired seeds); CI and p from one procedure "
+            f"(the {100 * level:g}% CI excludes 0 exactly when p < {1 - level:.2g}): accuracy with per-image "
+            f"records: Student t over the test images, each image's difference averaged over the paired seeds "
+            f"(≥ {MIN_IMAGES} images); otherwise paired Student t over the seeds (≥ 2 seeds); fewer: no test. "
+            f"{CLIPPED_MARK}: CI clipped to [−100, 100]. p_holm: Holm over the "
+            f"{sum(not math.isnan(c.p_value) for c in comparisons)} tested comparisons of this call; P(a>b): "
+            f"probability of improvement over the two levels' runs.")
 
 
 def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, decimals: int = 1) -> str:
@@ -153,11 +163,16 @@ def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, de
         return "–" if value is None or math.isnan(value) else f"{value:.{decimals}f}"
 
     def p(value: float) -> str:
-        return "–" if math.isnan(value) else f"{value:.3g}"
+        return "no test" if math.isnan(value) else f"{value:.3g}"
 
-    lines = [[c.cell, c.metric, c.a, c.b, f"{c.difference:+.{decimals}f}", f"[{number(c.ci_low)}, {number(c.ci_high)}]",
-              p(c.p_value), p(c.p_holm), f"{c.prob_improvement:.2f}", str(c.n_seeds),
-              "–" if c.n_images is None else str(c.n_images), c.test] for c in comparisons]
+    def ci(c: Comparison) -> str:
+        if math.isnan(c.ci_low):
+            return "–"
+        return f"[{number(c.ci_low)}, {number(c.ci_high)}]" + (CLIPPED_MARK if c.clipped else "")
+
+    lines = [[c.cell, c.metric, c.a, c.b, f"{c.difference:+.{decimals}f}", ci(c), p(c.p_value), p(c.p_holm),
+              f"{c.prob_improvement:.2f}", str(c.n_seeds), "–" if c.n_images is None else str(c.n_images), c.test]
+             for c in comparisons]
     headers = ["cell", "metric", "a", "b", "a − b", f"{100 * level:g}% CI", "p", "p (Holm)", "P(a>b)", "seeds",
                "images", "test"]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True) + "\n\n" + \

@@ -99,6 +99,8 @@ def build_table(
                                     [None if line[c] is None else line[c].mean for line in stats], metric.key,
                                     higher_is_better=metric.higher_is_better, alpha=significance)
                  for c, (_, metric) in enumerate(columns)]
+    elif level is not None:  # with intervals, no best/second-best from means alone (--significance tests them)
+        marks = [[None] * len(keys) for _ in columns]
     else:
         marks = _marks(layout, columns, shown)
 
@@ -155,17 +157,25 @@ _BEST_MARKS_SENTENCE = re.compile("|".join(
 
 
 def caption_text(caption: str, table: TableView) -> str:
-    """A layout's caption as a table shows it: with significance marks, its best/second-best
-    sentence gives way to the significance legend (no cell is underlined then)."""
-    return _BEST_MARKS_SENTENCE.sub("", caption).rstrip() if table.significance_note else caption
+    """A layout's caption as a table shows it: with significance marks or intervals, its
+    best/second-best sentence goes (no cell is underlined then; the legends say what is marked)."""
+    marked_by_rank = table.significance_note is None and table.interval_note is None
+    return caption if marked_by_rank else _BEST_MARKS_SENTENCE.sub("", caption).rstrip()
 
 
 def significance_note(alpha: float) -> str:
     """The legend of ``report --significance``: which test, which level."""
+    from reports.stats import MIN_IMAGES
+
     return (f"With significance marks: bold = best and significantly better than the runner-up; ≈ = not significantly different "
-            f"from the best (or not testable: fewer than two common seeds, a published mean). Tests: paired on seed, "
-            f"McNemar on the same test images for accuracy with per-image records, else exact Wilcoxon signed-rank "
-            f"over seeds; Holm-corrected within each column, α = {alpha:g}.")
+            f"from the best (or not testable: fewer than two common seeds or {MIN_IMAGES} test images, a published "
+            f"mean). Tests: paired on seed; accuracy with per-image records: Student t over the test images (each "
+            f"image's difference averaged over the seeds), else paired Student t over seeds; Holm-corrected within "
+            f"each column, α = {alpha:g}.")
+
+
+#: after an interval clipped to the metric's range (markdown/CSV; LaTeX: ``\\ddag``)
+CLIPPED_MARK = "‡"
 
 
 def _interval(stat: Stat | None, which: str, decimals: int) -> tuple[str, str] | None:
@@ -175,11 +185,17 @@ def _interval(stat: Stat | None, which: str, decimals: int) -> tuple[str, str] |
     return format_number(interval[0], decimals), format_number(interval[1], decimals)
 
 
-def interval_text(cell: CellView) -> str:
+def interval_text(cell: CellView, clipped_mark: str = CLIPPED_MARK) -> str:
     """What ``report --ci`` appends to a present cell: `` [lo, hi]`` (``[n=1]`` without one) and,
-    for accuracy with per-image records, ``; img [lo, hi]``."""
-    shown = f" [{cell.ci[0]}, {cell.ci[1]}]" if cell.ci else " [n=1]"
-    return shown + (f"; img [{cell.image_ci[0]}, {cell.image_ci[1]}]" if cell.image_ci else "")
+    for accuracy with per-image records, ``; img [lo, hi]`` (or why there is none); an interval
+    clipped to the metric's range is followed by ``clipped_mark``."""
+    stat = cell.stat
+    shown = f" [{cell.ci[0]}, {cell.ci[1]}]" + (clipped_mark if stat.ci_clipped else "") if cell.ci else " [n=1]"
+    if cell.image_ci:
+        shown += f"; img [{cell.image_ci[0]}, {cell.image_ci[1]}]" + (clipped_mark if stat.image_ci_clipped else "")
+    elif stat is not None and stat.image_note:
+        shown += f"; img: {stat.image_note}"
+    return shown
 
 
 def interval_note(frame: pd.DataFrame, level: float) -> str:
@@ -189,7 +205,9 @@ def interval_note(frame: pd.DataFrame, level: float) -> str:
     seeds = sorted({int(s) for s in frame["seed"].dropna()})
     return (f"[lo, hi]: {100 * level:g}% {SEED_METHOD} of each cell (seeds {', '.join(map(str, seeds)) or 'none'}; "
             f"n = 1 or a published mean: no interval, shown as [n=1]); acc img [lo, hi]: {100 * level:g}% "
-            f"{IMAGE_METHOD}, where every run of the cell has per-image records.")
+            f"{IMAGE_METHOD}, where every run of the cell has per-image records (the interval compare gives "
+            f"accuracy differences). {CLIPPED_MARK}: clipped to the metric's range (percentages [0, 100]). "
+            f"--ci draws no best/second-best marks from means alone (--significance draws tested ones).")
 
 
 def _marks(

@@ -3,8 +3,9 @@ Gaussian prototypes", official code ``cwangrun/MGProto``, model.py), as pure fun
 
 Every component has the fixed isotropic σ = 1/√(2π) per dimension, so the Gaussian constants
 cancel (model.py ``compute_log_prob``: ``−½d log 2π − Σ log σ − ½‖(z−μ)/σ‖²``) and
-``log N(z | μ) = −π ‖z − μ‖²`` exactly. Shapes: features ``…×M×d``, means ``…×J×d``,
-priors ``…×J`` (leading dimensions: independent classes).
+``log N(z | μ) = −π ‖z − μ‖²`` exactly. The EM (``update_GMM``) reads its densities from
+``_estimate_log_prob`` instead, which adds ``eps = 1e-10`` to σ (:func:`em_log_density`).
+Shapes: features ``…×M×d``, means ``…×J×d``, priors ``…×J`` (leading dimensions: independent classes).
 """
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from methods.common.precision import float32_island
 
 #: model.py ``_e_step`` / ``_m_step_diversified``: ``log(π + 1e-10)``
 PRIOR_EPS = 1e-10
+#: model.py ``_estimate_log_prob(..., eps=1e-10)``: ``((x − μ)/(σ + eps))²`` and ``log(σ + eps)``
+SIGMA_EPS = 1e-10
+#: the components' fixed σ per dimension (model.py ``init_sigma = 1 / math.sqrt(2*math.pi)``)
+SIGMA = 1.0 / math.sqrt(2.0 * math.pi)
 #: torch.optim.Adam defaults, which the official ``prototype_optimizer`` uses
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -35,9 +40,19 @@ def log_density(x: Tensor, means: Tensor) -> Tensor:
     return -math.pi * squared_distances(x, means)
 
 
+def em_log_density(x: Tensor, means: Tensor) -> Tensor:
+    """The EM's ``log N(x | μ, σ²I)``, …×M×J, as model.py ``_estimate_log_prob`` computes it with
+    σ + eps in place of σ: ``−½d log 2π − d log(σ + eps) − ½‖x − μ‖²/(σ + eps)²`` (eps = 1e-10; the
+    ``−π‖x − μ‖²`` of :func:`log_density` scaled by (1 + eps√(2π))⁻² ≈ 1 − 5e-10, plus a constant)."""
+    dim = x.shape[-1]
+    constant = -0.5 * dim * math.log(2.0 * math.pi) - dim * math.log(SIGMA + SIGMA_EPS)
+    return constant - (0.5 / (SIGMA + SIGMA_EPS) ** 2) * squared_distances(x, means)
+
+
 def mixture_log_likelihood(x: Tensor, means: Tensor, priors: Tensor) -> Tensor:
-    """Mean over the M points of ``log Σ_j π_j N(x | μ_j)`` (model.py ``_score``), one value per class."""
-    weighted = log_density(x, means) + torch.log(priors + PRIOR_EPS).unsqueeze(-2)
+    """Mean over the M points of ``log Σ_j π_j N(x | μ_j)`` (model.py ``_score``, whose density is
+    ``_estimate_log_prob``: :func:`em_log_density`), one value per class."""
+    weighted = em_log_density(x, means) + torch.log(priors + PRIOR_EPS).unsqueeze(-2)
     return torch.logsumexp(weighted, dim=-1).mean(-1)
 
 
@@ -144,7 +159,7 @@ def _class_gradients(bank: Tensor, means: Tensor, log_prior: Tensor, resp: Tenso
     the gradient of their sum is each class's own)."""
     with torch.enable_grad():
         means = means.detach().requires_grad_(True)
-        nll = -(resp * (log_density(bank, means) + log_prior.unsqueeze(-2))).sum(-1).mean(-1)
+        nll = -(resp * (em_log_density(bank, means) + log_prior.unsqueeze(-2))).sum(-1).mean(-1)
         (grad,) = torch.autograd.grad((nll + diversity_weight * diversity(means)).sum(), means)
     return grad
 
@@ -157,7 +172,8 @@ def em_update(bank: Tensor, state: EMState, pending: Tensor, *, loops: int, alph
     ``bank[c]`` (``bank``: C×M×d). The official code fits them one after the other in ascending
     order, ``loops`` iterations each of
 
-    * E-step: ``r_mj ∝ π_j N(x_m | μ_j)`` with the current means (detached), then additive
+    * E-step: ``r_mj ∝ π_j N(x_m | μ_j)`` (:func:`em_log_density`, σ + 1e-10 as the official
+      ``_estimate_log_prob``) with the current means (detached), then additive
       smoothing ``r ← (r + α) / Σ_j (r + α)`` (``_m_step``'s "prevent assigning to a single
       Gaussian");
     * ``π_new = mean_m r_m``;
@@ -187,11 +203,12 @@ def em_update(bank: Tensor, state: EMState, pending: Tensor, *, loops: int, alph
     for loop in range(loops):
         log_prior = torch.log(state.priors + PRIOR_EPS)  # C×J
         with torch.no_grad():
-            resp = torch.softmax(log_density(bank, state.means) + log_prior.unsqueeze(-2), dim=-1)
+            resp = torch.softmax(em_log_density(bank, state.means) + log_prior.unsqueeze(-2), dim=-1)
             resp = (resp + alpha) / (1.0 + components * alpha)
         grad = _class_gradients(bank, state.means, log_prior, resp, diversity_weight)
         _adam_moments_step(state, grad, start + loop + 1, pending, lr)
-        new_priors = prior_momentum * state.priors + (1.0 - prior_momentum) * resp.mean(-2)
+        # _m_step_diversified: π_new = (Σ_m r_mj + 1e-10) / M; then momentum_update
+        new_priors = prior_momentum * state.priors + (1.0 - prior_momentum) * (resp.sum(-2) + PRIOR_EPS) / resp.shape[-2]
         state.priors.copy_(torch.where(pending.unsqueeze(-1), new_priors, state.priors))
     after = torch.where(pending, loops * (count - 1 - position), 0)
     _drift(state, start + loops, after, loops * max(count - 1, 0), lr)

@@ -73,12 +73,22 @@ def test_em_step_increases_bank_log_likelihood_and_keeps_priors_on_simplex() -> 
     assert int(state.steps) == 180  # one step of the shared Adam per loop and class
 
 
+def official_log_prob(x: torch.Tensor, mu: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
+    """model.py ``_estimate_log_prob`` for points ``x`` (M×d) and means ``mu`` (J×d), σ = 1/√(2π) per
+    dimension (``prototype_covs``): ``−½d log 2π − Σ log(σ + eps) − ½ Σ ((x − μ)/(σ + eps))²``, M×J."""
+    var = torch.full_like(mu, 1 / math.sqrt(2 * math.pi))[None]  # the official name of σ
+    diff = x[:, None] - mu[None]
+    log_p = ((diff / (var + eps)) ** 2).sum(-1)
+    log_sigma = torch.log(var + eps).sum(-1)
+    return -0.5 * x.shape[-1] * math.log(2 * math.pi) - log_sigma - 0.5 * log_p
+
+
 class _OfficialGMM:
     """Reference with the official structure (model.py): one ``torch.optim.Adam`` over the whole
     C×J×d mean tensor, the priors, and ``memory_updated_cls``: every enqueue sets its classes'
     flags; ``update_GMM`` visits the classes in ascending order, clears each flagged class's flag,
     skips it if its bank is not full, else runs ``loops`` EM steps on it. An EM step: E-step with
-    smoothing, loss −mean Σ_k r (log N + log π) + mean_{i≠j} exp(−‖μ_i − μ_j‖²) on ``means[c]`` of
+    smoothing (densities of ``official_log_prob``), loss −mean Σ_k r (log N + log π) + mean_{i≠j} exp(−‖μ_i − μ_j‖²) on ``means[c]`` of
     the full parameter, zero_grad / backward / step, then the prior momentum update."""
 
     def __init__(self, means: torch.Tensor, priors: torch.Tensor) -> None:
@@ -90,15 +100,15 @@ class _OfficialGMM:
     def step(self, bank: torch.Tensor, c: int) -> None:
         mu, eye = self.mu, torch.eye(self.mu.shape[1])
         with torch.no_grad():
-            resp = torch.softmax(-math.pi * torch.cdist(bank, mu[c]) ** 2 + torch.log(self.priors[c] + 1e-10), dim=-1)
+            resp = torch.softmax(official_log_prob(bank, mu[c]) + torch.log(self.priors[c] + 1e-10), dim=-1)
             resp = (resp + 0.1) / (resp + 0.1).sum(-1, keepdim=True)
-        log_lik = -math.pi * ((bank[:, None] - mu[c][None]) ** 2).sum(-1) + torch.log(self.priors[c] + 1e-10)
+        log_lik = official_log_prob(bank, mu[c]) + torch.log(self.priors[c] + 1e-10)
         pair = ((mu[c][:, None] - mu[c][None]) ** 2).sum(-1)
         loss = -(resp * log_lik).sum(1).mean(0) + (torch.exp(-pair) * (1 - eye)).sum() / (1 - eye).sum()
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        self.priors[c] = 0.99 * self.priors[c] + 0.01 * resp.mean(0)
+        self.priors[c] = 0.99 * self.priors[c] + 0.01 * (resp.sum(0) + 1e-10) / len(bank)
 
     def enqueue(self, labels: torch.Tensor) -> None:
         for c in labels.unique().tolist():

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
-from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from benchmark.cli import main
@@ -19,6 +18,11 @@ from reports_support import check_latex, markdown_rows, write_run
 
 N_IMAGES = 60
 SEEDS = (0, 1, 2)
+
+
+def con_value(j: int, seed: int) -> float:
+    """Consistency: J = 4 about 20 points above J = 2, the seed differences 21.5, 18, 20.5."""
+    return 40.0 + 10 * j + seed + (0.0 if j == 2 else (1.5, -2.0, 0.5)[seed])
 
 
 def correctness(j: int, seed: int) -> np.ndarray:
@@ -31,7 +35,7 @@ def runs(tmp_path):
     for j in (2, 4):
         for seed in SEEDS:
             correct = correctness(j, seed)
-            con = 40.0 + 10 * j + seed
+            con = con_value(j, seed)
             path = write_run(root, f"j{j}s{seed}", J=j, seed=seed,
                              metrics={"acc": 100 * correct.mean(), "con": con, "sta": None, "dis": None, "comp": None})
             labels = np.arange(N_IMAGES) % 3
@@ -70,7 +74,7 @@ def test_report_ci_puts_an_interval_in_every_cell(runs, capsys) -> None:
         acc, con = row[-2:]
         assert "[" in con and "img [" in acc
     assert "95% Student t interval over seeds" in out and "seeds 0, 1, 2" in out
-    con = [40.0 + 20 + s for s in SEEDS]  # J = 2
+    con = [con_value(2, s) for s in SEEDS]
     low, high = sps.t.interval(0.95, 2, loc=np.mean(con), scale=sps.sem(con))
     assert f"[{low:.1f}, {high:.1f}]" in rows[0][-1]
 
@@ -102,11 +106,14 @@ def test_compare_by_j_against_independent_computations(runs, capsys) -> None:
     a = np.stack([correctness(4, s) for s in SEEDS])
     b = np.stack([correctness(2, s) for s in SEEDS])
     assert acc["difference"] == pytest.approx(100 * (a.mean() - b.mean()))
-    table = [[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]]
-    assert acc["p_value"] == pytest.approx(mcnemar(table, exact=False, correction=True).pvalue)
-    assert acc["ci_low"] < acc["difference"] < acc["ci_high"] and acc["n_images"] == N_IMAGES
+    per_image = sps.ttest_1samp(100 * (a.astype(float) - b).mean(axis=0), 0.0)  # the image is the unit
+    assert acc["p_value"] == pytest.approx(per_image.pvalue)
+    assert (acc["ci_low"], acc["ci_high"]) == pytest.approx(tuple(per_image.confidence_interval(0.95)))
+    assert acc["n_images"] == N_IMAGES and acc["test"] == "Student t over images" and not acc["clipped"]
     con = frame.iloc[1]
-    assert con["difference"] == pytest.approx(20.0) and con["p_value"] == pytest.approx(0.25)  # 2/2^3: exact
+    paired_t = sps.ttest_rel([con_value(4, s) for s in SEEDS], [con_value(2, s) for s in SEEDS])
+    assert con["difference"] == pytest.approx(20.0) and con["p_value"] == pytest.approx(paired_t.pvalue)
+    assert (con["ci_low"], con["ci_high"]) == pytest.approx(tuple(paired_t.confidence_interval(0.95)))
     assert con["prob_improvement"] == 1.0 and con["n_seeds"] == 3
     assert list(frame["p_holm"]) == pytest.approx(list(multipletests(frame["p_value"], method="holm")[1]))
 
@@ -114,7 +121,7 @@ def test_compare_by_j_against_independent_computations(runs, capsys) -> None:
 def test_compare_markdown_and_mistakes(runs, capsys) -> None:
     assert main(["compare", str(runs), "--by", "J", "--baseline", "4"]) == 0
     out = capsys.readouterr().out
-    assert "| acc" in out and "Holm over the 2 comparisons" in out and "−" in out
+    assert "| acc" in out and "Holm over the 2 tested comparisons" in out and "−" in out
     assert main(["compare", str(runs), "--by", "J", "--baseline", "3"]) == 2
     assert "--baseline '3' is not a value of J" in capsys.readouterr().err
     assert main(["compare", str(runs), "--by", "method"]) == 2
@@ -127,15 +134,15 @@ def test_significance_bolds_only_a_tested_best_and_marks_ties(runs, capsys) -> N
     assert main(["report", str(runs), "--significance", "--metrics", "acc,con"]) == 0
     out = capsys.readouterr().out
     (j2_acc, j2_con), (j4_acc, j4_con) = (row[-2:] for row in markdown_rows(out))
-    # acc: 50 % vs 80 % on the same 180 (seed, image) pairs: McNemar p ≪ 0.05 → J=4 bold, J=2 unmarked
+    # acc: 50 % vs 80 % on the same 60 images (t over images, p ≪ 0.05) → J=4 bold, J=2 unmarked
     assert j4_acc.startswith("**") and "≈" not in j2_acc and "**" not in j2_acc
-    # con: +20 on each of 3 seeds, but the exact Wilcoxon p cannot fall below 2/2^3 = 0.25 → tied
-    assert "≈" in j4_con and "≈" in j2_con and "**" not in j4_con
-    assert "exact Wilcoxon signed-rank" in out and "α = 0.05" in out
+    # con: +20 ± 1.8 over 3 seeds: paired t p = 0.003 → J=4 bold
+    assert j4_con.startswith("**") and "≈" not in j2_con
+    assert "paired Student t over seeds" in out and "α = 0.05" in out
     assert "second-best" not in out  # the legend replaces the caption's best/second-best sentence
     assert main(["report", str(runs), "--significance", "--format", "latex", "--metrics", "acc,con"]) == 0
     latex = capsys.readouterr().out
     check_latex(latex)
-    assert r"$^{\approx}$" in latex and r"\textbf{" in latex and "second-best" not in latex
+    assert r"{\boldmath$" in latex and "second-best" not in latex
     assert main(["report", str(runs), "--metrics", "acc,con"]) == 0  # without marks: the sentence stays
     assert "second-best is <u>underlined</u>" in capsys.readouterr().out

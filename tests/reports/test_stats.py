@@ -1,5 +1,5 @@
 """reports.stats against independent implementations on known data: scipy and statsmodels where
-they hold the test, autorank where installed, brute-force loops otherwise (source: issue 19 item 6)."""
+they hold the test, textbook formulas and brute-force loops otherwise (source: issues 19 and 29)."""
 from __future__ import annotations
 
 import itertools
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from reports.stats import (holm, image_interval, mcnemar_p, paired_image_difference, paired_seed_difference,
-                           probability_of_improvement, seed_interval)
+from reports.stats import (MIN_IMAGES, holm, image_accuracy, paired_image_difference, paired_seed_difference,
+                           probability_of_improvement, seed_interval, wilcoxon_p)
 
 RNG = np.random.default_rng(0)
 
@@ -19,70 +19,63 @@ def test_seed_interval_is_the_textbook_t_interval() -> None:
     x = [57.1, 62.0, 49.3, 60.2]
     mean, s, n = np.mean(x), np.std(x, ddof=1), len(x)
     half = sps.t.ppf(0.975, n - 1) * s / math.sqrt(n)  # mean ± t_{0.975, n-1} s / √n
-    assert seed_interval(x, 0.95) == pytest.approx((mean - half, mean + half), abs=1e-12)
+    assert seed_interval(x, 0.95) == (pytest.approx((mean - half, mean + half), abs=1e-12), False)
     assert seed_interval([50.0], 0.95) is None
-    assert seed_interval([50.0, 50.0], 0.95) == (50.0, 50.0)
+    assert seed_interval([50.0, 50.0], 0.95) == ((50.0, 50.0), False)
+    # two seeds: ± 12.7 standard errors, clipped to the metric's range and marked
+    (low, high), clipped = seed_interval([97.0, 99.0], 0.95, (0.0, 100.0))
+    assert clipped and high == 100.0 and low == pytest.approx(98 - sps.t.ppf(0.975, 1) * 1.0)
 
 
-def test_image_interval_covers_the_accuracy_and_narrows_with_more_images() -> None:
-    small = [RNG.random(50) < 0.6, RNG.random(50) < 0.7]
-    large = [RNG.random(2000) < 0.6, RNG.random(2000) < 0.7]
-    lo, hi = image_interval(small, 0.95)
-    point = 100 * np.mean([c.mean() for c in small])
-    assert lo < point < hi
-    lo2, hi2 = image_interval(large, 0.95)
-    assert hi2 - lo2 < (hi - lo) / 3
-    # the normal approximation of a stratified mean of proportions: se² = Σ p(1-p)/n / S²
-    p = np.array([c.mean() for c in large])
-    se = 100 * math.sqrt(np.sum(p * (1 - p) / 2000)) / 2
-    assert (hi2 - lo2) == pytest.approx(2 * 1.96 * se, rel=0.1)
+def test_image_accuracy_is_the_t_interval_of_the_per_image_seed_means() -> None:
+    correct = RNG.random((3, 200)) < 0.7
+    per_image = 100 * correct.mean(axis=0)  # an image is one unit, whatever the number of seeds
+    got = image_accuracy(correct, 0.95)
+    half = sps.t.ppf(0.975, 199) * per_image.std(ddof=1) / math.sqrt(200)
+    assert got.difference == pytest.approx(100 * correct.mean())
+    assert got.ci == pytest.approx((per_image.mean() - half, per_image.mean() + half), abs=1e-9)
+    few = image_accuracy(correct[:, : MIN_IMAGES - 1], 0.95)
+    assert math.isnan(few.p_value) and "no test" in few.test and f"needs {MIN_IMAGES}" in few.test
+    (low, high) = image_accuracy(np.ones((2, 40), bool) & (np.arange(40) > 0), 0.95).ci  # 39 of 40 right
+    assert high == 100.0 and low < 100.0
 
 
-def test_mcnemar_equals_the_exact_binomial_and_the_chi2_formula() -> None:
-    a = np.array([1] * 30 + [1] * 9 + [0] * 3 + [0] * 8, dtype=bool)  # b = 9 (a only), c = 3 (b only)
-    b = np.array([1] * 30 + [0] * 9 + [1] * 3 + [0] * 8, dtype=bool)
-    assert mcnemar_p(a, b) == pytest.approx(sps.binomtest(3, 12, 0.5).pvalue, abs=1e-12)
-    a = np.r_[np.ones(40, bool), np.zeros(20, bool)]  # 40 vs 20 discordant: χ² with continuity correction
-    b = ~a
-    chi2 = (abs(40 - 20) - 1) ** 2 / 60
-    assert mcnemar_p(a, b) == pytest.approx(sps.chi2.sf(chi2, 1), abs=1e-12)
-    assert mcnemar_p(a, a) == 1.0
-
-
-def test_paired_image_difference() -> None:
+def test_paired_image_difference_is_scipys_one_sample_t_over_images() -> None:
     a = RNG.random((2, 400)) < 0.7
     b = a.copy()
     b[:, :40] = ~b[:, :40]
     d = paired_image_difference(a, b, 0.95)
+    per_image = 100 * (a.astype(float) - b).mean(axis=0)
+    oracle = sps.ttest_1samp(per_image, 0.0)
     assert d.difference == pytest.approx(100 * (a.mean() - b.mean()))
-    assert d.ci[0] <= d.difference <= d.ci[1] and d.test == "McNemar"
-    assert d.p_value == pytest.approx(mcnemar_p(a.ravel(), b.ravel()))
-    # a brute-force loop: resample image columns (the same for both and every seed), percentiles
-    rng = np.random.default_rng(1)
-    draws = []
-    for _ in range(4000):
-        cols = rng.integers(0, 400, 400)
-        draws.append(100 * (a[:, cols].mean() - b[:, cols].mean()))
-    assert d.ci == pytest.approx(tuple(np.percentile(draws, [2.5, 97.5])), abs=0.5)
+    assert d.p_value == pytest.approx(oracle.pvalue, rel=1e-12) and d.test == "Student t over images"
+    assert d.ci == pytest.approx(tuple(oracle.confidence_interval(0.95)), rel=1e-12)
     same = paired_image_difference(a, a, 0.95)
     assert (same.difference, same.ci, same.p_value) == (0.0, (0.0, 0.0), 1.0)
 
 
-def test_paired_seed_difference_is_scipys_wilcoxon_and_the_paired_t_interval() -> None:
+def test_paired_seed_difference_is_scipys_paired_t() -> None:
     a, b = [60.0, 58.5, 63.1, 61.0, 59.9], [57.0, 58.9, 60.2, 57.5, 55.0]
-    d = paired_seed_difference(a, b, 0.95)
+    d = paired_seed_difference(a, b, 0.95, (-100.0, 100.0))
+    oracle = sps.ttest_rel(a, b)
+    assert d.p_value == pytest.approx(oracle.pvalue, rel=1e-12) and d.test == "paired Student t over seeds"
+    assert d.ci == pytest.approx(tuple(oracle.confidence_interval(0.95)), rel=1e-12) and not d.clipped
+    one = paired_seed_difference([1.0], [0.0], 0.95)
+    assert math.isnan(one.p_value) and math.isnan(one.ci[0]) and one.test.startswith("n = 1")
+    assert paired_seed_difference([2.0, 3.0], [2.0, 3.0], 0.95).p_value == 1.0
+    wide = paired_seed_difference([90.0, 40.0], [10.0, 30.0], 0.95, (-100.0, 100.0))
+    assert wide.clipped and wide.ci == (-100.0, 100.0)
+
+
+def test_wilcoxon_p_enumerates_the_signed_rank_distribution() -> None:
+    a, b = [60.0, 58.5, 63.1, 61.0, 59.9], [57.0, 58.9, 60.2, 57.5, 55.0]
     diff = np.subtract(a, b)
-    assert d.p_value == pytest.approx(sps.wilcoxon(a, b).pvalue)
-    # exact signed-rank distribution by enumeration of the 2^n sign patterns
     ranks = sps.rankdata(np.abs(diff))
     w = ranks[diff > 0].sum()
     null = [sum(r for r, s in zip(ranks, signs) if s) for signs in itertools.product([0, 1], repeat=5)]
     tail = min(np.mean([x >= w for x in null]), np.mean([x <= w for x in null]))
-    assert d.p_value == pytest.approx(min(1.0, 2 * tail))
-    t = sps.ttest_rel(a, b).confidence_interval(0.95)
-    assert d.ci == pytest.approx((t.low, t.high))
-    assert paired_seed_difference([1.0], [0.0], 0.95).ci == (pytest.approx(math.nan, nan_ok=True),) * 2
-    assert paired_seed_difference([2.0, 3.0], [2.0, 3.0], 0.95).p_value == 1.0
+    assert wilcoxon_p(a, b) == pytest.approx(min(1.0, 2 * tail))
+    assert wilcoxon_p([1.0, 2.0], [1.0, 2.0]) == 1.0
 
 
 def test_probability_of_improvement_counts_pairs() -> None:
