@@ -96,7 +96,8 @@ def test_forward_logits_and_maps_equal_the_official_forward() -> None:
     assert (presence.view_as(z) - z).abs().max() < 1e-6
     assert (logits - out).abs().max() < 1e-6
     chosen = method.class_prototypes(batch.labels)
-    expected = torch.stack([z[b, chosen[b]] for b in range(8)])
+    expected = torch.stack([torch.relu(method.weight[batch.labels[b], chosen[b], None, None]) * z[b, chosen[b]]
+                            for b in range(8)])
     assert (maps - expected).abs().max() < 1e-6
 
 

@@ -17,7 +17,8 @@ cosine schedules are sampled at each epoch's centre and the classifier's Adam st
 ``joint`` (README, "Protocol deviations", PIP-Net).
 
 Logits are the scoring sheet on inference-clamped pooled scores (the official prediction);
-activation maps of class c are the presences of its J highest-weighted prototypes.
+activation maps of class c are the presences of its J highest-weighted prototypes, scaled by
+those weights.
 """
 from __future__ import annotations
 
@@ -152,12 +153,17 @@ class PIPNet(PrototypeMethod):
         return order[classes, :self.prototypes_per_class]
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """The presence maps z of class ``classes[b]``'s top-J prototypes (vis_pipnet.py, the
-        official evidence), B×J×H×W."""
+        """The presence maps z of class ``classes[b]``'s top-J prototypes (vis_pipnet.py and
+        visualize_prediction.py draw them), each scaled by the class's weight ``relu(W[c, p])``:
+        the evidence for class c, whose grid max is the prototype's unclamped term of out_c. The
+        map metrics are invariant to a map's positive scale; a weight of 0 gives a flat map (a
+        prototype the class does not use), and two classes sharing a prototype get distinct maps."""
         H, W = batch.grid
         chosen = self.class_prototypes(classes)
         z = self.presence_maps(batch)
-        return z.gather(1, chosen[:, :, None].expand(-1, -1, z.shape[-1])).view(len(batch), -1, H, W)
+        present = z.gather(1, chosen[:, :, None].expand(-1, -1, z.shape[-1]))
+        weights = self.weight.clamp_min(0.0)[classes].gather(1, chosen)
+        return (weights[:, :, None] * present).view(len(batch), -1, H, W)
 
     def prototype_contributions(self, batch: TokenBatch, classes: Tensor) -> Tensor:
         """``relu(W[c, p]) · pooled'_p`` of the top-J prototypes of ``classes[b]``: terms of out_c."""
