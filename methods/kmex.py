@@ -42,9 +42,10 @@ def soft_similarity(distances: Tensor) -> Tensor:
 
 
 def euclidean(x: Tensor, y: Tensor) -> Tensor:
-    """``‖x_i − y_j‖`` (torch.cdist p = 2) without the matrix-product shortcut, which loses digits
-    when x_i ≈ y_j (cdist's default for more than 25 rows)."""
-    return torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist")
+    """``‖x_i − y_j‖`` (torch.cdist p = 2) in float64, as the official float64 centres, without the
+    matrix-product shortcut, which loses digits when x_i ≈ y_j (cdist's default for more than 25
+    rows): near a centre, ``log(d + 1e-4)`` magnifies float32's error of d ≈ 1e-4 by 1e4."""
+    return torch.cdist(x.double(), y.double(), compute_mode="donot_use_mm_for_euclid_dist")
 
 
 def kmeans_per_class(features: np.ndarray, labels: np.ndarray, num_classes: int, clusters: int, *, seed: int,
@@ -89,7 +90,8 @@ class KMEx(PrototypeMethod):
         self.n_init, self.max_iter, self.tol = n_init, max_iter, float(tol)
         self.loss_weights = {"inertia": 1.0}
         # placeholders until clustering replaces them (drawn from torch's seeded RNG like other heads' init)
-        self.register_buffer("prototypes", torch.randn(ctx.num_prototypes, ctx.embed_dim))
+        # float64: the official centres are sklearn's fit of a float64 array
+        self.register_buffer("prototypes", torch.randn(ctx.num_prototypes, ctx.embed_dim, dtype=torch.float64))
         self.register_buffer("cluster_sizes", torch.full((ctx.num_prototypes,), -1, dtype=torch.long))
 
     # ---- forward pieces ---------------------------------------------------------------------
@@ -99,8 +101,8 @@ class KMEx(PrototypeMethod):
         return batch.tokens.float().mean(dim=1)
 
     def similarities(self, batch: TokenBatch) -> Tensor:
-        """B×P soft similarities s to every centre."""
-        return soft_similarity(euclidean(self.embeddings(batch), self.prototypes))
+        """B×P soft similarities s to every centre (float32)."""
+        return soft_similarity(euclidean(self.embeddings(batch), self.prototypes)).float()
 
     def logits(self, batch: TokenBatch) -> Tensor:
         """``max_{j ∈ c} s_j``: argmax = the class of the nearest centre (``kmc.predict``)."""
@@ -127,7 +129,7 @@ class KMEx(PrototypeMethod):
         """The soft similarity of every token to each of the class's J centres, B×J×H×W."""
         H, W = batch.grid
         chosen = self.prototypes.view(self.num_classes, self.prototypes_per_class, -1)[classes]
-        maps = soft_similarity(euclidean(batch.tokens.float(), chosen)).transpose(1, 2)
+        maps = soft_similarity(euclidean(batch.tokens.float(), chosen)).float().transpose(1, 2)
         return maps.reshape(len(batch), -1, H, W)
 
     # ---- "training": clustering -------------------------------------------------------------
@@ -139,7 +141,7 @@ class KMEx(PrototypeMethod):
             return {}
         own = own_class_mask(batch.labels, self.ctx.num_prototypes, self.prototypes_per_class)
         squared = euclidean(self.embeddings(batch), self.prototypes).pow(2)
-        return {"inertia": squared.masked_fill(~own, float("inf")).amin(dim=1).mean()}
+        return {"inertia": squared.masked_fill(~own, float("inf")).amin(dim=1).mean().float()}
 
     def on_stage_start(self, stage: Stage, epoch: int, data: TrainData) -> None:
         """Cluster the un-augmented training split (``data``, the official push set)."""
