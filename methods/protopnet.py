@@ -7,6 +7,12 @@ a last layer. ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 L1``. Epochs 0–4 warm, 5
 19); a push at the end of epoch 10 and of epoch 19, each followed by 20 last-layer-only epochs
 on the fixed pooled similarities.
 
+``similarity = "cosine"`` swaps the head for ProtoPNeXt's (Willard, Moffett et al., arXiv
+2406.14675; "Cosine similarity is almost all you need", WACV 2026): the cosine activation of
+methods/common/cosine.py, max-pooled, and cluster/separation costs on similarities with the signs
+of the weights flipped (ProtoPNeXt's coefficients −0.8 and +0.08 from the same 0.8 and −0.08);
+the add-on, schedule, push and last-layer phases stay ProtoPNet's (README, "ProtoPNet").
+
 Schedule as main.py of the official code: ``for epoch …: train; if epoch >= push_start and
 epoch in push_epochs: push; 20 × last-layer`` with ``push_start = 10``, so "push at epoch 10"
 runs after the 11th training epoch (global index 10); the 20-epoch protocol adds the final push
@@ -41,11 +47,13 @@ from methods.common.lineage import (
     separation_cost,
     warm_joint_stages,
 )
+from methods.common.cosine import cluster_similarity, cosine_activation, separation_similarity
 from methods.common.precision import float32_island
 from methods.registry import register_method
 
 #: ε of the log similarity (official model.py ``self.epsilon``)
 EPSILON = 1e-4
+SIMILARITIES = ("l2", "cosine")
 
 
 @float32_island  # ‖z‖² − 2z·p + ‖p‖² cancels to ≈ 0 at a close patch: in bf16 it errs by up to 0.3 (README, GPU)
@@ -92,6 +100,7 @@ class ProtoPNet(PrototypeMethod):
         clst_weight: float = 0.8,
         sep_weight: float = -0.08,
         l1_weight: float = 1e-4,
+        similarity: str = "l2",
         block_lr: float = 1e-4,
         block_weight_decay: float = 1e-3,
         expanded: bool = False,
@@ -105,6 +114,10 @@ class ProtoPNet(PrototypeMethod):
                        last_layer_lr=last_layer_lr, block_lr=block_lr)
         check_non_negative(name, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay)
         check_finite(name, clst_weight=clst_weight, sep_weight=sep_weight, l1_weight=l1_weight)
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"{name}: similarity must be one of {', '.join(map(repr, SIMILARITIES))}, "
+                             f"got {similarity!r}")
+        self.similarity = similarity
         self.push_epochs = check_epochs_in_schedule(name, "push_epochs", push_epochs, warm_epochs + joint_epochs)
         self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.prototype_lr, self.add_on_weight_decay = add_on_lr, prototype_lr, add_on_weight_decay
@@ -115,8 +128,10 @@ class ProtoPNet(PrototypeMethod):
         self.last_layer_epochs, self.last_layer_lr = last_layer_epochs, last_layer_lr
         self.last_layer_batch_size = last_layer_batch_size
         self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
-        # signed coefficients of train_and_test.py / settings.py ``coefs``
-        self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "l1": l1_weight}
+        # signed coefficients of train_and_test.py / settings.py ``coefs``; on similarities the
+        # costs change sign (ProtoPNeXt train_protopnet.py: cluster_coef −0.8, separation_coef 0.08)
+        sign = -1.0 if similarity == "cosine" else 1.0
+        self.loss_weights = {"ce": 1.0, "clst": sign * clst_weight, "sep": sign * sep_weight, "l1": l1_weight}
 
         self.block = make_block(ctx, expanded)
         self.reads = head_reads(self.block)
@@ -133,8 +148,12 @@ class ProtoPNet(PrototypeMethod):
         return self.add_on(head_input(batch, self.block))
 
     def pooled_similarities(self, batch: TokenBatch) -> Tensor:
-        """B×P ``log_similarity(min_grid d)`` (model.py ``forward``): what the last layer reads."""
-        return log_similarity(squared_distances(self.latent(batch), self.prototypes).amin(dim=-1))
+        """B×P ``log_similarity(min_grid d)`` (model.py ``forward``), or the max cosine activation
+        over the grid (ProtoPNeXt ``LinearClassPrototypePredictionHead``, top-1): what the last layer reads."""
+        latent = self.latent(batch)
+        if self.similarity == "cosine":
+            return cosine_activation(latent, self.prototypes).amax(dim=-1)
+        return log_similarity(squared_distances(latent, self.prototypes).amin(dim=-1))
 
     def logits(self, batch: TokenBatch) -> Tensor:
         return self.last_layer(self.pooled_similarities(batch))
@@ -144,9 +163,12 @@ class ProtoPNet(PrototypeMethod):
         return last_layer_contributions(self.last_layer, self.pooled_similarities(batch), classes)
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """The log similarity on the grid (methods.md), for the J prototypes of ``classes[b]``."""
+        """The log similarity (or the cosine activation) on the grid (methods.md), for the J
+        prototypes of ``classes[b]``."""
         J, (H, W) = self.prototypes_per_class, batch.grid
         chosen = self.prototypes.view(self.num_classes, J, -1)[classes]
+        if self.similarity == "cosine":
+            return cosine_activation(self.latent(batch), chosen).view(len(batch), J, H, W)
         return log_similarity(squared_distances(self.latent(batch), chosen)).view(len(batch), J, H, W)
 
     # ---- training ---------------------------------------------------------------------------
@@ -163,6 +185,8 @@ class ProtoPNet(PrototypeMethod):
                                  lr_curve_epochs=self.joint_lr_curve_epochs)
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
+        if self.similarity == "cosine":
+            return self._cosine_terms(batch)
         min_distances = squared_distances(self.latent(batch), self.prototypes).amin(dim=-1)
         terms: dict[str, Tensor] = {}
         if self.uses("ce"):
@@ -171,6 +195,19 @@ class ProtoPNet(PrototypeMethod):
             terms["clst"] = cluster_cost(min_distances, batch.labels, self.prototypes_per_class)
         if self.uses("sep"):
             terms["sep"] = separation_cost(min_distances, batch.labels, self.prototypes_per_class)
+        return terms
+
+    def _cosine_terms(self, batch: TokenBatch) -> dict[str, Tensor]:
+        """CE on the last layer of max-pooled cosine activations; clst/sep on those similarities
+        (ProtoPNeXt losses.py ``ClusterCost``/``SeparationCost``)."""
+        pooled = cosine_activation(self.latent(batch), self.prototypes).amax(dim=-1)
+        terms: dict[str, Tensor] = {}
+        if self.uses("ce"):
+            terms["ce"] = F.cross_entropy(self.last_layer(pooled), batch.labels)
+        if self.uses("clst"):
+            terms["clst"] = cluster_similarity(pooled, batch.labels, self.prototypes_per_class)
+        if self.uses("sep"):
+            terms["sep"] = separation_similarity(pooled, batch.labels, self.prototypes_per_class)
         return terms
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
@@ -188,6 +225,8 @@ class ProtoPNet(PrototypeMethod):
 
     def _latent_and_closeness(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         latent = self.latent(batch)
+        if self.similarity == "cosine":  # ProtoPNeXt's projection: the max activation, the raw latent copied
+            return latent, cosine_activation(latent, self.prototypes)
         return latent, -squared_distances(latent, self.prototypes)
 
     @torch.no_grad()

@@ -10,4 +10,9 @@ TWO_EPOCHS: dict[str, dict[str, object]] = {
     "evalprotopnet": {"warm_epochs": 1, "joint_epochs": 1},
     "deformable_protopnet": {"warm_epochs": 1, "joint_epochs": 1, "push_epochs": [1]},
     "mgproto": {"epochs": 2, "em_start_epoch": 0, "mine_start_epoch": 0, "push_epochs": [1]},
+    # pretraining and the joint stage (its step shrink, last-epoch shrink and zeroing pass)
+    "pipnet": {"pretrain_epochs": 1, "epochs": 1, "finetune_epochs": 0},
+    "kmex": {},  # one clustering epoch is its whole schedule
 }
+#: methods whose whole schedule is shorter than two epochs
+ONE_EPOCH = {"kmex"}
