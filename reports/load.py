@@ -57,15 +57,27 @@ def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] |
     return frame
 
 
+#: the first word of a ``stale`` reason whose own adapter code was not checked
+#: (benchmark.run.own_code.UNVERIFIABLE): such a result is not advised for retraining
+UNVERIFIABLE = "unverifiable"
+
+
 def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
     """The stale results among ``runs`` (run directory, ``stale`` column), one line each with
-    why, for stderr; None when there is none."""
-    lines = [f"  {run_dir}: {why}" for run_dir, why in runs if isinstance(why, str)]
-    if not lines:
-        return None
-    return (f"{len(lines)} stale result(s) are included (README, \"Run identity and stale results\"); "
-            "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric code: "
-            "`protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(lines))
+    why, and apart from them the unverifiable ones (own adapters whose code was not imported),
+    for stderr; None when there is none."""
+    runs = [(run_dir, why) for run_dir, why in runs if isinstance(why, str)]
+    stale = [f"  {run_dir}: {why}" for run_dir, why in runs if not why.startswith(UNVERIFIABLE)]
+    unchecked = [f"  {run_dir}: {why}" for run_dir, why in runs if why.startswith(UNVERIFIABLE)]
+    notes = []
+    if stale:
+        notes.append(f"{len(stale)} stale result(s) are included (README, \"Run identity and stale results\"); "
+                     "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric "
+                     "code: `protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(stale))
+    if unchecked:
+        notes.append(f"{len(unchecked)} result(s) of own adapters are unverifiable: reading results never imports "
+                     "code a result names (README, \"Run identity and stale results\"):\n" + "\n".join(unchecked))
+    return "\n".join(notes) or None
 
 
 def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
