@@ -48,16 +48,21 @@ def safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with its column names and its text cells through :func:`safe_cell` (numeric
     columns untouched), ready for ``DataFrame.to_csv``."""
     cleaned = frame.rename(columns=lambda name: safe_cell(str(name)))
-    for column in cleaned.columns[[dtype == object or str(dtype) in ("string", "str") for dtype in cleaned.dtypes]]:
+    for column in _text_columns(cleaned):
         cleaned[column] = cleaned[column].map(safe_cell)
     return cleaned
+
+
+def _text_columns(frame: pd.DataFrame) -> list[Any]:
+    """The columns that may hold text (object or string dtype; numbers and booleans are not)."""
+    return [column for column, dtype in zip(frame.columns, frame.dtypes) if dtype == object or str(dtype) in ("string", "str")]
 
 
 def restore_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """A frame the suite wrote with :func:`frame_csv` and read back: the quote :func:`safe_cell`
     put in front of a text cell taken off again (the suite's own records, e.g. an image path)."""
     restored = frame.copy()
-    for column in restored.columns[[dtype == object for dtype in restored.dtypes]]:
+    for column in _text_columns(restored):
         restored[column] = restored[column].map(
             lambda v: v[1:] if isinstance(v, str) and v.startswith("'") and is_formula_cell(v[1:]) else v)
     return restored
