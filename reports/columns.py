@@ -67,6 +67,15 @@ TIDY_COLUMNS: tuple[str, ...] = (
     + IDENTITY_COLUMNS + PROVENANCE_COLUMNS
 )
 
+#: the values a metric can take (metrics/: percentages; deletion, a difference of percentages, in
+#: percent points; explanation sizes and timings ≥ 0); its std lies in [0, upper − lower]
+PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc")
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **{m: (0.0, 100.0) for m in PERCENT_METRICS}, "del": (-100.0, 100.0),
+    **{m: (0.0, float("inf")) for m in METRIC_COLUMNS if m not in PERCENT_METRICS and m != "del"},
+}
+METRIC_RANGES.update({std_column(m): (0.0, high - low) for m, (low, high) in list(METRIC_RANGES.items())})
+
 INTEGER_COLUMNS: tuple[str, ...] = ("J", "seed", "n_seeds")
 FLOAT_COLUMNS: tuple[str, ...] = METRIC_COLUMNS + STD_COLUMNS
 

@@ -21,6 +21,7 @@ from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
     KEY_COLUMNS,
+    METRIC_RANGES,
     METRIC_COLUMNS,
     PROVENANCE_COLUMNS,
     TIDY_COLUMNS,
@@ -420,9 +421,18 @@ def _csv_integer(where: str, column: str, value: str) -> int | None:
 
 
 def _csv_float(where: str, column: str, value: str) -> float:
+    """A metric cell: empty (not computed) or a finite number within the metric's range
+    (:data:`reports.columns.METRIC_RANGES`; an export's ``metrics.acc`` is ``acc``'s)."""
     if not value:
         return math.nan
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise ProtobenchError(f"{where}: {column} must be a number or empty, got {value!r}.") from None
+    low, high = METRIC_RANGES.get(column.rpartition(".")[2], (-math.inf, math.inf))
+    if not (math.isfinite(number) and low <= number <= high):  # NaN, ±inf, 1e999 and a 5000-digit numeral too
+        shown = value if len(value) <= 40 else f"{value[:20]}…({len(value)} characters)"
+        span = f"[{low:g}, {high:g}]" if math.isfinite(high) else f"≥ {low:g}"
+        raise ProtobenchError(f"{where}: column {column} = {shown} is not a finite number in {span}; fix that cell "
+                              "(leave it empty where the metric was not computed).")
+    return number

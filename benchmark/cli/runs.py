@@ -219,7 +219,10 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
     """The run directories ``cancel`` names: a grid file's runs, those under a directory, or the
     runs whose id starts with a prefix (under --runs-dir); and how to say which."""
     target = Path(args.target)
-    if target.suffix == ".toml" and target.is_file():
+    if target.suffix == ".toml" and not target.is_file():  # a grid file that is not there: say so
+        raise ProtobenchError(f"grid file {str(target)!r} does not exist; give the grid file `protobench run` "
+                              "submitted, a runs directory (runs/GRID) or the start of a run id")
+    if target.suffix == ".toml":
         grid = load_grid(target)
         root = runs_root_of(args, grid.runs_dir) / grid.name
         return f"grid {grid.name!r} ({root})", find_run_dirs(root) if root.is_dir() else []
