@@ -222,7 +222,8 @@ def execute_run(
     kept so a re-run resumes."""
     rd = RunDir(run_dir)
     done = rd.result()
-    if done is not None:
+    if done is not None:  # not re-entered, but a killed writer's temporary files go
+        rd.remove_abandoned_temp_files()
         return done
     with run_lock(run_dir, wait_s=lock_wait_s):
         return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir)
