@@ -20,6 +20,7 @@ from benchmark.run.identity import rescoring, staleness
 from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_unverifiable
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from benchmark.run.states import ATTEMPT_FILE, latest_job
+from methods.registry import display_name_of
 from reports.layouts import display_name
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
@@ -79,15 +80,18 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None,
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
                         "rescore": rescore,
-                        "method_display_name": display_name(str(spec.get("method", "?")), _recorded_name(result)),
+                        "method_display_name": _display_name(str(spec.get("method", "?")), result, adapters),
                         "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
                         "unreadable": unreadable, "progress": progress})
     return records
 
 
-def _recorded_name(result: dict[str, Any] | None) -> str | None:
+def _display_name(method: str, result: dict[str, Any] | None, adapters: AdapterImports) -> str:
+    """The method's current label where its code may be imported (a suite method; an own adapter
+    ``adapters`` allows), else the one its result recorded (reports.layouts.display_name)."""
     name = (result or {}).get("method_display_name")
-    return name if isinstance(name, str) and name else None
+    recorded = name if isinstance(name, str) and name else None
+    return display_name_of(method, recorded) if adapters.allows(method) else display_name(method, recorded)
 
 
 def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None,
