@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_own_code, unverifiable_reason
+from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_own_method, unverifiable_reason
 from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
@@ -152,7 +152,7 @@ def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
         current = RunSpec.from_json(spec, import_trunk=False)
         fingerprint = method_fingerprint(current.method)
     except ProtobenchError as err:
-        if isinstance(method, str) and is_own_code(method):  # an import path, not a code change
+        if isinstance(method, str) and is_own_method(method):  # an import path, not a code change
             return unverifiable_reason(method, result, run_dir, f"adapter not importable: {err}")
         return f"cannot check against the current code ({err})"
     if current.run_id != result.get("run_id"):

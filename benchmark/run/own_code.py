@@ -23,8 +23,13 @@ TIMM_PREFIX = "timm:"  # benchmark.backbones.TIMM_PREFIX, spelt here to keep thi
 
 
 def is_own_code(name: str) -> bool:
-    """Whether a method or trunk name is an import path (``module:attr``) of code outside the suite."""
+    """Whether a trunk name is an import path (``module:attr``) of code outside the suite."""
     return ":" in name and not name.startswith(TIMM_PREFIX)
+
+
+def is_own_method(name: str) -> bool:
+    """Whether a method name is an import path (every name with ``:``: registry keys have none)."""
+    return ":" in name
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class AdapterImports:
     methods: frozenset[str] = frozenset()
 
     def allows(self, method: str) -> bool:
-        return not is_own_code(method) or self.every or method in self.methods
+        return not is_own_method(method) or self.every or method in self.methods
 
     @classmethod
     def of_grid(cls, methods: Collection[str]) -> AdapterImports:
@@ -54,7 +59,7 @@ def own_code_paths(names: Collection[str]) -> tuple[Path, ...]:
     grid that names it)."""
     found: dict[Path, None] = {}
     for name in names:
-        if not is_own_code(name):
+        if not is_own_code(name):  # (a method named "timm:…" never passes the grid checks)
             continue
         top = importlib.import_module(name.partition(":")[0].split(".")[0])
         if top.__file__ is None:  # a namespace package: its folder lies in the entry

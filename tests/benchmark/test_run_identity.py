@@ -66,6 +66,7 @@ def test_a_changed_default_is_a_new_run_and_the_old_one_reads_stale(
     first_id, first = sorted(_results(tmp_path).items())[0]
     assert first["method_hyperparameters"] == {"epochs": 2, "lr": 0.1, "temperature": 0.1}  # defaults included
     assert first["method_fingerprint"] == method_fingerprint(f"{MODULE}:CosinePrototypes")
+    assert first["provenance"]["adapter_paths"] == [str(adapter.parent.resolve())]  # the readers' PYTHONPATH hint
 
     _edit(adapter, "temperature: float = 0.1", "temperature: float = 0.2")
     out = _run(tmp_path, capsys)
