@@ -178,6 +178,12 @@ def _import_factory(path: str) -> Any:
     except (ImportError, AttributeError) as error:
         raise ProtobenchError(f"backbone {path!r}: cannot import {attr!r} from {module_name!r} ({error}); "
                               "name a trunk factory as 'module:function' or 'module:Class' on PYTHONPATH.") from None
+    except SyntaxError as error:  # the user's module does not parse: where, not a traceback
+        raise ProtobenchError(f"backbone {path!r}: {error.filename}, line {error.lineno}: {error.msg}; fix that "
+                              "line of the trunk's module.") from None
+    except Exception as error:  # the module raised while it was imported
+        raise ProtobenchError(f"backbone {path!r}: importing {module_name!r} raised {type(error).__name__}: {error}; "
+                              "fix the trunk's module.") from None
     if not callable(factory):
         raise ProtobenchError(f"backbone {path!r} is a {type(factory).__name__}, not a callable; "
                               "name a function or class that returns the trunk model.")

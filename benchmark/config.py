@@ -15,6 +15,7 @@ from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
 from benchmark.errors import ProtobenchError
+from benchmark.run.own_code import is_own_code
 from benchmark.spec_fields import identity_fields
 
 DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
@@ -108,8 +109,11 @@ class RunSpec:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunSpec:
-        return build_run_spec(data, where="spec.json")
+    def from_json(cls, data: dict[str, Any], *, import_trunk: bool = True) -> RunSpec:
+        """The spec a ``spec.json``/``result.json`` holds. ``import_trunk=False`` (reading results:
+        benchmark/run/own_code.py) takes an own trunk's recorded key as it is instead of importing
+        its factory to canonicalise it."""
+        return build_run_spec(data, where="spec.json", import_trunk=import_trunk)
 
     def with_overrides(self, **changes: Any) -> RunSpec:
         return replace(self, **changes)
@@ -148,7 +152,7 @@ _FIELD_TYPES: dict[str, type] = {
 }  # every other RunSpec field is a string but cache_in_memory ("auto" | bool, validate_run_spec)
 
 
-def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
+def build_run_spec(values: dict[str, Any], *, where: str, import_trunk: bool = True) -> RunSpec:
     """Make a RunSpec from plain values, naming the first unknown key or bad value."""
     for key, value in values.items():
         if key not in RUN_FIELDS:
@@ -158,8 +162,10 @@ def build_run_spec(values: dict[str, Any], *, where: str) -> RunSpec:
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")
-    spec = RunSpec(**{**values, "backbone": canonical_backbone(values["backbone"], where=where)})
-    validate_run_spec(spec, where=where)
+    recorded = not import_trunk and is_own_code(values["backbone"])  # an own trunk's key as recorded
+    spec = RunSpec(**{**values, "backbone": values["backbone"] if recorded else
+                      canonical_backbone(values["backbone"], where=where)})
+    validate_run_spec(spec, where=where, import_trunk=import_trunk)
     return spec
 
 
@@ -184,7 +190,7 @@ def check_prototype_count(spec: RunSpec, num_classes: int) -> None:
             f"use J ≤ {MAX_PROTOTYPES // num_classes} for {spec.dataset}")
 
 
-def validate_run_spec(spec: RunSpec, *, where: str) -> None:
+def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -> None:
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from benchmark.method_lookup import validate_method_args
@@ -195,7 +201,8 @@ def validate_run_spec(spec: RunSpec, *, where: str) -> None:
 
     if spec.dataset not in DATASET_NAMES:
         raise bad(f"unknown dataset {spec.dataset!r}; choose one of {', '.join(DATASET_NAMES)}")
-    canonical = canonical_backbone(spec.backbone, where=where)
+    canonical = spec.backbone if not import_trunk and is_own_code(spec.backbone) else \
+        canonical_backbone(spec.backbone, where=where)
     if canonical != spec.backbone:
         raise bad(f"backbone {spec.backbone!r} is not in its canonical form {canonical!r}")
     if spec.prototypes_per_class < 1:

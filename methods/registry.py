@@ -66,6 +66,9 @@ def get_method_class(name: str) -> type[PrototypeMethod]:
                 f"method {name!r} could not be imported ({err}); give an importable "
                 "'package.module:ClassName' whose module is on PYTHONPATH"
             ) from err
+        except SyntaxError as err:  # the adapter's module does not parse: where, not a traceback
+            raise ValueError(f"method {name!r}: {err.filename}, line {err.lineno}: {err.msg}; fix that line of "
+                             "the adapter's module") from None
         if not (isinstance(cls, type) and issubclass(cls, PrototypeMethod)):
             raise TypeError(f"method {name!r} is not a subclass of methods.base.PrototypeMethod")
         return cls

@@ -33,21 +33,6 @@ METRIC_COLUMNS: tuple[str, ...] = (
 )
 
 
-_PERCENT = ("acc", "con", "sta", "dis", "comp", "purity", "loc")
-#: the values a metric can take (intervals are clipped to it and marked): percentages in [0, 100],
-#: ``del`` a difference of two accuracies in percent points, sizes and timings non-negative
-METRIC_RANGES: dict[str, tuple[float, float]] = {
-    **{m: (0.0, 100.0) for m in _PERCENT}, "del": (-100.0, 100.0),
-    **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in _PERCENT and m != "del"},
-}
-
-
-def difference_range(metric: str) -> tuple[float, float]:
-    """The values a difference of two values of ``metric`` can take: ``[lo − hi, hi − lo]``."""
-    low, high = METRIC_RANGES[metric]
-    return low - high, high - low
-
-
 def std_column(metric: str) -> str:
     """Column holding the published standard deviation of ``metric`` (NaN for single runs)."""
     return f"{metric}_std"
@@ -82,6 +67,21 @@ TIDY_COLUMNS: tuple[str, ...] = (
     KEY_COLUMNS + SEED_COLUMNS + METRIC_COLUMNS + STD_COLUMNS + ORIGIN_COLUMNS + LABEL_COLUMNS
     + IDENTITY_COLUMNS + PROVENANCE_COLUMNS
 )
+
+#: the values a metric can take (metrics/: percentages; deletion, a difference of percentages, in
+#: percent points; explanation sizes and timings ≥ 0); its std lies in [0, upper − lower]
+PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc")
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **{m: (0.0, 100.0) for m in PERCENT_METRICS}, "del": (-100.0, 100.0),
+    **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in PERCENT_METRICS and m != "del"},
+}
+METRIC_RANGES.update({std_column(m): (0.0, high - low) for m, (low, high) in list(METRIC_RANGES.items())})
+
+
+def difference_range(metric: str) -> tuple[float, float]:
+    """The values a difference of two values of ``metric`` can take: ``[lo − hi, hi − lo]``."""
+    low, high = METRIC_RANGES[metric]
+    return low - high, high - low
 
 INTEGER_COLUMNS: tuple[str, ...] = ("J", "seed", "n_seeds")
 FLOAT_COLUMNS: tuple[str, ...] = METRIC_COLUMNS + STD_COLUMNS

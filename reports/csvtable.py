@@ -14,12 +14,11 @@ wrote it (not written where a cell's metrics differ in their number of seeds).
 """
 from __future__ import annotations
 
-import csv
-import io
-
+from benchmark.csv_cells import csv_text
 from reports.columns import KEY_COLUMNS, TIDY_PREFIX, std_column
 from reports.layout import Heading
 from reports.table import CellView, RowView, TableView, column_name
+
 
 def render_csv(table: TableView) -> str:
     layout = table.layout
@@ -33,9 +32,7 @@ def render_csv(table: TableView) -> str:
     tidy_header, tidy_lines = _tidy_cells(table) or ([], [])
     header += tidy_header
     tidy_rows = iter(tidy_lines)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
+    lines: list[list[str]] = []
     context: list[str] = []
     for item in table.body:
         if isinstance(item, Heading):
@@ -44,9 +41,8 @@ def render_csv(table: TableView) -> str:
             labels = _label_cells(item)
             values = [v for c in item.cells for v in (c.value or "", c.std or "", c.n or "")
                       + (_interval_cells(c) if intervals else ())]
-            writer.writerow(([" / ".join(context)] if sectioned else []) + labels + values
-                            + next(tidy_rows, []))
-    return out.getvalue()
+            lines.append(([" / ".join(context)] if sectioned else []) + labels + values + next(tidy_rows, []))
+    return csv_text(header, lines)  # no formula cell (a hostile display name or label)
 
 
 def _interval_cells(cell: CellView) -> tuple[str, ...]:

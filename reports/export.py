@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.records import read_records
-from benchmark.run.store import atomic_write_bytes
+from benchmark.csv_cells import frame_csv
+from benchmark.output_file import write_output
 from reports.columns import flatten
 from reports.layouts import display_name
 from reports.load import read_result_json, result_files
@@ -58,9 +59,13 @@ PER_IMAGE_SPEC: dict[str, str] = {"dataset": "dataset", "backbone": "backbone", 
                                   "prototypes_per_class": "J", "variant": "variant", "seed": "seed"}
 
 
-def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
-    """One record per run × test image. Raises before writing when a run has no per-image
-    records, naming the runs and the command that writes them."""
+def per_image_records(runs_dirs: Iterable[str | Path],
+                      judge: Callable[[dict[str, object], Path], str | None] | None = None) -> list[Record]:
+    """One record per run × test image: the run's identity (which no record column can override:
+    the records' schema has none, benchmark/run/record_schema.py), its ``stale`` verdict by
+    ``judge`` (the command's :func:`benchmark.run.identity.result_judge`; None: not checked) and
+    its per-image record. Raises before writing when a run has no per-image records, naming the
+    runs and the command that writes them, or when a run's records break their schema."""
     records: list[Record] = []
     without: list[str] = []
     for path in result_files(runs_dirs):
@@ -73,10 +78,12 @@ def per_image_records(runs_dirs: Iterable[str | Path]) -> list[Record]:
         recorded = data.get("method_display_name")
         identity: Record = {"run_id": data.get("run_id"), "grid": data.get("grid"), "run_dir": str(path.parent),
                             "method_display_name": display_name(str(spec.get("method")),
-                                                                recorded if isinstance(recorded, str) else None)}
+                                                                recorded if isinstance(recorded, str) else None),
+                            "stale": judge(data, path.parent) if judge is not None else None}
         identity.update({column: spec.get(field) for field, column in PER_IMAGE_SPEC.items()})
         cells = table.astype(object).where(table.notna(), None)
-        records.extend({**identity, **row} for row in cells.to_dict(orient="records"))
+        records.extend({**identity, **{k: v for k, v in row.items() if k not in identity}}  # never overridden
+                       for row in cells.to_dict(orient="records"))
     if without:
         raise ProtobenchError(
             f"{len(without)} run(s) have no per-image records (evaluated before they existed): "
@@ -115,13 +122,9 @@ def write_export(records: list[Record], out: Path) -> None:
         import pandas as pd
 
         frame = pd.DataFrame.from_records([_cells(record) for record in records], columns=columns)
-        data = (frame.to_csv(index=False, lineterminator="\n").encode("utf-8") if out.suffix == ".csv"
+        data = (frame_csv(frame).encode("utf-8") if out.suffix == ".csv"  # no formula cell
                 else frame.to_parquet(index=False))
-    try:
-        atomic_write_bytes(out, data)
-    except OSError as err:  # its temporary file is gone; name what the user gave
-        raise ProtobenchError(f"cannot write {out}: {err.strerror or err}; choose a folder you can write to "
-                              "(--out)") from None
+    write_output(out, data)
 
 
 def _cells(record: Record) -> Record:

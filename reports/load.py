@@ -21,6 +21,7 @@ from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
     KEY_COLUMNS,
+    METRIC_RANGES,
     METRIC_COLUMNS,
     PROVENANCE_COLUMNS,
     TIDY_COLUMNS,
@@ -57,15 +58,27 @@ def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] |
     return frame
 
 
+#: the first word of a ``stale`` reason whose own adapter code was not checked
+#: (benchmark.run.own_code.UNVERIFIABLE): such a result is not advised for retraining
+UNVERIFIABLE = "unverifiable"
+
+
 def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
     """The stale results among ``runs`` (run directory, ``stale`` column), one line each with
-    why, for stderr; None when there is none."""
-    lines = [f"  {run_dir}: {why}" for run_dir, why in runs if isinstance(why, str)]
-    if not lines:
-        return None
-    return (f"{len(lines)} stale result(s) are included (README, \"Run identity and stale results\"); "
-            "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric code: "
-            "`protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(lines))
+    why, and apart from them the unverifiable ones (own adapters whose code was not imported),
+    for stderr; None when there is none."""
+    runs = [(run_dir, why) for run_dir, why in runs if isinstance(why, str)]
+    stale = [f"  {run_dir}: {why}" for run_dir, why in runs if not why.startswith(UNVERIFIABLE)]
+    unchecked = [f"  {run_dir}: {why}" for run_dir, why in runs if why.startswith(UNVERIFIABLE)]
+    notes = []
+    if stale:
+        notes.append(f"{len(stale)} stale result(s) are included (README, \"Run identity and stale results\"); "
+                     "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric "
+                     "code: `protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(stale))
+    if unchecked:
+        notes.append(f"{len(unchecked)} result(s) of own adapters are unverifiable: reading results never imports "
+                     "code a result names (README, \"Reading results never runs code\"):\n" + "\n".join(unchecked))
+    return "\n".join(notes) or None
 
 
 def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -408,9 +421,18 @@ def _csv_integer(where: str, column: str, value: str) -> int | None:
 
 
 def _csv_float(where: str, column: str, value: str) -> float:
+    """A metric cell: empty (not computed) or a finite number within the metric's range
+    (:data:`reports.columns.METRIC_RANGES`; an export's ``metrics.acc`` is ``acc``'s)."""
     if not value:
         return math.nan
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise ProtobenchError(f"{where}: {column} must be a number or empty, got {value!r}.") from None
+    low, high = METRIC_RANGES.get(column.rpartition(".")[2], (-math.inf, math.inf))
+    if not (math.isfinite(number) and low <= number <= high):  # NaN, ±inf, 1e999 and a 5000-digit numeral too
+        shown = value if len(value) <= 40 else f"{value[:20]}…({len(value)} characters)"
+        span = f"[{low:g}, {high:g}]" if math.isfinite(high) else f"≥ {low:g}"
+        raise ProtobenchError(f"{where}: column {column} = {shown} is not a finite number in {span}; fix that cell "
+                              "(leave it empty where the metric was not computed).")
+    return number

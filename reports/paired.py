@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError
 from reports.aggregate import seed_correctness
 from reports.columns import KEY_COLUMNS, difference_range
@@ -156,7 +157,7 @@ def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, de
     """The comparisons as a markdown table with its note, or as CSV (full precision)."""
     frame = comparisons_frame(comparisons)
     if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
+        return frame_csv(frame)  # no formula cell (a hostile method name)
     from tabulate import tabulate
 
     def number(value: float) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import atomic_write_bytes
+from benchmark.output_file import write_output
 from reports.columns import KEY_COLUMNS
 from reports.layout import KeyValue
 from reports.pivot import METRICS, dimension_label, display_names, fixed_dimensions, ordered_values
@@ -178,7 +178,7 @@ def save_figure(fig, out: Path) -> None:
         fig.savefig(buffer, format=out.suffix[1:], dpi=200)
     finally:
         plt.close(fig)
-    atomic_write_bytes(out, buffer.getvalue())
+    write_output(out, buffer.getvalue())
 
 
 def _check_axes(x: str, y: str, hue: str | None, facet: str | None) -> None:

@@ -68,6 +68,7 @@ class Submission:
     settled: list[Outcome] = field(default_factory=list)  # not submitted: done, queued, failed before
     snapshot: Path | None = None
     run_dirs: dict[str, Path] = field(default_factory=dict)  # run id → directory, of the submitted runs
+    adapter_paths: tuple[Path, ...] = ()  # where the runs' own adapters and trunks import from
 
 
 def group_by_shape(runs: list[RunSpec], profile: ClusterProfile) -> list[tuple[JobShape, list[RunSpec]]]:
@@ -125,6 +126,7 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
                                           f"cd {shlex.quote(str(result.snapshot))}"])
     cache_root = cache_root.resolve()
     adapters = adapter_paths(todo)
+    result.adapter_paths = adapters  # recorded in each run's job.json: the reading commands' PYTHONPATH hint
     with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
         for shape, specs in group_by_shape(todo, profile):
             ex.update_parameters(**shape.submitit_parameters())
@@ -192,6 +194,7 @@ def _record(grid: GridSpec, runs_root: Path, array: ArraySubmission, executor: s
                 array_job_id=array_id if in_array else "", array_task_id=int(task) if in_array else None,
                 snapshot=str(submission.snapshot or ""), profile=profile.source,
                 task_position=position, task_runs=len(specs),
+                adapter_paths=tuple(str(path) for path in submission.adapter_paths),
             ))
 
 

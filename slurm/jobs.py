@@ -5,7 +5,6 @@ its directory and the scheduler live in :mod:`benchmark.run.states`.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import socket
 import sys
@@ -17,6 +16,7 @@ import submitit
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
+from benchmark.run.own_code import own_code_paths
 from benchmark.run.states import ATTEMPT_FILE
 from benchmark.run.store import RunBusy, RunDir, atomic_write_json
 
@@ -32,20 +32,7 @@ def adapter_paths(specs: list[RunSpec]) -> tuple[Path, ...]:
     named ``package.module:Class`` and trunks named ``package.module:factory``): a job appends
     them to its ``sys.path``, so an adapter or trunk found through a relative ``PYTHONPATH`` here
     is found in a job started elsewhere (in its code snapshot) too, read from where it lies."""
-    from benchmark.backbones import TIMM_PREFIX
-
-    found: dict[Path, None] = {}
-    for spec in specs:
-        for name in (spec.method, spec.backbone):
-            if ":" not in name or name.startswith(TIMM_PREFIX):
-                continue
-            top = importlib.import_module(name.partition(":")[0].split(".")[0])  # imported by the checks
-            if top.__file__ is None:  # a namespace package: its folder lies in the entry
-                found[Path(next(iter(top.__path__))).resolve().parent] = None
-            else:  # a module file, or a package's __init__.py one level further down
-                origin = Path(top.__file__).resolve()
-                found[origin.parent.parent if origin.name == "__init__.py" else origin.parent] = None
-    return tuple(found)
+    return own_code_paths([name for spec in specs for name in (spec.method, spec.backbone)])
 
 
 def code_dir() -> Path:

@@ -23,7 +23,7 @@ from benchmark.cli.doctor_checks import data_checks, print_checks, run_doctor, w
 from benchmark.errors import ProtobenchError
 from benchmark.estimates.costmodel import DEVICES
 from benchmark.grid import load_grid, select_runs
-from benchmark.run.store import atomic_write_bytes
+from benchmark.output_file import write_output
 from benchmark.cluster import ClusterProfile, load_profile
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(out, (json.dumps(rows, indent=2) + "\n").encode())
+        write_output(out, (json.dumps(rows, indent=2) + "\n").encode())
     return 0
 
 

@@ -25,7 +25,9 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.identity import staleness
-from benchmark.run.store import RunDir, atomic_write_bytes
+from benchmark.run.own_code import EVERY_ADAPTER, NO_IMPORTS, AdapterImports
+from benchmark.output_file import write_output
+from benchmark.run.store import RunDir
 from reports.layouts import get_layout, list_layouts
 
 #: the keys of ``reports.render.WRITERS``, spelt here so that building the CLI parser does not
@@ -110,6 +112,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                              "mark cells tied with the best (≈), at ALPHA (default 0.05); README 'Statistics'")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
+    add_check_adapters_argument(parser)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -132,7 +135,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
-    frame = mark_stale(load_runs(args.runs_dirs, where))
+    frame = mark_stale(load_runs(args.runs_dirs, where), adapter_imports(args))
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
@@ -141,8 +144,7 @@ def run_report(args: argparse.Namespace) -> int:
         level=None if args.ci is None else args.ci / 100, significance=args.significance,
     )
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report.text, encoding="utf-8")
+        write_output(args.out, report.text.encode("utf-8"))
     else:
         sys.stdout.write(report.text)
     if report.interval_note and args.fmt == "csv":
@@ -182,6 +184,18 @@ def _print_stale(note: str | None) -> None:
         print(note, file=sys.stderr)
 
 
+def add_check_adapters_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check-adapters", action="store_true",
+                        help="import the own adapters (package.module:Class) the results name, to check whether "
+                             "their code changed; without it reading results never imports code a result names "
+                             "and their results read 'unverifiable' (set PYTHONPATH as when they ran)")
+
+
+def adapter_imports(args: argparse.Namespace) -> AdapterImports:
+    """What a reading command may import: every own adapter with --check-adapters, else none."""
+    return EVERY_ADAPTER if getattr(args, "check_adapters", False) else NO_IMPORTS
+
+
 def add_where_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="keep the results whose KEY (dataset, backbone, method, J, variant, seed, grid, "
@@ -197,22 +211,25 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-image", action="store_true",
                         help="one row per run × test image: label, prediction, correctness, logit margin and each "
                              "metric's per-image part")
+    add_check_adapters_argument(parser)
 
 
 def run_export(args: argparse.Namespace) -> int:
     """One flat row per run (spec, metrics, diagnostics, timings, provenance) to a CSV/JSONL/Parquet file."""
-    from benchmark.run.identity import mark_stale
+    from benchmark.run.identity import mark_stale, result_judge
     from reports.export import check_export_path, export_records, per_image_records, write_export
     from reports.load import load_runs, stale_note
 
     check_export_path(args.out)
-    records = per_image_records(args.runs_dirs) if args.per_image else export_records(mark_stale(load_runs(args.runs_dirs, csv=False)))
+    if args.per_image:  # each run's rows carry its verdict, as the per-run export's
+        records = per_image_records(args.runs_dirs, result_judge(adapter_imports(args)))
+    else:
+        records = export_records(mark_stale(load_runs(args.runs_dirs, csv=False), adapter_imports(args)))
     write_export(records, args.out)
-    runs = len({r["run_dir"] for r in records})
-    print(f"wrote {len(records)} row(s) of {runs} run(s) to {args.out}" if args.per_image
+    runs = {str(r["run_dir"]): r["stale"] for r in records}
+    print(f"wrote {len(records)} row(s) of {len(runs)} run(s) to {args.out}" if args.per_image
           else f"wrote {len(records)} run(s) to {args.out}")
-    if not args.per_image:
-        _print_stale(stale_note((str(r["run_dir"]), r["stale"]) for r in records))
+    _print_stale(stale_note(runs.items()))
     return 0
 
 
@@ -265,7 +282,7 @@ def run_compare(args: argparse.Namespace) -> int:
     comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     if args.out is not None:
-        atomic_write_bytes(args.out, text.encode("utf-8"))
+        write_output(args.out, text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
@@ -289,6 +306,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--facet", metavar="DIM", help="one panel per value of this dimension, e.g. backbone")
     add_where_argument(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="FILE.png, FILE.pdf or FILE.svg")
+    add_check_adapters_argument(parser)
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -313,7 +331,7 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.y is not None and len(args.y) > 1:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
-    frame = mark_stale(load_runs(args.inputs, parse_where(args.where)))
+    frame = mark_stale(load_runs(args.inputs, parse_where(args.where)), adapter_imports(args))
     series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
@@ -343,7 +361,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
         written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
-    note = stale_note((str(d), staleness(result)) for d in run_dirs if (result := RunDir(d).result()) is not None)
+    note = stale_note((str(d), staleness(result, adapters=EVERY_ADAPTER, run_dir=d))  # figures run its code anyway
+                      for d in run_dirs if (result := RunDir(d).result()) is not None)
     if note:  # a figure of a stale run shows another code's model
         print(note, file=sys.stderr)
     return 0

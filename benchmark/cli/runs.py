@@ -20,6 +20,8 @@ from benchmark.cli.common import (
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import find_run_dirs
+from benchmark.run.own_code import AdapterImports
+from benchmark.cli.results import add_check_adapters_argument, adapter_imports
 from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.run.states import latest_job, record_cancelled, run_states
 from slurm.scheduler import cancel_jobs, query_jobs, slurm_available
@@ -58,6 +60,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p = sub.add_parser("status", help="table of the runs under a runs directory, with their SLURM job states")
     p.add_argument("runs_dir", help="a directory `protobench run` wrote to (e.g. runs/ or runs/demo)")
     p.add_argument("--json", action="store_true", help="print one JSON record per run (state, spec, metrics)")
+    add_check_adapters_argument(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("cancel", help="scancel the pending or running SLURM jobs of a grid, a runs directory or runs")
@@ -102,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          rerun_stale=args.rerun_stale,
                          allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root,
                          ask=query_jobs)  # SLURM is asked only about runs submitted to it
-    print_status(runs_root / grid.name)
+    print_status(runs_root / grid.name, adapters=AdapterImports.of_grid({spec.method for spec in grid.runs}))
     return _summary(outcomes)
 
 
@@ -161,7 +164,7 @@ def _submit(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Pa
               f"stop with `protobench cancel {runs_root / grid.name}`")
         return _summary(submission.settled)
     outcomes = wait_for(submission)
-    print_status(runs_root / grid.name)
+    print_status(runs_root / grid.name, adapters=AdapterImports.of_grid({spec.method for spec in grid.runs}))
     return _summary(submission.settled + outcomes)
 
 
@@ -201,9 +204,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     states = run_states(dirs, query_jobs) if queued else {}
     extra_states = {str(path): state.label for path, state in states.items()}
     if args.json:
-        print(json.dumps(status_records(root, extra_states), indent=2, sort_keys=True, default=str))
+        print(json.dumps(status_records(root, extra_states, adapter_imports(args)), indent=2, sort_keys=True,
+                         default=str))
         return 0
-    print_status(root, extra_states=extra_states)
+    print_status(root, extra_states=extra_states, adapters=adapter_imports(args))
     for state in states.values():
         if state.label.startswith("failed (") and state.job:
             log = state.job.log_paths[1]
@@ -215,7 +219,10 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
     """The run directories ``cancel`` names: a grid file's runs, those under a directory, or the
     runs whose id starts with a prefix (under --runs-dir); and how to say which."""
     target = Path(args.target)
-    if target.suffix == ".toml" and target.is_file():
+    if target.suffix == ".toml" and not target.is_file():  # a grid file that is not there: say so
+        raise ProtobenchError(f"grid file {str(target)!r} does not exist; give the grid file `protobench run` "
+                              "submitted, a runs directory (runs/GRID) or the start of a run id")
+    if target.suffix == ".toml":
         grid = load_grid(target)
         root = runs_root_of(args, grid.runs_dir) / grid.name
         return f"grid {grid.name!r} ({root})", find_run_dirs(root) if root.is_dir() else []

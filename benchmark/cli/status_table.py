@@ -17,9 +17,11 @@ from benchmark.estimates.workload import run_epochs
 from benchmark.progress import output_console
 from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.identity import rescoring, staleness
+from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_unverifiable
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
-from methods.registry import display_name_of
 from benchmark.run.states import ATTEMPT_FILE, latest_job
+from methods.registry import display_name_of
+from reports.layouts import display_name
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
 
@@ -44,14 +46,17 @@ def _warnings_cell(warnings: list[str]) -> str:
     return f"[yellow]{', '.join(names)}[/yellow]" if names else ""
 
 
-def status_records(root: Path, extra_states: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def status_records(root: Path, extra_states: dict[str, str] | None = None,
+                   adapters: AdapterImports = NO_IMPORTS) -> list[dict[str, Any]]:
     """One record per run below ``root`` (each run's files read once): its directory, grid, run id,
     state, spec fields, metrics, out-of-range diagnostics, for a failed run the reason and for a
     stale one why it is stale (benchmark/run/identity.py: "stale" is a result the current code
     would not give, kept and shown, re-run by ``run --rerun-stale``) or, for a current one scored
     by other metric code, why to rescore it (``evaluate --rescore``).
 
-    ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours."""
+    ``extra_states`` maps run directories to a scheduler state (e.g. SLURM's) shown beside ours.
+    Nothing a run's files name is imported but the own adapters ``adapters`` allows
+    (benchmark/run/own_code.py): another's result reads "unverifiable", never stale."""
     records = []
     for rd in find_run_dirs(root):
         unreadable: list[str] = []
@@ -61,9 +66,9 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
             unreadable.append(str(UnreadableRunFile(rd.result_path, "its metrics or diagnostics are not the "
                                                     "records the suite writes")))
             result = None
-        stale = staleness(result) if result is not None else None
+        stale = staleness(result, adapters=adapters, run_dir=rd.path) if result is not None else None
         rescore = rescoring(result) if result is not None and not stale else None
-        state = ("stale" if stale else "done") if result is not None \
+        state = ("stale" if stale and not is_unverifiable(stale) else "done") if result is not None \
             else "unreadable" if rd.result_path.exists() else rd.state
         reason = str((_safe_read(rd.failure_path, unreadable) or {}).get("reason", "")) if state == "failed" else None
         holder = lock_holder(rd.path) if state in ("new", "started") else None
@@ -71,25 +76,39 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None) -> li
             state = "running"
         if extra_states and str(rd.path) in extra_states and result is None and state != "unreadable":
             state = extra_states[str(rd.path)]
-        progress = running_progress(rd, spec, holder) if state.startswith("running") else ""
+        progress = running_progress(rd, spec, holder, adapters) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
                         "rescore": rescore,
-                        "method_display_name": display_name_of(str(spec.get("method", "?")),
-                                                               (result or {}).get("method_display_name")),
+                        "method_display_name": _display_name(str(spec.get("method", "?")), result, adapters),
                         "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
                         "unreadable": unreadable, "progress": progress})
     return records
 
 
-def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None) -> str:
+def _display_name(method: str, result: dict[str, Any] | None, adapters: AdapterImports) -> str:
+    """The method's current label where its code may be imported (a suite method; an own adapter
+    ``adapters`` allows), else the one its result recorded (reports.layouts.display_name)."""
+    name = (result or {}).get("method_display_name")
+    recorded = name if isinstance(name, str) and name else None
+    return display_name_of(method, recorded) if adapters.allows(method) else display_name(method, recorded)
+
+
+def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None,
+                     adapters: AdapterImports = NO_IMPORTS) -> str:
     """``epoch k/n, H:MM:SS, job J on NODE`` of a running run: epochs from its metrics.jsonl and
     its method's stages, elapsed time and node from the job's attempt.json (SLURM) or the lock
-    holder (local); a part that cannot be told is left out."""
+    holder (local); a part that cannot be told is left out. An own adapter's total of epochs
+    needs its code: shown only where ``adapters`` allows importing it."""
     parts = []
     try:
         records = read_epoch_log(rd.metrics_path)
-        parts.append(f"epoch {records[-1]['epoch'] if records else 0}/{run_epochs(RunSpec.from_json(spec))}")
+        epoch = records[-1]["epoch"] if records else 0
+        method = spec.get("method")
+        if isinstance(method, str) and adapters.allows(method):
+            parts.append(f"epoch {epoch}/{run_epochs(RunSpec.from_json(spec, import_trunk=False))}")
+        else:
+            parts.append(f"epoch {epoch}")
     except ProtobenchError:
         pass
     job = latest_job(rd.path)
@@ -160,9 +179,10 @@ def status_table(root: Path, records: list[dict[str, Any]]
     return table, counts, failed, warned, stale
 
 
-def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None) -> Counter[str]:
+def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None,
+                 adapters: AdapterImports = NO_IMPORTS) -> Counter[str]:
     console = console or output_console()
-    records = status_records(root, extra_states)  # one read of every run: the table and the summary agree
+    records = status_records(root, extra_states, adapters)  # one read of every run: the table and the summary agree
     table, counts, failed, warned, stale = status_table(root, records)
     console.print(table)
     total = sum(counts.values())
@@ -170,8 +190,11 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
     for path, reason in failed:
         console.print(f"[red]failed[/red] {escape(str(path))}: {escape(reason)}")
     for path, why in stale:
-        console.print(f"[yellow]stale[/yellow] {escape(str(path))}: {escape(why)} "
-                      "(`run GRID --rerun-stale` trains the grid's stale runs again)")
+        if is_unverifiable(why):  # an own adapter's code was not imported: no advice to retrain
+            console.print(f"[yellow]unverifiable[/yellow] {escape(str(path))}: {escape(why)}")
+        else:
+            console.print(f"[yellow]stale[/yellow] {escape(str(path))}: {escape(why)} "
+                          "(`run GRID --rerun-stale` trains the grid's stale runs again)")
     for record in records:
         if record["rescore"] is not None:
             console.print(f"[yellow]rescore[/yellow] {escape(record['path'])}: "

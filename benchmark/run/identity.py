@@ -27,12 +27,14 @@ import hashlib
 import importlib.util
 import shutil
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
+from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_own_method, unverifiable_reason
 from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
@@ -130,18 +132,28 @@ def metrics_fingerprint() -> str:
     return _source_digest({name: path for name, path in files.items() if path is not None})
 
 
-def staleness(result: dict[str, Any]) -> str | None:
+def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
+              run_dir: Path | None = None) -> str | None:
     """Why a finished result is stale under the current code, or None when it is current: an
     earlier version's result (no fingerprint), a method whose defaults changed (its spec now
-    resolves to another run id than the one it ran as), or edited method code."""
+    resolves to another run id than the one it ran as), or edited method code.
+
+    Nothing the result names is imported unless ``adapters`` allows it (benchmark/run/own_code.py):
+    a result of an own adapter that is not allowed, or that does not import, reads "unverifiable …"
+    with the command and PYTHONPATH that check it (``run_dir``: where its job record lies)."""
     recorded = result.get("method_fingerprint")
     spec = result.get("spec")
     if not isinstance(recorded, str) or not isinstance(spec, dict):
         return "earlier version (written before run ids covered resolved hyperparameters)"
+    method = spec.get("method")
+    if isinstance(method, str) and not adapters.allows(method):
+        return unverifiable_reason(method, result, run_dir)
     try:
-        current = RunSpec.from_json(spec)
+        current = RunSpec.from_json(spec, import_trunk=False)
         fingerprint = method_fingerprint(current.method)
     except ProtobenchError as err:
+        if isinstance(method, str) and is_own_method(method):  # an import path, not a code change
+            return unverifiable_reason(method, result, run_dir, f"adapter not importable: {err}")
         return f"cannot check against the current code ({err})"
     if current.run_id != result.get("run_id"):
         return f"the method's defaults changed (its spec is now run {current.run_id})"
@@ -160,26 +172,31 @@ def rescoring(result: dict[str, Any]) -> str | None:
             "`protobench evaluate RUN_DIR --rescore` scores its checkpoint again")
 
 
-def mark_stale(frame: Any) -> Any:  # (pandas.DataFrame) -> pandas.DataFrame
-    """``frame`` (``reports.load.load_runs``) with its ``stale`` column filled by the command that
-    shows it (reports never import a method): for each row read from a ``result.json``, why the
-    current code no longer gives that result (:func:`staleness`: retrain first; else
-    :func:`rescoring`), None when it does. Rows of CSVs keep theirs. Where the methods do not
-    import (a machine without torch reading results), only the metric code is checked, and one
-    line on stderr says so."""
+def result_judge(adapters: AdapterImports = NO_IMPORTS) -> Callable[[dict[str, Any], Path | None], str | None]:
+    """The reading commands' verdict on one result (``result``, its run directory): why the
+    current code no longer gives it (:func:`staleness`: retrain first, or "unverifiable …" for an
+    own adapter's), else why to rescore it (:func:`rescoring`), None when it is current. Where the
+    suite's methods do not import (a machine without torch reading results), only the metric code
+    is checked, and one line on stderr says so."""
     try:
-        import methods.registry  # noqa: F401 - staleness resolves each result's method there
+        import methods.registry  # noqa: F401 - staleness resolves a suite method's result there
     except ImportError as err:
         print(f"note: results are not checked against the current method code, which does not import "
               f"here ({err}); only their metric scoring is", file=sys.stderr)
-        judge = rescoring
-    else:
-        def judge(result: dict[str, Any]) -> str | None:
-            return staleness(result) or rescoring(result)
+        return lambda result, run_dir: rescoring(result)
+    return lambda result, run_dir: (staleness(result, adapters=adapters, run_dir=run_dir) or rescoring(result))
+
+
+def mark_stale(frame: Any, adapters: AdapterImports = NO_IMPORTS) -> Any:  # (pandas.DataFrame) -> pandas.DataFrame
+    """``frame`` (``reports.load.load_runs``) with its ``stale`` column filled by the command that
+    shows it (reports never import a method): for each row read from a ``result.json``, why the
+    current code no longer gives that result (:func:`result_judge`), None when it does. Rows of
+    CSVs keep theirs. Own adapters are imported only where ``adapters`` allows."""
+    judge = result_judge(adapters)
     reasons = []
     for source, stale in zip(frame["source"], frame["stale"]):
         result = read_json(Path(source)) if Path(str(source)).name == RESULT_FILE else None
-        reasons.append(stale if result is None else judge(result))
+        reasons.append(stale if result is None else judge(result, Path(str(source)).parent))
     return frame.assign(stale=reasons)
 
 
@@ -187,14 +204,15 @@ def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:
     """The stale result standing for ``spec`` in its grid folder and why it is stale: the one in
     its own run directory (code or defaults changed), else an earlier version's under
     :attr:`~benchmark.config.RunSpec.earlier_run_id`. None when there is none."""
+    mine = AdapterImports.of_grid([spec.method])  # the user's own grid names this adapter
     result = rd.result()
     if result is not None:
-        reason = staleness(result)
+        reason = staleness(result, adapters=mine, run_dir=rd.path)
         return None if reason is None else (rd, reason)
     earlier = RunDir(rd.path.parent / spec.earlier_run_id)
     if earlier.path == rd.path or (old := earlier.result()) is None:
         return None
-    return earlier, staleness(old) or "earlier version"
+    return earlier, staleness(old, adapters=mine, run_dir=earlier.path) or "earlier version"
 
 
 def discard_stale(rd: RunDir, *, whole_dir: bool) -> None:

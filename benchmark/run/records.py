@@ -21,15 +21,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmark.csv_cells import frame_csv, restore_frame
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import RECORD_SUFFIXES, atomic_write_checked
+from benchmark.run.record_schema import check_records
+from benchmark.run.store import RECORD_SUFFIXES, RESULT_FILE, atomic_write_checked, read_json
 
 
 def _encode(frame: pd.DataFrame, suffix: str) -> bytes:
     if suffix == ".parquet":
         return frame.to_parquet(index=False)
     buffer = io.BytesIO()
-    frame.to_csv(buffer, index=False, lineterminator="\n", compression={"method": "gzip", "mtime": 0})
+    frame_csv(frame, path_or_buf=buffer, compression={"method": "gzip", "mtime": 0})
     return buffer.getvalue()
 
 
@@ -49,8 +51,10 @@ def write_records(run_dir: Path, tables: Mapping[str, pd.DataFrame]) -> list[Pat
 
 
 def read_records(run_dir: Path, table: str = "per_image") -> pd.DataFrame | None:
-    """The run's ``table`` (``per_image`` or ``per_prototype``), or None when the run has none
-    (a run evaluated before records existed: ``protobench evaluate RUN_DIR`` writes them)."""
+    """The run's ``table`` (``per_image`` or ``per_prototype``), checked against its schema
+    (benchmark/run/record_schema.py: a crafted file is refused, naming row and column), or None
+    when the run has none (a run evaluated before records existed: ``protobench evaluate
+    RUN_DIR`` writes them)."""
     for suffix in RECORD_SUFFIXES:
         path = Path(run_dir) / f"{table}{suffix}"
         if not path.exists():
@@ -58,8 +62,12 @@ def read_records(run_dir: Path, table: str = "per_image") -> pd.DataFrame | None
         if suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
             raise ProtobenchError(f"reading {path} needs pyarrow, which is not installed: pip install pyarrow")
         try:
-            return pd.read_parquet(path) if suffix == ".parquet" else pd.read_csv(path, compression="gzip")
+            frame = pd.read_parquet(path) if suffix == ".parquet" else \
+                restore_frame(pd.read_csv(path, compression="gzip", keep_default_na=False, na_values=[""]))
         except (OSError, ValueError, EOFError) as err:
             raise ProtobenchError(f"{path} is unreadable ({err}); run `protobench evaluate {run_dir}` to write "
                                   "it again") from err
+        evaluation = (read_json(Path(run_dir) / RESULT_FILE) or {}).get("evaluation")
+        num_images = evaluation.get("num_images") if isinstance(evaluation, dict) else None
+        return check_records(frame, table, path, num_images if isinstance(num_images, int) else None)
     return None

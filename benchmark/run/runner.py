@@ -27,6 +27,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
+from benchmark.run.own_code import own_code_paths
 from benchmark.run.provenance import provenance, resolve_device
 from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
@@ -221,7 +222,8 @@ def execute_run(
     kept so a re-run resumes."""
     rd = RunDir(run_dir)
     done = rd.result()
-    if done is not None:
+    if done is not None:  # not re-entered, but a killed writer's temporary files go
+        rd.remove_abandoned_temp_files()
         return done
     with run_lock(run_dir, wait_s=lock_wait_s):
         return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir)
@@ -349,6 +351,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
             "augmentation_seed": AUGMENTATION_SEED,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            # where its own adapter or trunk was imported from: the reading commands' PYTHONPATH hint
+            "adapter_paths": [str(path) for path in own_code_paths((spec.method, spec.backbone))],
         },
     }
     write_records(rd.path, evaluated.tables)  # before result.json, which marks the run complete

@@ -41,6 +41,8 @@ class JobRecord:
     profile: str = ""
     task_position: int = 0  # the run's place among the runs packed into its array task
     task_runs: int = 1  # runs packed into the task (1: the task is this run)
+    # the sys.path entries the job imports the runs' own adapters and trunks from (slurm.jobs.adapter_paths)
+    adapter_paths: tuple[str, ...] = ()
 
     @property
     def log_paths(self) -> tuple[Path, Path]:
@@ -50,7 +52,7 @@ class JobRecord:
 
 _JOB_FIELD_TYPES = {name: (str,) for name in ("executor", "job_id", "submitted", "submitit_folder")} | {
     "array_job_id": (str,), "array_task_id": (int, type(None)), "snapshot": (str,), "profile": (str,),
-    "task_position": (int,), "task_runs": (int,)}
+    "task_position": (int,), "task_runs": (int,), "adapter_paths": (list,)}
 
 
 def _job_record(entry: object) -> JobRecord | None:
@@ -62,7 +64,9 @@ def _job_record(entry: object) -> JobRecord | None:
     known = {name: value for name, value in entry.items() if name in _JOB_FIELD_TYPES}
     if any(isinstance(value, bool) or not isinstance(value, _JOB_FIELD_TYPES[name]) for name, value in known.items()):
         return None
-    return JobRecord(**known)
+    if not all(isinstance(path, str) for path in known.get("adapter_paths", [])):
+        return None
+    return JobRecord(**{**known, "adapter_paths": tuple(known.get("adapter_paths", ()))})
 
 
 def job_records(run_dir: Path) -> list[JobRecord]:
@@ -80,7 +84,7 @@ def latest_job(run_dir: Path) -> JobRecord | None:
 
 def add_job_record(run_dir: Path, record: JobRecord) -> None:
     """Append a submission to ``job.json`` (only the submitting process writes this file)."""
-    entries = [asdict(r) for r in job_records(run_dir)] + [asdict(record)]
+    entries = [{**asdict(r), "adapter_paths": list(r.adapter_paths)} for r in (*job_records(run_dir), record)]
     atomic_write_json(run_dir / JOB_FILE, {"submissions": entries})
 
 

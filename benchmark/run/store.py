@@ -56,15 +56,41 @@ def default_cache_root(runs_root: Path) -> Path:
     return Path(runs_root) / TOKEN_CACHE_DIR
 
 
+#: the writer stamp in a temporary file's name: ``PID@HOST`` (a host name's odd characters as ``_``)
+_WRITER = re.compile(r"\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)\.tmp$")
+
+
+def _this_host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+
+
 def _create_temp(path: Path) -> tuple[int, Path]:
-    """A new ``.NAME.XXXXXXXX.tmp`` beside ``path``, opened for writing with mode 0o666 less the
-    umask (``tempfile.mkstemp`` would make it 0600, unreadable by the rest of a lab)."""
+    """A new ``.NAME.XXXXXXXX.PID@HOST.tmp`` beside ``path`` (its writer in its name, so the next
+    attempt tells a killed writer's file from a live one's: :func:`writer_is_dead`), opened for
+    writing with mode 0o666 less the umask (``tempfile.mkstemp`` would make it 0600, unreadable by
+    the rest of a lab)."""
     while True:
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.{os.getpid()}@{_this_host()}.tmp"
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
         except FileExistsError:
             continue
+
+
+def writer_is_dead(tmp: Path) -> bool:
+    """Whether the process that created temporary file ``tmp`` (:func:`_create_temp`) is gone: it
+    ran on this host and no process has its pid. False where that cannot be told (another host,
+    a name without its writer)."""
+    found = _WRITER.search(tmp.name)
+    if found is None or found["host"] != _this_host():
+        return False
+    try:
+        os.kill(int(found["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # alive (another user's), or no pid at all
+        return False
+    return False
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -222,16 +248,33 @@ class RunDir:
 
     def remove_stale_temp_files(self) -> list[Path]:
         """Delete the temporary files a killed writer of :data:`LOCKED_FILES` left behind, and
-        those of the files a submitting process also writes once older than
-        :data:`UNLOCKED_TEMP_STALE_S`; call only while holding :func:`run_lock` (no live writer
-        can own them then)."""
+        those of the files a submitting process also writes whose writer is dead
+        (:func:`writer_is_dead`) or that are older than :data:`UNLOCKED_TEMP_STALE_S`; call only
+        while holding :func:`run_lock` (no live writer of the locked files can own them then)."""
         stale = [tmp for name in LOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")]
-        now = time.time()
-        stale += [tmp for name in UNLOCKED_FILES for tmp in self.path.glob(f".{name}.*.tmp")
-                  if now - tmp.stat().st_mtime > UNLOCKED_TEMP_STALE_S]
+        stale += self._abandoned(UNLOCKED_FILES)
         for tmp in stale:
             tmp.unlink(missing_ok=True)
         return stale
+
+    def remove_abandoned_temp_files(self) -> list[Path]:
+        """Without the lock (a finished run is never re-entered, yet its killed writers' files
+        go): delete the temporary files of any run file whose writer is dead or that are older
+        than :data:`UNLOCKED_TEMP_STALE_S` (a write takes milliseconds to seconds)."""
+        stale = self._abandoned((*LOCKED_FILES, *UNLOCKED_FILES))
+        for tmp in stale:
+            tmp.unlink(missing_ok=True)
+        return stale
+
+    def _abandoned(self, names: Sequence[str]) -> list[Path]:
+        now, found = time.time(), []
+        for tmp in (tmp for name in names for tmp in self.path.glob(f".{name}.*.tmp")):
+            try:
+                if writer_is_dead(tmp) or now - tmp.stat().st_mtime > UNLOCKED_TEMP_STALE_S:
+                    found.append(tmp)
+            except FileNotFoundError:  # its writer renamed it meanwhile
+                continue
+        return found
 
     def result(self) -> dict[str, Any] | None:
         return read_json(self.result_path)

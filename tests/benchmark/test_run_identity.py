@@ -12,6 +12,7 @@ import pytest
 
 from benchmark.cli import main
 from benchmark.run.identity import method_fingerprint, method_source_files, metrics_fingerprint, rescoring, staleness
+from benchmark.run.own_code import EVERY_ADAPTER  # these results are of the test's own grid
 from benchmark.run.store import RunDir, atomic_write_json
 from methods.registry import get_method_class
 from support import HELPERS
@@ -65,6 +66,7 @@ def test_a_changed_default_is_a_new_run_and_the_old_one_reads_stale(
     first_id, first = sorted(_results(tmp_path).items())[0]
     assert first["method_hyperparameters"] == {"epochs": 2, "lr": 0.1, "temperature": 0.1}  # defaults included
     assert first["method_fingerprint"] == method_fingerprint(f"{MODULE}:CosinePrototypes")
+    assert first["provenance"]["adapter_paths"] == [str(adapter.parent.resolve())]  # the readers' PYTHONPATH hint
 
     _edit(adapter, "temperature: float = 0.1", "temperature: float = 0.2")
     out = _run(tmp_path, capsys)
@@ -72,8 +74,8 @@ def test_a_changed_default_is_a_new_run_and_the_old_one_reads_stale(
     assert len(results) == 4 and "2 done" in out and "2 stale" in out  # trained again, under new ids
     (second_id,) = {i for i, r in results.items() if r["spec"] == first["spec"]} - {first_id}
     assert results[second_id]["method_hyperparameters"]["temperature"] == 0.2
-    assert staleness(first) == f"the method's defaults changed (its spec is now run {second_id})"
-    assert staleness(results[second_id]) is None
+    assert staleness(first, adapters=EVERY_ADAPTER) == f"the method's defaults changed (its spec is now run {second_id})"
+    assert staleness(results[second_id], adapters=EVERY_ADAPTER) is None
 
 
 def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
@@ -88,7 +90,7 @@ def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
     out = _run(tmp_path, capsys, "--rerun-stale")
     after = _results(tmp_path)[run_id]
     assert after["method_fingerprint"] != before["method_fingerprint"]
-    assert staleness(after) is None and "stale" not in out.split("runs:")[-1]
+    assert staleness(after, adapters=EVERY_ADAPTER) is None and "stale" not in out.split("runs:")[-1]
 
 
 def test_an_earlier_versions_result_reads_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

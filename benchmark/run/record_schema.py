@@ -1,0 +1,94 @@
+"""The schema of a run's per-image and per-prototype records, checked on every read: a crafted
+or damaged file is refused naming the file, the row and the column, never passed on.
+
+``per_image``: ``index`` (0 … n-1 in order, n the ``evaluation.num_images`` its result recorded),
+``image`` (a relative path below the dataset root), ``label`` and ``predicted`` (class indices
+≥ 0), ``correct`` (``label == predicted``), ``margin`` (a number, not NaN: ±inf where a logit
+is infinite) and optionally the per-image parts
+``sta``, ``dis``, ``comp`` (percent in [0, 100] or empty). ``per_prototype``: ``class``,
+``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). Any other column
+is refused: a record can never carry a column of the run's identity (``run_id``, ``method``, …).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import PurePosixPath
+from typing import Any
+
+import pandas as pd
+
+from benchmark.errors import ProtobenchError
+
+_INDEX_COLUMNS = {"per_image": ("index", "label", "predicted"), "per_prototype": ("class", "prototype")}
+_REQUIRED = {"per_image": ("index", "image", "label", "predicted", "correct", "margin"),
+             "per_prototype": ("class", "prototype")}
+_PERCENT = {"per_image": ("sta", "dis", "comp"), "per_prototype": ("con", "sta")}
+
+
+def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | None) -> pd.DataFrame:
+    """``frame`` when it holds ``table``'s schema (module docstring), the columns in the schema's
+    types; else a ProtobenchError naming ``path``, the row and the column. ``num_images``: the
+    test images its result recorded (None: not recorded)."""
+    def refuse(problem: str) -> ProtobenchError:
+        return ProtobenchError(f"{path} is not a record table the suite writes: {problem}; run "
+                               f"`protobench evaluate RUN_DIR` to write it again, or leave that run out")
+
+    columns = [str(c) for c in frame.columns]
+    missing = [c for c in _REQUIRED[table] if c not in columns]
+    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table]]
+    if missing or unknown:
+        raise refuse(", ".join(filter(None, (missing and f"missing column(s) {', '.join(missing)}",
+                                              unknown and f"unknown column(s) {', '.join(unknown)}"))))
+    checked = frame.copy()
+    for column in _INDEX_COLUMNS[table]:
+        checked[column] = [_index(value, refuse, row, column) for row, value in enumerate(checked[column])]
+    for column in (c for c in _PERCENT[table] if c in columns):
+        checked[column] = [_number(value, refuse, row, column, (0.0, 100.0), undefined=True)
+                           for row, value in enumerate(checked[column])]
+    if table == "per_image":
+        if checked["index"].tolist() != list(range(len(checked))):
+            raise refuse("column index is not 0, 1, … in order")
+        if num_images is not None and len(checked) != num_images:
+            raise refuse(f"{len(checked)} rows, but its result evaluated {num_images} test images")
+        checked["margin"] = [_number(value, refuse, row, "margin", (-math.inf, math.inf))
+                             for row, value in enumerate(checked["margin"])]
+        checked["image"] = [_image(value, refuse, row) for row, value in enumerate(checked["image"])]
+        for row, (value, label, predicted) in enumerate(zip(checked["correct"], checked["label"], checked["predicted"])):
+            if not isinstance(value, bool) and str(value) not in ("True", "False"):
+                raise refuse(f"row {row + 1}, column correct: {value!r} is not True or False")
+            if (value is True or str(value) == "True") != (label == predicted):
+                raise refuse(f"row {row + 1}, column correct: {value!r} disagrees with label {label} and "
+                             f"predicted {predicted}")
+        checked["correct"] = checked["label"] == checked["predicted"]
+    return checked
+
+
+def _index(value: Any, refuse: Any, row: int, column: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__index__"):
+        raise refuse(f"row {row + 1}, column {column}: {value!r} is not an integer")
+    if not float(value).is_integer() or value < 0:
+        raise refuse(f"row {row + 1}, column {column}: {value!r} is not an integer ≥ 0")
+    return int(value)
+
+
+def _number(value: Any, refuse: Any, row: int, column: str, bounds: tuple[float, float], *,
+            undefined: bool = False) -> float:
+    """A number within ``bounds`` (inclusive); NaN only where ``undefined`` allows it."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise refuse(f"row {row + 1}, column {column}: {value!r} is not a number") from None
+    if isinstance(value, (bool, str)):
+        raise refuse(f"row {row + 1}, column {column}: {value!r} is not a number")
+    if math.isnan(number) and undefined:  # a per-image part undefined for that image
+        return number
+    if not bounds[0] <= number <= bounds[1]:  # NaN fails too
+        raise refuse(f"row {row + 1}, column {column}: {value!r} is not a number in [{bounds[0]:g}, {bounds[1]:g}]")
+    return number
+
+
+def _image(value: Any, refuse: Any, row: int) -> str:
+    path = PurePosixPath(value) if isinstance(value, str) and value else None
+    if path is None or path.is_absolute() or ".." in path.parts or any(ord(c) < 32 for c in value):
+        raise refuse(f"row {row + 1}, column image: {value!r} is not a relative path below the dataset root")
+    return value
