@@ -123,7 +123,7 @@ def test_a_result_without_a_recorded_display_name_shows_its_class_name(tmp_path:
 
 
 def test_cli_report_without_layout(grid: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(grid), "--where", "backbone=dinov2_vits14", "--metrics", "acc",
+    assert main(["report", str(grid), "--check-adapters", "--where", "backbone=dinov2_vits14", "--metrics", "acc",
                  "--rows", "method", "--cols", "J"]) == 0
     out, err = capsys.readouterr()
     assert markdown_rows(out) == [["NPPP", "<u>81.0</u>", "–"], ["vMFProto", "**82.0±2.0** (n=3)", "**79.0**"],
