@@ -61,6 +61,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--top", type=int, default=3, help="prototypes shown per run and image (by peak or contribution)")
     p.add_argument("--out", required=True, help="output directory (PNG and vector PDF)")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--style", type=_style, default="screen", metavar="STYLE",
+                   help="screen (default) or paper: one column (3.5 in) or the text width (7.16 in), 8-pt text, "
+                        "no title inside (the caption is printed); every PDF embeds TrueType fonts")
     p.set_defaults(func=cmd_figures)
 
     p = sub.add_parser("tensorboard", help="the training curves of runs (finished or not) from their metrics.jsonl "
@@ -68,6 +71,15 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them (runs/demo)")
     p.add_argument("--out", required=True, help="TensorBoard log folder; each run goes to OUT/GRID/RUN_ID")
     p.set_defaults(func=cmd_tensorboard)
+
+
+def _style(value: str):  # -> FigureStyle
+    from reports.figure_style import figure_style
+
+    try:
+        return figure_style(value)
+    except ProtobenchError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _names(value: str) -> list[str]:
@@ -229,11 +241,15 @@ def _run_cd(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; draw one diagram per metric.")
     check_figure_path(args.out)
     frame = load_runs(args.inputs, parse_where(args.where))
-    cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method")
+    cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method", style=args.style)
     ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(cd.treatments, cd.mean_ranks))
     friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
     print(f"wrote the critical-difference diagram of {len(cd.treatments)} {args.hue or 'method'} value(s) over "
           f"{cd.n_blocks} block(s) to {args.out}: mean ranks {ranks}{friedman}")
+    if not args.style.titles:
+        from reports.cd import cd_caption
+
+        print(f"caption: {cd_caption(cd, (args.y or ['acc'])[0], args.hue or 'method')}")
     if cd.incomplete_blocks:
         print(f"{cd.incomplete_blocks} block(s) left out: not every value has a result there", file=sys.stderr)
     return 0
@@ -289,6 +305,9 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--facet", metavar="DIM", help="one panel per value of this dimension, e.g. backbone")
     add_where_argument(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="FILE.png, FILE.pdf or FILE.svg")
+    parser.add_argument("--style", type=_style, default="screen", metavar="STYLE",
+                        help="screen (default) or paper: one column (3.5 in) or the text width (7.16 in), 8-pt text, "
+                             "no title inside (the caption is printed); every PDF embeds TrueType fonts")
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -300,7 +319,7 @@ def run_plot(args: argparse.Namespace) -> int:
         extra = [option for option, value in given if value]
         if extra:
             raise ProtobenchError(f"{', '.join(extra)} do not apply to --curves; drop them.")
-        curves = plot_curves(args.inputs, args.out, quantities=args.y)
+        curves = plot_curves(args.inputs, args.out, quantities=args.y, style=args.style)
         print(f"wrote curves of {len(curves)} run(s) to {args.out}")
         return 0
     from benchmark.run.identity import mark_stale
@@ -314,9 +333,14 @@ def run_plot(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
     frame = mark_stale(load_runs(args.inputs, parse_where(args.where)))
-    series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
+    series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet,
+                          style=args.style)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
+    if not args.style.titles:  # paper: the title's text is the caption's
+        from reports.plots import plot_caption
+
+        print("caption: " + plot_caption(frame, series, x=args.x or "J", hue=args.hue, facet=args.facet).replace("\u00a0", " "))
     for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
         print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
@@ -337,11 +361,11 @@ def cmd_figures(args: argparse.Namespace) -> int:
         check_trained(run_dir)
     explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
     if len(run_dirs) == 1:
-        written = write_figures(explained[0], Path(args.out))
+        written = write_figures(explained[0], Path(args.out), style=args.style)
     else:
         labels = run_labels([RunDir(d).spec() or {} for d in run_dirs],
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
-        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
+        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top, style=args.style)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     note = stale_note((str(d), staleness(result)) for d in run_dirs if (result := RunDir(d).result()) is not None)
     if note:  # a figure of a stale run shows another code's model
