@@ -44,6 +44,13 @@ TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set
 ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`, `--set J=3`, `--sweep J=3,5`
 #: the command-line option behind an override key (any other key came from --set or --sweep)
 OPTION_OF_KEY = {"data_root": "--data-root", "weights": "--weights", "device": "--device", "cache": "--no-cache"}
+
+
+class OptionValue(str):
+    """A field's value given by its own option (``--device cuda``), not by ``--set device=cuda``:
+    an error about it names the option the user typed."""
+
+
 # A grid's name is its folder under the runs directory: one path component, never '.' or '..'.
 GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -182,7 +189,7 @@ def describe_overrides(overrides: dict[str, Any]) -> str:
     """The command-line options behind ``overrides``, as the user typed them (for error messages)."""
     shown = []
     for key, value in overrides.items():
-        if key in OPTION_OF_KEY:
+        if key in OPTION_OF_KEY and (key == "cache" or isinstance(value, OptionValue)):
             shown.append(OPTION_OF_KEY[key] if key == "cache" else f"{OPTION_OF_KEY[key]} {value}")
         elif isinstance(value, Sweep):
             shown.append(f"--sweep {key}={','.join(toml_literal_text(v) for v in value.values)}")

@@ -125,7 +125,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
+    """Render one table (or list layouts). Missing cells are listed on stderr; returns 0, or 1 when
+    --layout names a table no result fills."""
     from benchmark.run.identity import mark_stale
     from reports.load import load_csv, load_runs, stale_note
     from reports.pivot import parse_where, pivot_layout
@@ -164,7 +165,18 @@ def run_report(args: argparse.Namespace) -> int:
     elif args.layout is not None:
         _print_layout_coverage(frame, layout, report.missing)
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    if args.layout is not None and len(report.missing) >= _cell_count(layout):
+        print(f"protobench: no result fills any cell of layout {layout.name} (the lines above name the keys that "
+              f"matched nothing); pick the layout of these runs (`report --list`) or drop --layout", file=sys.stderr)
+        return 1
     return 0
+
+
+def _cell_count(layout) -> int:  # (Layout)
+    """How many value cells a layout has: its rows × its metric columns."""
+    from reports.layout import Row
+
+    return sum(isinstance(item, Row) for item in layout.body) * sum(len(g.metrics) for g in layout.columns)
 
 
 #: a layout's empty cells are listed one by one up to this many (else only counted per reason)
@@ -242,7 +254,12 @@ def _run_cd(args: argparse.Namespace) -> int:
     check_figure_path(args.out)
     frame = load_runs(args.inputs, parse_where(args.where))
     cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method", style=args.style)
-    ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(cd.treatments, cd.mean_ranks))
+    from reports.pivot import dimension_label, display_names
+
+    names, treatment = display_names(frame), args.hue or "method"
+    shown = [dimension_label(treatment, next(v for v in frame[treatment].dropna().unique() if str(v) == t), names).md
+             for t in cd.treatments]  # the tables' names: "ProtoPool-lite", not its import path
+    ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(shown, cd.mean_ranks))
     friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
     print(f"wrote the critical-difference diagram of {len(cd.treatments)} {args.hue or 'method'} value(s) over "
           f"{cd.n_blocks} block(s) to {args.out}: mean ranks {ranks}{friedman}")
