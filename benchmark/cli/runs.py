@@ -58,6 +58,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p = sub.add_parser("status", help="table of the runs under a runs directory, with their SLURM job states")
     p.add_argument("runs_dir", help="a directory `protobench run` wrote to (e.g. runs/ or runs/demo)")
     p.add_argument("--json", action="store_true", help="print one JSON record per run (state, spec, metrics)")
+    p.add_argument("--wide", action="store_true", help="every column (grid, variant, backbone, dataset, warnings, "
+                                                       "progress), not only those that vary or hold something")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("cancel", help="scancel the pending or running SLURM jobs of a grid, a runs directory or runs")
@@ -203,7 +205,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status_records(root, extra_states), indent=2, sort_keys=True, default=str))
         return 0
-    print_status(root, extra_states=extra_states)
+    print_status(root, extra_states=extra_states, wide=args.wide)
     for state in states.values():
         if state.label.startswith("failed (") and state.job:
             log = state.job.log_paths[1]
