@@ -53,3 +53,12 @@ def test_plot_cd_prints_display_names(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["plot", "--cd", str(runs), "--out", str(tmp_path / "cd.png")]) == 0
     out = capsys.readouterr().out
     assert "mean ranks vMFProto 1.00, ProtoPNet 2.00" in out
+
+
+def test_plan_warns_that_an_absent_relative_data_root_will_be_generated(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_tiny_grid(tmp_path / "grid.toml", "g", "data/synthbirds")
+    assert main(["plan", "grid.toml"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "data synthbirds" in line)
+    assert line.startswith("[warn]") and "will be generated" in line and str(tmp_path) in line
