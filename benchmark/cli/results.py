@@ -295,7 +295,15 @@ def run_compare(args: argparse.Namespace) -> int:
     if not 0 < args.level < 100:
         raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
     frame = load_runs(args.runs_dirs, parse_where(args.where))
-    comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
+    baseline = args.baseline
+    if args.by == "method":  # the tables' names ("ProtoPool-lite", not its import path); --baseline takes either
+        from reports.pivot import dimension_label, display_names
+
+        names = display_names(frame)
+        shown = {m: dimension_label("method", m, names).md for m in frame["method"].dropna().unique()}
+        baseline = shown.get(baseline, baseline) if baseline is not None else None
+        frame = frame.assign(method=frame["method"].map(lambda m: shown.get(m, m)))
+    comparisons = compare_levels(frame, args.by, baseline=baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     if args.out is not None:
         atomic_write_bytes(args.out, text.encode("utf-8"))

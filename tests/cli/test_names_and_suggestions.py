@@ -62,3 +62,13 @@ def test_plan_warns_that_an_absent_relative_data_root_will_be_generated(
     assert main(["plan", "grid.toml"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if "data synthbirds" in line)
     assert line.startswith("[warn]") and "will be generated" in line and str(tmp_path) in line
+
+
+def test_compare_by_method_prints_display_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    for method, base in (("vmfproto", 80.0), ("protopnet", 70.0)):
+        for seed in (0, 1, 2):
+            write_run(runs, f"{method}{seed}", method=method, seed=seed, metrics={"acc": base + seed})
+    assert main(["compare", str(runs), "--by", "method", "--baseline", "protopnet"]) == 0
+    out = capsys.readouterr().out
+    assert "vMFProto" in out and "ProtoPNet" in out and "vmfproto" not in out
