@@ -165,7 +165,7 @@ def run_report(args: argparse.Namespace) -> int:
     elif args.layout is not None:
         _print_layout_coverage(frame, layout, report.missing)
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
-    if args.layout is not None and len(report.missing) >= _cell_count(layout):
+    if args.layout is not None and args.against is None and len(report.missing) >= _cell_count(layout):
         print(f"protobench: no result fills any cell of layout {layout.name} (the lines above name the keys that "
               f"matched nothing); pick the layout of these runs (`report --list`) or drop --layout", file=sys.stderr)
         return 1
