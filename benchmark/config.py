@@ -152,13 +152,18 @@ _FIELD_TYPES: dict[str, type] = {
 }  # every other RunSpec field is a string but cache_in_memory ("auto" | bool, validate_run_spec)
 
 
+def check_field(key: str, value: Any, *, where: str) -> None:
+    """A known RunSpec field holding a value of its type (``where`` names the place it was written)."""
+    if key not in RUN_FIELDS:
+        raise unknown_key_error(key, list(RUN_FIELDS), where)
+    if key != "cache_in_memory":
+        require_type(key, value, _FIELD_TYPES.get(key, str), where)
+
+
 def build_run_spec(values: dict[str, Any], *, where: str, import_trunk: bool = True) -> RunSpec:
     """Make a RunSpec from plain values, naming the first unknown key or bad value."""
     for key, value in values.items():
-        if key not in RUN_FIELDS:
-            raise unknown_key_error(key, list(RUN_FIELDS), where)
-        if key != "cache_in_memory":
-            require_type(key, value, _FIELD_TYPES.get(key, str), where)
+        check_field(key, value, where=where)
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")

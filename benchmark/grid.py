@@ -5,9 +5,10 @@ name = "demo"                       # runs go to <runs_dir>/<name>/<run_id>/
 description = "…"                   # optional
 runs_dir = "runs"                   # optional, relative to the working directory
 
-[defaults]                          # any RunSpec field
-dataset = "synthbirds"
-backbone = "dinov2_vits14"
+[defaults]                          # any RunSpec field; a list is a grid-wide axis:
+dataset = "synthbirds"              # every block's runs once per value, unless the
+backbone = "dinov2_vits14"          # block sets that field itself
+seed = [0, 1, 2]
 
 [[sweep]]                           # one block of the grid; a list value is an axis,
 method = ["vmfproto"]               # a scalar (or table) a fixed value; blocks are
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.checks import unknown_key_error
-from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, read_toml
+from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, check_field, read_toml
 from benchmark.errors import ProtobenchError
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
@@ -43,6 +44,13 @@ TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set
 ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`, `--set J=3`, `--sweep J=3,5`
 #: the command-line option behind an override key (any other key came from --set or --sweep)
 OPTION_OF_KEY = {"data_root": "--data-root", "weights": "--weights", "device": "--device", "cache": "--no-cache"}
+
+
+class OptionValue(str):
+    """A field's value given by its own option (``--device cuda``), not by ``--set device=cuda``:
+    an error about it names the option the user typed."""
+
+
 # A grid's name is its folder under the runs directory: one path component, never '.' or '..'.
 GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -64,6 +72,18 @@ def _axes(block: dict[str, Any]) -> list[dict[str, Any]]:
     keys = list(block)
     values = [v if isinstance(v, list) else [v] for v in block.values()]
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+
+
+def _check_default_axes(defaults: dict[str, Any], where: str) -> None:
+    """Every ``[defaults]`` field known and of its type, a list (a grid-wide axis) in each of its
+    values, non-empty and without repeats; an error names ``[defaults]``, where it was written."""
+    for key, value in defaults.items():
+        values = value if isinstance(value, list) else [value]
+        if not values or len({repr(v) for v in values}) != len(values):
+            raise ProtobenchError(f"{where}: {key} = {value!r} is a grid-wide axis; give it one or more distinct values")
+        for one in values:
+            if not (key == "weights" and isinstance(one, dict)):  # a table by backbone: weights_for_backbone
+                check_field(key, one, where=where)
 
 
 def trunk_and_data(spec: RunSpec) -> tuple[str, ...]:
@@ -170,7 +190,7 @@ def describe_overrides(overrides: dict[str, Any]) -> str:
     """The command-line options behind ``overrides``, as the user typed them (for error messages)."""
     shown = []
     for key, value in overrides.items():
-        if key in OPTION_OF_KEY:
+        if key in OPTION_OF_KEY and (key == "cache" or isinstance(value, OptionValue)):
             shown.append(OPTION_OF_KEY[key] if key == "cache" else f"{OPTION_OF_KEY[key]} {value}")
         elif isinstance(value, Sweep):
             shown.append(f"--sweep {key}={','.join(toml_literal_text(v) for v in value.values)}")
@@ -265,9 +285,7 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise ProtobenchError(f"{source}: [defaults] must be a table")
-    for key in defaults:
-        if key not in RUN_FIELDS:
-            raise unknown_key_error(key, list(RUN_FIELDS), f"{source} [defaults]")
+    _check_default_axes(defaults, f"{source} [defaults]")
     sweeps = data.get("sweep", [{}])
     if not isinstance(sweeps, list) or not all(isinstance(s, dict) for s in sweeps):
         raise ProtobenchError(f"{source}: 'sweep' must be an array of tables ([[sweep]])")
@@ -281,9 +299,12 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         for key in block:
             if key not in RUN_FIELDS:
                 raise unknown_key_error(key, list(RUN_FIELDS), where)
-        for values in _axes(block):
+        if block == {} and "sweep" not in data:
+            where = f"{source} [defaults]"  # no [[sweep]]: every value was written in [defaults]
+        grid_wide = _axes({k: v for k, v in defaults.items() if k not in block})  # a block's own value wins
+        for values, default in itertools.product(_axes(block), grid_wide):
             for swept in _axes(axes):
-                spec = absolute_paths(_build({**defaults, **values}, {**fixed, **swept}, where, options))
+                spec = absolute_paths(_build({**default, **values}, {**fixed, **swept}, where, options))
                 runs.setdefault(spec.run_id, spec)
     if not runs:
         raise ProtobenchError(f"{source}: the grid expands to no runs")

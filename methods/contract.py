@@ -233,15 +233,16 @@ def check_method(name: str, *, prototypes_per_class: int = 3,
     for check in CHECKS:
         check(name, source, prototypes_per_class)
         if echo is not None:
-            echo(f"ok    {_check_name(check)}: {_first_line(check)}")
+            echo(f"ok    {_check_name(check)}: {_rule_text(check)}")
 
 
 def _check_name(check: Callable[..., None]) -> str:
     return check.__name__.removeprefix("check_").replace("_", " ")
 
 
-def _first_line(check: Callable[..., None]) -> str:
-    return (inspect.getdoc(check) or "").split("\n")[0]
+def _rule_text(check: Callable[..., None]) -> str:
+    """The check's rule: its docstring's first paragraph on one line (never cut mid-sentence)."""
+    return " ".join((inspect.getdoc(check) or "").split("\n\n")[0].split())
 
 
 def main(argv: list[str] | None = None) -> int:

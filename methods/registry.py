@@ -74,8 +74,10 @@ def get_method_class(name: str) -> type[PrototypeMethod]:
         return cls
     _load_builtins()
     if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"unknown method {name!r}; choose one of {', '.join(sorted(_REGISTRY))} "
+            f"unknown method {name!r}{hint}; choose one of {', '.join(sorted(_REGISTRY))} "
             "or give an import path 'package.module:ClassName'"
         )
     return _REGISTRY[name]

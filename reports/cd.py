@@ -23,8 +23,12 @@ from scipy import stats
 from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS
 from reports.pivot import METRICS, dimension_label, display_names
+from reports.figure_style import SCREEN, FigureStyle, drawing
 from reports.plots import check_figure_path, panels, save_figure
 from reports.stats import holm, wilcoxon_p
+
+
+CLIQUE_COLOUR = "0.55"  # mid grey: distinct from the black rank axis in colour and in greyscale
 
 
 @dataclass(frozen=True)
@@ -90,39 +94,55 @@ def _cliques(k: int, p_holm: dict[tuple[int, int], float], alpha: float) -> list
 
 
 def plot_cd(frame: pd.DataFrame, out: Path, *, metric: str, treatment: str = "method",
-            alpha: float = 0.05) -> CriticalDifference:
-    """Draw the critical-difference diagram of ``metric`` to ``out``; returns its numbers."""
+            alpha: float = 0.05, style: FigureStyle = SCREEN) -> CriticalDifference:
+    """Draw the critical-difference diagram of ``metric`` to ``out``; returns its numbers.
+
+    The rank axis is a thin black line with ticks; each clique bar is a thick grey bar below it,
+    clear of the axis, so a bar is never read as part of the scale."""
     check_figure_path(out)
     cd = critical_difference(frame, metric, treatment=treatment, alpha=alpha)
+    with drawing(style):
+        _draw(frame, cd, out, metric=metric, treatment=treatment, style=style)
+    return cd
+
+
+def cd_caption(cd: CriticalDifference, metric: str, treatment: str) -> str:
+    """What the diagram shows: the ranks, the blocks, the tests behind its bars."""
+    friedman = "" if cd.friedman_p is None else f"Friedman p = {cd.friedman_p:.3g}; "
+    return (f"{METRICS[metric].header.md}: mean rank of each {treatment} over {cd.n_blocks} blocks (1 = best); "
+            f"{friedman}bars: no pair differs (Wilcoxon signed-rank, Holm, α = {cd.alpha:g})")
+
+
+def _draw(frame: pd.DataFrame, cd: CriticalDifference, out: Path, *, metric: str, treatment: str,
+          style: FigureStyle) -> None:
     names = display_names(frame)
     labels = [dimension_label(treatment, _typed(frame, treatment, t), names).md for t in cd.treatments]
     k = len(labels)
     half = math.ceil(k / 2)
-    bars_depth = 0.25 + 0.2 * len(cd.cliques)  # the bars lie between the axis and the labels
+    bars_depth = 0.35 + 0.2 * len(cd.cliques)  # the bars lie between the axis and the labels
     lowest = -(bars_depth + 0.5 * half)
-    fig, (ax,) = panels(1)
-    fig.set_size_inches(7.0, 1.2 + 0.35 * half)
+    fig, (ax,) = panels(1, style)
+    fig.set_size_inches(style.column_inches or 7.0, (0.7 if style.column_inches else 1.2) + 0.35 * half)
     ax.set_xlim(0.5, k + 0.5)
     ax.set_ylim(lowest - 0.2, 0.6)
     ax.axis("off")
     ax.hlines(0, 1, k, color="black", linewidth=1)
     for r in range(1, k + 1):
         ax.vlines(r, 0, 0.12, color="black", linewidth=1)
-        ax.text(r, 0.18, str(r), ha="center", va="bottom", fontsize="small")
+        ax.text(r, 0.18, str(r), ha="center", va="bottom", fontsize=style.small)
     for index, (label, rank) in enumerate(zip(labels, cd.mean_ranks)):
         depth = -(bars_depth + 0.5 * (index + 1 if index < half else k - index))
         edge, align = (0.5, "left") if index < half else (k + 0.5, "right")
         ax.plot([rank, rank, edge], [0, depth, depth], color="black", linewidth=0.8)
-        ax.text(edge, depth + 0.05, f"{label} ({rank:.2f})", ha=align, va="bottom", fontsize="small")
-    for level, (i, j) in enumerate(cd.cliques):
-        y = -0.2 - 0.2 * level
-        ax.hlines(y, cd.mean_ranks[i] - 0.05, cd.mean_ranks[j] + 0.05, color="black", linewidth=3)
-    friedman = "" if cd.friedman_p is None else f"Friedman p = {cd.friedman_p:.3g}; "
-    title = (f"{METRICS[metric].header.md}: mean rank of each {treatment} over {cd.n_blocks} blocks (1 = best); "
-             f"{friedman}bars: no pair differs (Wilcoxon signed-rank, Holm, α = {alpha:g})")
-    ax.set_title(textwrap.fill(title, width=int(fig.get_figwidth() * 11)), fontsize="small")
+        ax.text(edge, depth + 0.05, f"{label} ({rank:.2f})", ha=align, va="bottom", fontsize=style.small)
+    for level, (i, j) in enumerate(cd.cliques):  # grey, thick, round-ended, clear of the black axis
+        y = -0.3 - 0.2 * level
+        ax.hlines(y, cd.mean_ranks[i] - 0.05, cd.mean_ranks[j] + 0.05, color=CLIQUE_COLOUR, linewidth=4,
+                  capstyle="round")
+    if style.titles:
+        title = cd_caption(cd, metric, treatment)
+        ax.set_title(textwrap.fill(title, width=int(fig.get_figwidth() * 11)), fontsize="small")
     save_figure(fig, out)
-    return cd
 
 
 def _typed(frame: pd.DataFrame, column: str, text: str) -> object:

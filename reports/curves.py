@@ -15,6 +15,7 @@ from pathlib import Path
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import METRICS_FILE, RESULT_FILE, SPEC_FILE, UnreadableRunFile, curve_files, parse_run_json, read_json
+from reports.figure_style import SCREEN, FigureStyle, drawing
 from reports.plots import check_figure_path, one_legend, panels, save_figure
 
 
@@ -51,8 +52,13 @@ def read_curve(path: Path) -> Curve:
     )
 
 
-def plot_curves(run_dirs: Sequence[Path], out: Path, *, quantities: Sequence[str] | None = None) -> list[Curve]:
-    """Draw the chosen quantities (default: every loss term) of each run against the epoch."""
+def plot_curves(run_dirs: Sequence[Path], out: Path, *, quantities: Sequence[str] | None = None,
+                style: FigureStyle = SCREEN) -> list[Curve]:
+    """Draw the chosen quantities (default: every loss term) of each run against the epoch.
+
+    A run has one colour and one legend label in every panel. When every run went through the
+    same stages, their names run along the top; otherwise each run's stage boundaries are dotted
+    in its colour and its legend label lists its stages (``[warm 1–5, joint 6–10]``)."""
     check_figure_path(out)
     curves = [read_curve(file) for file in curve_files(run_dirs)]
     available = list(dict.fromkeys(name for curve in curves for name in curve.values))
@@ -62,33 +68,62 @@ def plot_curves(run_dirs: Sequence[Path], out: Path, *, quantities: Sequence[str
         raise ProtobenchError(
             f"No curve named {', '.join(unknown) or '(any loss term)'}; the runs logged: {', '.join(available)}."
         )
+    with drawing(style):
+        _draw(curves, chosen, out, style)
+    return curves
+
+
+def _draw(curves: list[Curve], chosen: list[str], out: Path, style: FigureStyle) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = panels(len(chosen))
+    fig, axes = panels(len(chosen), style)
     labels = _unique_labels(curves)
+    colours = [f"C{i % 10}" for i in range(len(curves))]  # a run keeps its colour in every panel
+    shared = len({c.stages for c in curves}) == 1  # one schedule: its stages named along the top
+    if not shared:  # schedules differ: each run's stages in its own legend entry, never mixed
+        labels = [f"{label} [{_schedule(curve)}]" for label, curve in zip(labels, curves)]
+    last = max(len(c.stages) for c in curves) + 0.5
     for ax, name in zip(axes, chosen):
-        for curve, label in zip(curves, labels):
+        for curve, label, colour in zip(curves, labels, colours):
             if name in curve.values:
                 epochs = range(1, len(curve.stages) + 1)
-                ax.plot(epochs, curve.values[name], marker=".", linewidth=1.5, label=label)
-        starts = _stage_starts(curves)
-        for start, _ in starts[1:]:
-            ax.axvline(start, color="0.6", linestyle=":", linewidth=1)
-        last = max(len(c.stages) for c in curves) + 0.5
+                ax.plot(epochs, curve.values[name], marker=".", linewidth=1.5, label=label, color=colour)
+        if shared:
+            _name_stages(ax, curves[0], last)
+        else:
+            for curve, colour in zip(curves, colours):  # each run's boundaries in the run's colour
+                for start, _ in _stage_starts([curve])[1:]:
+                    ax.axvline(start, color=colour, linestyle=":", linewidth=1, alpha=0.8)
         ax.set_xlim(0.5, last)  # an epoch with no value of this quantity keeps its place
-        stages = ax.secondary_xaxis("top")  # each stage's name over its epochs
-        ends = [start for start, _ in starts[1:]] + [last]
-        stages.set_xticks([(start + end) / 2 for (start, _), end in zip(starts, ends)],
-                          [stage for _, stage in starts], fontsize="x-small", color="0.35")
-        stages.tick_params(length=0)
-        ax.set_title(name, fontsize="medium")
+        if style.titles:
+            ax.set_title(name, fontsize="medium")
         ax.set_xlabel("epoch (all stages)")
         ax.set_ylabel(_axis_label(name))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    one_legend(fig, axes[0])
+    one_legend(fig, axes[0], style=style)
     save_figure(fig, out)
-    return curves
+
+
+def _name_stages(ax, curve: Curve, last: float) -> None:  # (Axes, …)
+    """Dotted boundaries between the stages of the one shared schedule and each stage's name over
+    its epochs (a secondary axis along the top)."""
+    starts = _stage_starts([curve])
+    for start, _ in starts[1:]:
+        ax.axvline(start, color="0.6", linestyle=":", linewidth=1)
+    stages = ax.secondary_xaxis("top")
+    ends = [start for start, _ in starts[1:]] + [last]
+    stages.set_xticks([(start + end) / 2 for (start, _), end in zip(starts, ends)],
+                      [stage for _, stage in starts], fontsize="x-small", color="0.35")
+    stages.tick_params(length=0)
+
+
+def _schedule(curve: Curve) -> str:
+    """``warm 1–5, joint 6–10``: the run's stages and their epochs (1-based, over all stages)."""
+    starts = [round(start + 0.5) for start, _ in _stage_starts([curve])] + [len(curve.stages) + 1]
+    names = [stage for _, stage in _stage_starts([curve])]
+    return ", ".join(f"{name} {a}" if b - 1 == a else f"{name} {a}\u2013{b - 1}"
+                     for name, a, b in zip(names, starts, starts[1:]))
 
 
 def _axis_label(name: str) -> str:

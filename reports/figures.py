@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from reports.figure_style import EMBEDDED_FONTS, SCREEN, FigureStyle, drawing  # noqa: E402
 from reports.layouts import display_name  # noqa: E402
 
 FORMATS = ("png", "pdf")
@@ -33,7 +34,7 @@ COLORMAP = "viridis"  # perceptually uniform, readable in greyscale and by colou
 OVERLAY_ALPHA = 0.55
 PANEL_INCHES = 1.15  # every image panel is this wide and high
 FONT_SIZE = 8
-plt.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in the PDF: editable, selectable text
+plt.rcParams.update(EMBEDDED_FONTS)  # TrueType in the PDF: editable, selectable text
 
 
 class Evidence(Protocol):
@@ -99,10 +100,10 @@ def _colorbar(fig: plt.Figure, axes: np.ndarray, label: str) -> None:
     bar.ax.tick_params(labelsize=FONT_SIZE)
 
 
-def _figure(rows: int, columns: int, title_lines: int = 2) -> tuple[plt.Figure, np.ndarray]:
-    """A grid of square panels of PANEL_INCHES, room above each for ``title_lines`` lines of text."""
-    height = rows * (PANEL_INCHES + 0.14 * title_lines + 0.08) + 0.45
-    fig, axes = plt.subplots(rows, columns, figsize=(columns * PANEL_INCHES + 1.0, height), squeeze=False,
+def _figure(rows: int, columns: int, title_lines: int = 2, panel: float = PANEL_INCHES) -> tuple[plt.Figure, np.ndarray]:
+    """A grid of square panels of ``panel`` inches, room above each for ``title_lines`` lines of text."""
+    height = rows * (panel + 0.14 * title_lines + 0.08) + 0.45
+    fig, axes = plt.subplots(rows, columns, figsize=(columns * panel + 1.0, height), squeeze=False,
                              layout="constrained")
     for ax in axes.flat:
         ax.set_axis_off()
@@ -122,16 +123,23 @@ def _centred_rows(fig: plt.Figure, counts: Sequence[int]) -> list[list[plt.Axes]
     return rows
 
 
-def draw_explanation(exp: ExplanationLike) -> plt.Figure:
+def panel_inches(columns: int, width: float | None) -> float:
+    """The panel size that makes ``columns`` panels and the colorbar (1 in) ``width`` inches wide
+    (None: PANEL_INCHES)."""
+    return PANEL_INCHES if width is None else (width - 1.0) / columns
+
+
+def draw_explanation(exp: ExplanationLike, *, width: float | None = None, title: bool = True) -> plt.Figure:
     """One figure: row 1 the image and its top ground-truth-class prototype maps; row 2 for each
     prototype that drove the prediction its nearest training patch and its activation map. Rows
     are centred; when the prediction is wrong, row 2's prototypes are named as the predicted
     class's (pN indexes the prototypes within a class)."""
     counts = [1 + len(exp.top_gt), 2 * len(exp.why)] if exp.why else [1 + len(exp.top_gt)]
     columns = max(counts)
+    panel = panel_inches(columns, width)
     whose = "" if exp.label == exp.predicted else "predicted class\n"  # a third title line in row 2
-    height = len(counts) * (PANEL_INCHES + 0.36) + 0.14 * (whose != "") + 0.45
-    fig = plt.figure(figsize=(columns * PANEL_INCHES + 1.0, height), layout="constrained")
+    height = len(counts) * (panel + 0.36) + 0.14 * (whose != "") + 0.45
+    fig = plt.figure(figsize=(columns * panel + 1.0, height), layout="constrained")
     rows = _centred_rows(fig, counts)
     truth, guess = class_label(exp.class_names[exp.label]), class_label(exp.class_names[exp.predicted])
     size = exp.image.shape[:2]
@@ -152,18 +160,20 @@ def draw_explanation(exp: ExplanationLike) -> plt.Figure:
               "prototypes by contribution to its logit")
     fig.supxlabel(textwrap.fill(legend, width=int(fig.get_figwidth() * 15)), fontsize=FONT_SIZE - 1)
     verdict = "correct" if exp.label == exp.predicted else f"wrong; true: {truth}"
-    fig.suptitle(f"predicted: {guess} ({verdict})".replace("\n", " "), fontsize=FONT_SIZE + 1)
+    if title:
+        fig.suptitle(f"predicted: {guess} ({verdict})".replace("\n", " "), fontsize=FONT_SIZE + 1)
     return fig
 
 
-def draw_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], *, top: int = 3) -> plt.Figure:
+def draw_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], *, top: int = 3,
+                    width: float | None = None) -> plt.Figure:
     """Rows: the test images; columns: the image, then for each run (label, its explanations of
     the same images in the same order) its ``top`` ground-truth-class prototype maps by peak
     activation, one (min, max) per run and image. Each run's label spans its columns over a rule,
     vertical rules separate the column groups, and a ✗ marks a run that misclassified the image."""
     images = runs[0][1]
     widths = [min(top, len(exps[0].top_gt)) for _, exps in runs]
-    fig, axes = _figure(len(images), 1 + sum(widths))
+    fig, axes = _figure(len(images), 1 + sum(widths), panel=panel_inches(1 + sum(widths), width))
     for row, first in enumerate(images):
         size = first.image.shape[:2]
         ax = axes[row, 0]
@@ -252,18 +262,24 @@ def _save(fig: plt.Figure, stem: Path) -> list[Path]:
     return written
 
 
-def write_figures(explanations: Sequence[ExplanationLike], out_dir: Path) -> list[Path]:
-    """One PNG and one PDF per explained image; returns the files written."""
+def write_figures(explanations: Sequence[ExplanationLike], out_dir: Path, *,
+                  style: FigureStyle = SCREEN) -> list[Path]:
+    """One PNG and one PDF per explained image; returns the files written. ``style`` paper: the
+    text width (``reports.figure_style``), no title inside."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for exp in explanations:
-        written += _save(draw_explanation(exp), out_dir / f"test_{exp.image_index:05d}")
+        with drawing(style):
+            figure = draw_explanation(exp, width=style.text_inches, title=style.titles)
+            written += _save(figure, out_dir / f"test_{exp.image_index:05d}")
     return written
 
 
 def write_comparison(runs: Sequence[tuple[str, Sequence[ExplanationLike]]], out_dir: Path, *,
-                     top: int = 3) -> list[Path]:
-    """``comparison.png`` and ``comparison.pdf``: :func:`draw_comparison` of the runs."""
+                     top: int = 3, style: FigureStyle = SCREEN) -> list[Path]:
+    """``comparison.png`` and ``comparison.pdf``: :func:`draw_comparison` of the runs (``style``
+    paper: the text width)."""
     check_same_images(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return _save(draw_comparison(runs, top=top), out_dir / "comparison")
+    with drawing(style):
+        return _save(draw_comparison(runs, top=top, width=style.text_inches), out_dir / "comparison")

@@ -1,8 +1,16 @@
 """Spell a TableView as a LaTeX float with a booktabs tabular, in the paper's style.
 
-Needs ``\\usepackage{booktabs}`` (and ``graphicx`` for layouts that resize).
+Needs ``\\usepackage{booktabs}`` (and ``graphicx`` for layouts that resize); the float's first line
+says so. The generic table (``report`` without a layout) has booktabs rules only, no vertical rule
+(booktabs' own guidance: they break its rules' spacing), its column groups set apart by a
+``\\cmidrule`` under their label; a paper layout keeps the paper's own vertical rules. A seed count
+shared by every mean is stated once in the caption, not in each cell. Bold marks a unique best
+only (tied best values are left plain), and with ``--significance`` the column's reference cell
+(its best mean, which every ≈ is tested against) never carries ≈ itself.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
@@ -29,20 +37,29 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
     """The table as a LaTeX float; ``method_macro``: vMFProto as the paper's ``\\method{}``."""
     layout = table.layout
     env = "table*" if layout.wide else "table"
+    packages = "booktabs" + (", graphicx" if layout.resize else "")
     lines = [f"\\begin{{{env}}}[t]", "  \\centering"]
+    rows = [item for item in table.body if isinstance(item, RowView)]
+    marks = _column_marks(layout, rows)
+    counts = {c.n for row in rows for c in row.cells if c.value is not None}
+    n_once = layout.show_n and len(counts) == 1 and counts != {1}  # one n for every mean: said once
     if layout.tabcolsep is not None:
         lines.append(f"  \\setlength{{\\tabcolsep}}{{{layout.tabcolsep}}}")
     if layout.arraystretch is not None:
         lines.append(f"  \\renewcommand{{\\arraystretch}}{{{layout.arraystretch}}}")
     lines += [
-        f"  \\caption{{{_caption(table)}}}",
+        f"  \\caption{{{_caption(table, counts.copy().pop() if n_once else None)}}}",
         f"  \\label{{{layout.tex_label}}}",
+        f"  % needs \\usepackage{{{packages}}} in the preamble",
     ]
     if layout.resize:
         lines.append("  \\resizebox{\\textwidth}{!}{%")
     lines.append(f"  \\begin{{tabular}}{{{column_spec(layout)}}}")
     lines.append("    \\toprule")
-    lines.extend(f"    {_header_row(layout, row)}" for row in table.header)
+    for row in table.header:
+        lines.append(f"    {_header_row(layout, row)}")
+        if not layout.rule_between_groups and any(cell.span > 1 for cell in row):
+            lines.append(f"    {_group_rules(row)}")
     lines.append("    \\midrule")
     for item in table.body:
         if isinstance(item, Rule):
@@ -50,7 +67,7 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
         elif isinstance(item, Heading):
             lines.append(f"    \\multicolumn{{{layout.n_columns}}}{{{item.align}}}{{{_styled(item)}}} \\\\")
         else:
-            lines.append(f"    {_row(layout, item, table.interval_note is not None)}")
+            lines.append(f"    {_row(layout, item, table.interval_note is not None, marks[rows.index(item)], n_once)}")
     lines.append("    \\bottomrule")
     lines.append("  \\end{tabular}")
     if layout.resize:
@@ -61,15 +78,48 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
 
 
 def column_spec(layout: Layout) -> str:
-    """``l|cccc|cccc``: label columns, then one ``c`` per metric, with the layout's rules."""
+    """``l|cccc|cccc``: label columns, then one ``c`` per metric, with the layout's vertical rules
+    (the paper's tables; the generic table has none)."""
     bar = "|" if layout.rule_after_labels else ""
     labels = "".join(align + bar for align in layout.label_align)
     groups = ("|" if layout.rule_between_groups else "").join("c" * len(g.metrics) for g in layout.columns)
     return labels + groups
 
 
-def _caption(table: TableView) -> str:
+def _group_rules(cells: tuple[HeaderCell, ...]) -> str:
+    """``\\cmidrule(lr){3-6} \\cmidrule(lr){7-10}``: a rule under each header cell spanning columns."""
+    rules, first = [], 1
+    for cell in cells:
+        if cell.span > 1 and cell.text.tex.strip():
+            rules.append(f"\\cmidrule(lr){{{first}-{first + cell.span - 1}}}")
+        first += cell.span
+    return " ".join(rules)
+
+
+def _column_marks(layout: Layout, rows: Sequence[RowView]) -> list[list[str | None]]:
+    """Each cell's mark as typeset: "best" only where one cell of its column is best (a tied best is
+    plain), and with significance marks the column's reference cell (every ≈ is "not different
+    from it") is bold when it alone is best, else plain, never ≈."""
+    metrics = [m for g in layout.columns for m in g.metrics]
+    typeset = [[c.mark for c in row.cells] for row in rows]
+    for c, metric in enumerate(metrics):
+        column = [row.cells[c] for row in rows]
+        best = [r for r, cell in enumerate(column) if cell.mark == "best"]
+        if len(best) > 1:
+            for r in best:
+                typeset[r][c] = None
+        tied = [r for r, cell in enumerate(column) if cell.mark == "tied" and cell.stat is not None]
+        if tied and not best:
+            sign = 1.0 if metric.higher_is_better else -1.0
+            reference = max(tied, key=lambda r: sign * column[r].stat.mean)
+            typeset[reference][c] = None
+    return typeset
+
+
+def _caption(table: TableView, n: int | None = None) -> str:
     parts = [caption_text(table.layout.caption.tex, table)]
+    if n is not None:
+        parts.append(f"Every mean is over $n={n}$ seeds.")
     if table.has_dagger:
         parts.append(DAGGER_NOTE)
     if table.comparing:
@@ -97,22 +147,23 @@ def _styled(heading: Heading) -> str:
     return _HEADING[heading.style].format(heading.text.tex)
 
 
-def _row(layout: Layout, row: RowView, intervals: bool) -> str:
+def _row(layout: Layout, row: RowView, intervals: bool, marks: Sequence[str | None], n_once: bool) -> str:
     first = row.labels[0].tex + (DAGGER if row.dagger else "") + (row.qualifier.tex if row.qualifier else "")
     labels = [first, *(label.tex for label in row.labels[1:])]
-    return " & ".join(labels + [_cell(layout, c, intervals) for c in row.cells]) + " \\\\"
+    cells = [_cell(layout, c, intervals, mark, n_once) for c, mark in zip(row.cells, marks)]
+    return " & ".join(labels + cells) + " \\\\"
 
 
-def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:
+def _cell(layout: Layout, cell: CellView, intervals: bool, mark: str | None, n_once: bool) -> str:
     if cell.value is None:
         shown = MISSING
     elif cell.std is None or not layout.show_std:
-        shown = _MARKUP[cell.mark].format(cell.value)
+        shown = _MARKUP[mark].format(cell.value)
     else:
-        shown = _MATH_MARKUP[cell.mark].format(f"${cell.value}{{\\pm}}{cell.std}$")
+        shown = _MATH_MARKUP[mark].format(f"${cell.value}{{\\pm}}{cell.std}$")
     if cell.dagger:
         shown += DAGGER
-    if layout.show_n and cell.n > 1:
+    if layout.show_n and cell.n > 1 and not n_once:
         shown += f" (n={cell.n})"
     if intervals and cell.value is not None:
         shown += interval_text(cell, r"\ddag{}")

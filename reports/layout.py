@@ -115,7 +115,8 @@ class Layout:
     mark_best: bold the best and underline the second-best value of every column.
     show_std: print mean±std for multi-seed cells (otherwise the mean, marked with †).
     show_n: after a multi-seed mean, print how many seeds it averages, ``(n=3)``.
-    rule_after_labels / rule_between_groups: vertical rules in the tabular column spec.
+    rule_after_labels / rule_between_groups: vertical rules in the tabular column spec (the paper's
+    tables have them; the generic table does not and sets its column groups apart by ``\\cmidrule``).
     wide / resize: ``table*`` float; scale the tabular to ``\\textwidth``.
     tabcolsep / arraystretch: the float's ``\\tabcolsep`` and ``\\arraystretch`` (None: LaTeX's).
     dataset: the one dataset of a paper table; None when the rows and columns select it.

@@ -127,7 +127,7 @@ def pivot_layout(
         mark_best=True,
         show_std=True,
         show_n=True,
-        rule_between_groups=len(groups) > 1 and any(len(g.metrics) > 1 for g in groups),
+        rule_after_labels=False,  # booktabs: no vertical rule; column groups get a \cmidrule
         wide=n_columns > 7,
         resize=n_columns > 12,
     )

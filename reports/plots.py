@@ -19,6 +19,7 @@ import pandas as pd
 from benchmark.errors import ProtobenchError
 from benchmark.output_file import write_output
 from reports.columns import KEY_COLUMNS
+from reports.figure_style import EMBEDDED_FONTS, SCREEN, FigureStyle, drawing
 from reports.layout import KeyValue
 from reports.pivot import METRICS, dimension_label, display_names, fixed_dimensions, ordered_values
 
@@ -84,28 +85,50 @@ def result_series(
 
 
 def plot_results(
-    frame: pd.DataFrame, out: Path, *, x: str, y: str, hue: str | None = None, facet: str | None = None
+    frame: pd.DataFrame, out: Path, *, x: str, y: str, hue: str | None = None, facet: str | None = None,
+    style: FigureStyle = SCREEN,
 ) -> list[Series]:
     """Draw the mean ± seed spread of ``y`` against ``x`` to ``out`` (PNG, PDF or SVG); returns the series.
 
     A numeric x draws lines; a categorical x (method, backbone, …) dots with error bars, the hue
     values side by side at each category. The number of seeds per point is in the title when
-    every point has the same, else written next to each point."""
+    every point has the same, else written next to each point (``style`` paper: no title; the
+    caption, :func:`plot_caption`, is for the paper's text)."""
     check_figure_path(out)
     series = result_series(frame, x=x, y=y, hue=hue, facet=facet)
+    with drawing(style):
+        _draw_results(frame, series, out, x=x, y=y, hue=hue, facet=facet, style=style)
+    return series
+
+
+def plot_caption(frame: pd.DataFrame, series: list[Series], *, x: str, hue: str | None, facet: str | None) -> str:
+    """What a figure of ``series`` shows beyond its axes: the fixed keys, the error bars, the n."""
+    names = display_names(frame)
+    counts = {p.n for s in series for p in s.points}
+    # "key = value" held together by no-break spaces when the title wraps
+    fixed = [f"{d}\u00a0=\u00a0{dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items()]
+    seeds = [f"n\u00a0=\u00a0{counts.pop()} seed(s) per point"] if len(counts) == 1 else ["n (seeds) marked at each point"]
+    return "; ".join([", ".join(fixed), "mean over seeds ± 1 sample s.d.", *seeds] if fixed else
+                     ["mean over seeds ± 1 sample s.d.", *seeds])
+
+
+def _draw_results(frame: pd.DataFrame, series: list[Series], out: Path, *, x: str, y: str, hue: str | None,
+                  facet: str | None, style: FigureStyle) -> None:
     names = display_names(frame)
     facets = list(dict.fromkeys(s.facet for s in series))
     hues = ordered_values(frame, hue)  # one colour per hue value in every panel
-    fig, axes = panels(len(facets))
+    fig, axes = panels(len(facets), style)
     colours = [f"C{i % 10}" for i in range(len(hues))]
     categorical = any(isinstance(p.x, str) for s in series for p in s.points)
     ticks = list(dict.fromkeys(p.x for s in series for p in s.points))
     counts = {p.n for s in series for p in s.points}
+    gap = min((b - a for a, b in zip(sorted(ticks), sorted(ticks)[1:])), default=1.0) if not categorical else 1.0
     for ax, facet_value in zip(axes, facets):
         for s in (s for s in series if s.facet == facet_value):
             slot = hues.index(s.hue)
-            # categories: the hue values side by side, within 0.35 of their tick
-            dodge = (slot - (len(hues) - 1) / 2) * min(0.7 / len(hues), 0.3) if categorical else 0.0
+            # the hue values side by side at each x (within 0.35 of a category's tick, 0.15 of the
+            # gap between numeric x values), so error bars of one x never overlap
+            dodge = (slot - (len(hues) - 1) / 2) * min(0.7 / len(hues), 0.3) * (1.0 if categorical else 0.5 * gap)
             xs = [(ticks.index(p.x) if categorical else p.x) + dodge for p in s.points]
             ax.errorbar(
                 xs, [p.mean for p in s.points], yerr=[p.std or 0.0 for p in s.points], marker="o", capsize=3,
@@ -115,43 +138,45 @@ def plot_results(
                 ax.margins(y=0.15)  # room for the labels above the top points
                 for px, p in zip(xs, s.points):
                     ax.annotate(f"n={p.n}", (px, p.mean + (p.std or 0.0)), textcoords="offset points",
-                                xytext=(0, 3), ha="center", fontsize="x-small", color=colours[slot])
+                                xytext=(0, 3), ha="center", fontsize=style.tiny, color=colours[slot])
         if categorical:
             ax.set_xticks(range(len(ticks)), [dimension_label(x, t, names).md for t in ticks], rotation=30, ha="right")
             ax.set_xlim(-0.5, len(ticks) - 0.5)
         elif all(isinstance(t, int) for t in ticks):
             ax.set_xticks(sorted(ticks))
-        if facet is not None:
+        if facet is not None and style.titles:
             ax.set_title(f"{AXIS_NAMES[facet]} = {dimension_label(facet, facet_value, names).md}", fontsize="medium")
         ax.set_xlabel(AXIS_NAMES[x])
         ax.set_ylabel(METRICS[y].header.md + (" (%)" if y in PERCENT_METRICS else ""))
         ax.grid(alpha=0.3)
     if hue is not None:
-        one_legend(fig, axes[0], title=AXIS_NAMES[hue])
-    # "key = value" held together by no-break spaces when the title wraps
-    fixed = [f"{d}\u00a0=\u00a0{dimension_label(d, v, names).md}" for d, v in _fixed(frame, x, hue, facet).items()]
-    seeds = [f"n\u00a0=\u00a0{counts.pop()} seed(s) per point"] if len(counts) == 1 else ["n (seeds) marked at each point"]
-    title = "; ".join([", ".join(fixed), "mean over seeds ± 1 sample s.d.", *seeds] if fixed else
-                      ["mean over seeds ± 1 sample s.d.", *seeds])
-    # wrapped to the figure's width (about 11 characters per inch at the small font)
-    fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 11)), fontsize="small")
+        one_legend(fig, axes[0], title=AXIS_NAMES[hue], style=style)
+    if style.titles:
+        title = plot_caption(frame, series, x=x, hue=hue, facet=facet)
+        # wrapped to the figure's width (about 11 characters per inch at the small font)
+        fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 11)), fontsize="small")
+    elif facet is not None:  # the panels' facet values, in the panels' order, below them
+        for ax, facet_value in zip(axes, facets):
+            ax.text(0.5, 1.02, dimension_label(facet, facet_value, names).md, transform=ax.transAxes,
+                    ha="center", va="bottom")
     save_figure(fig, out)
-    return series
 
 
-def one_legend(fig, ax, *, title: str | None = None) -> None:  # (Figure, Axes)
+def one_legend(fig, ax, *, title: str | None = None, style: FigureStyle = SCREEN) -> None:  # (Figure, Axes)
     """One legend for the whole figure, below the panels (never over a panel's ticks or the title)."""
     handles, labels = ax.get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     for other in fig.axes:
         for handle, label in zip(*other.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=min(len(seen), 4),
-               fontsize="small", title=title, title_fontsize="small")
+    columns = 4 if style.column_inches is None or len(fig.axes) > 1 else 2  # a column-wide figure: 2 a row
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=min(len(seen), columns),
+               fontsize=style.small, title=title, title_fontsize=style.small)
 
 
-def panels(count: int):  # -> tuple[Figure, list[Axes]]
-    """A figure of ``count`` equal panels, at most four per row (Agg backend: no display needed)."""
+def panels(count: int, style: FigureStyle = SCREEN):  # -> tuple[Figure, list[Axes]]
+    """A figure of ``count`` equal panels, at most four per row (Agg backend: no display needed);
+    ``style`` paper: one column wide for one panel, else the text width, panels 4:3."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,8 +184,11 @@ def panels(count: int):  # -> tuple[Figure, list[Axes]]
 
     ncols = min(count, _MAX_PANELS_PER_ROW)
     nrows = math.ceil(count / ncols)
+    width = style.width(ncols)
+    size = ((_PANEL_INCHES[0] * ncols, _PANEL_INCHES[1] * nrows) if width is None else
+            (width, width / ncols * 0.75 * nrows + 0.5))  # + room for the legend below
     fig, grid = plt.subplots(
-        nrows, ncols, figsize=(_PANEL_INCHES[0] * ncols, _PANEL_INCHES[1] * nrows), squeeze=False,
+        nrows, ncols, figsize=size, squeeze=False,
         layout="constrained",  # room for the suptitle and a legend outside the panels
     )
     axes = [ax for row in grid for ax in row]
@@ -170,12 +198,15 @@ def panels(count: int):  # -> tuple[Figure, list[Axes]]
 
 
 def save_figure(fig, out: Path) -> None:
-    """Render to memory, then write atomically (no half-written figure); closes ``fig``."""
+    """Render to memory, then write atomically (no half-written figure); closes ``fig``. PDFs embed
+    TrueType (Type 42) fonts, never Type 3 (``reports.figure_style``)."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
     try:
-        fig.savefig(buffer, format=out.suffix[1:], dpi=200)
+        with matplotlib.rc_context(EMBEDDED_FONTS):
+            fig.savefig(buffer, format=out.suffix[1:], dpi=200)
     finally:
         plt.close(fig)
     write_output(out, buffer.getvalue())

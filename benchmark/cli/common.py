@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
-from benchmark.grid import parse_set_options, parse_sweep_options
+from benchmark.grid import OptionValue, parse_set_options, parse_sweep_options
 from benchmark.run.store import default_cache_root
 
 if TYPE_CHECKING:
@@ -43,11 +43,11 @@ def grid_overrides(args: argparse.Namespace) -> dict[str, object]:
     overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
     overrides.update(parse_sweep_options(getattr(args, "sweep", None) or []))
     if getattr(args, "data_root", None):
-        overrides["data_root"] = args.data_root
+        overrides["data_root"] = OptionValue(args.data_root)
     if getattr(args, "weights", None):
-        overrides["weights"] = args.weights
+        overrides["weights"] = OptionValue(args.weights)
     if getattr(args, "device", None):
-        overrides["device"] = args.device
+        overrides["device"] = OptionValue(args.device)
     if getattr(args, "no_cache", False):
         overrides["cache"] = False
     check_data_root(overrides.get("data_root"))

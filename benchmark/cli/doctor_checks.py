@@ -103,7 +103,11 @@ def data_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
         if not spec.data_root or is_placeholder(spec.data_root):
             checks.append(Check(name, "fail", "a placeholder, not a path" if spec.data_root else "no data_root", fix))
         elif spec.dataset == "synthbirds" and not root.exists():
-            checks.append(Check(name, "ok", "absent: generated from the grid's dataset_args at the first run"))
+            # a relative data_root was resolved against the working directory when the grid was read:
+            # a warning, so a grid read from the wrong folder does not generate its data there unnoticed
+            checks.append(Check(name, "warn", f"absent: will be generated here from the grid's dataset_args at the "
+                                f"first run (a relative data_root is read from the working directory, {Path.cwd()})",
+                                "run from the folder the grid's data_root is relative to, or make it absolute"))
         elif absent_ok and not root.exists():
             checks.append(Check(name, "skip", "not on this machine", "run `protobench doctor GRID` where the jobs run"))
         else:

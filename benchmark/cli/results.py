@@ -63,6 +63,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--top", type=int, default=3, help="prototypes shown per run and image (by peak or contribution)")
     p.add_argument("--out", required=True, help="output directory (PNG and vector PDF)")
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--style", type=_style, default="screen", metavar="STYLE",
+                   help="screen (default) or paper: one column (3.5 in) or the text width (7.16 in), 8-pt text, "
+                        "no title inside (the caption is printed); every PDF embeds TrueType fonts")
     p.set_defaults(func=cmd_figures)
 
     p = sub.add_parser("tensorboard", help="the training curves of runs (finished or not) from their metrics.jsonl "
@@ -70,6 +73,15 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them (runs/demo)")
     p.add_argument("--out", required=True, help="TensorBoard log folder; each run goes to OUT/GRID/RUN_ID")
     p.set_defaults(func=cmd_tensorboard)
+
+
+def _style(value: str):  # -> FigureStyle
+    from reports.figure_style import figure_style
+
+    try:
+        return figure_style(value)
+    except ProtobenchError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _names(value: str) -> list[str]:
@@ -116,7 +128,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Render one table (or list layouts). Missing cells are listed on stderr; returns 0."""
+    """Render one table (or list layouts). Missing cells are listed on stderr; returns 0, or 1 when
+    --layout names a table no result fills."""
     from benchmark.run.identity import mark_stale
     from reports.load import load_csv, load_runs, stale_note
     from reports.pivot import parse_where, pivot_layout
@@ -154,7 +167,18 @@ def run_report(args: argparse.Namespace) -> int:
     elif args.layout is not None:
         _print_layout_coverage(frame, layout, report.missing)
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    if args.layout is not None and args.against is None and len(report.missing) >= _cell_count(layout):
+        print(f"protobench: no result fills any cell of layout {layout.name} (the lines above name the keys that "
+              f"matched nothing); pick the layout of these runs (`report --list`) or drop --layout", file=sys.stderr)
+        return 1
     return 0
+
+
+def _cell_count(layout) -> int:  # (Layout)
+    """How many value cells a layout has: its rows × its metric columns."""
+    from reports.layout import Row
+
+    return sum(isinstance(item, Row) for item in layout.body) * sum(len(g.metrics) for g in layout.columns)
 
 
 #: a layout's empty cells are listed one by one up to this many (else only counted per reason)
@@ -246,11 +270,20 @@ def _run_cd(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; draw one diagram per metric.")
     check_figure_path(args.out)
     frame = load_runs(args.inputs, parse_where(args.where))
-    cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method")
-    ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(cd.treatments, cd.mean_ranks))
+    cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method", style=args.style)
+    from reports.pivot import dimension_label, display_names
+
+    names, treatment = display_names(frame), args.hue or "method"
+    shown = [dimension_label(treatment, next(v for v in frame[treatment].dropna().unique() if str(v) == t), names).md
+             for t in cd.treatments]  # the tables' names: "ProtoPool-lite", not its import path
+    ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(shown, cd.mean_ranks))
     friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
     print(f"wrote the critical-difference diagram of {len(cd.treatments)} {args.hue or 'method'} value(s) over "
           f"{cd.n_blocks} block(s) to {args.out}: mean ranks {ranks}{friedman}")
+    if not args.style.titles:
+        from reports.cd import cd_caption
+
+        print(f"caption: {cd_caption(cd, (args.y or ['acc'])[0], args.hue or 'method')}")
     if cd.incomplete_blocks:
         print(f"{cd.incomplete_blocks} block(s) left out: not every value has a result there", file=sys.stderr)
     return 0
@@ -279,7 +312,17 @@ def run_compare(args: argparse.Namespace) -> int:
     if not 0 < args.level < 100:
         raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
     frame = load_runs(args.runs_dirs, parse_where(args.where))
-    comparisons = compare_levels(frame, args.by, baseline=args.baseline, metrics=args.metrics, level=args.level / 100)
+    baseline = args.baseline
+    if args.by == "method":  # the tables' names ("ProtoPool-lite", not its import path); --baseline takes either
+        from reports.pivot import dimension_label, display_names
+
+        names = display_names(frame)
+        shown = {m: dimension_label("method", m, names).md for m in frame["method"].dropna().unique()}
+        taken = list(shown.values())
+        shown = {m: name if taken.count(name) == 1 else f"{name} ({m})" for m, name in shown.items()}  # one level a key
+        baseline = shown.get(baseline, baseline) if baseline is not None else None
+        frame = frame.assign(method=frame["method"].map(lambda m: shown.get(m, m)))
+    comparisons = compare_levels(frame, args.by, baseline=baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     if args.out is not None:
         write_output(args.out, text.encode("utf-8"))
@@ -307,6 +350,9 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     add_where_argument(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="FILE.png, FILE.pdf or FILE.svg")
     add_check_adapters_argument(parser)
+    parser.add_argument("--style", type=_style, default="screen", metavar="STYLE",
+                        help="screen (default) or paper: one column (3.5 in) or the text width (7.16 in), 8-pt text, "
+                             "no title inside (the caption is printed); every PDF embeds TrueType fonts")
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -318,7 +364,7 @@ def run_plot(args: argparse.Namespace) -> int:
         extra = [option for option, value in given if value]
         if extra:
             raise ProtobenchError(f"{', '.join(extra)} do not apply to --curves; drop them.")
-        curves = plot_curves(args.inputs, args.out, quantities=args.y)
+        curves = plot_curves(args.inputs, args.out, quantities=args.y, style=args.style)
         print(f"wrote curves of {len(curves)} run(s) to {args.out}")
         return 0
     from benchmark.run.identity import mark_stale
@@ -332,9 +378,14 @@ def run_plot(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
     check_figure_path(args.out)
     frame = mark_stale(load_runs(args.inputs, parse_where(args.where)), adapter_imports(args))
-    series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet)
+    series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet,
+                          style=args.style)
     points = sum(len(s.points) for s in series)
     print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
+    if not args.style.titles:  # paper: the title's text is the caption's
+        from reports.plots import plot_caption
+
+        print("caption: " + plot_caption(frame, series, x=args.x or "J", hue=args.hue, facet=args.facet).replace("\u00a0", " "))
     for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
         print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
@@ -355,11 +406,11 @@ def cmd_figures(args: argparse.Namespace) -> int:
         check_trained(run_dir)
     explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
     if len(run_dirs) == 1:
-        written = write_figures(explained[0], Path(args.out))
+        written = write_figures(explained[0], Path(args.out), style=args.style)
     else:
         labels = run_labels([RunDir(d).spec() or {} for d in run_dirs],
                             [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
-        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top)
+        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top, style=args.style)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     note = stale_note((str(d), staleness(result, adapters=EVERY_ADAPTER, run_dir=d))  # figures run its code anyway
                       for d in run_dirs if (result := RunDir(d).result()) is not None)

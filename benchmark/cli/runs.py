@@ -61,6 +61,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("runs_dir", help="a directory `protobench run` wrote to (e.g. runs/ or runs/demo)")
     p.add_argument("--json", action="store_true", help="print one JSON record per run (state, spec, metrics)")
     add_check_adapters_argument(p)
+    p.add_argument("--wide", action="store_true", help="every column (grid, variant, backbone, dataset, warnings, "
+                                                       "progress), not only those that vary or hold something")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("cancel", help="scancel the pending or running SLURM jobs of a grid, a runs directory or runs")
@@ -207,7 +209,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status_records(root, extra_states, adapter_imports(args)), indent=2, sort_keys=True,
                          default=str))
         return 0
-    print_status(root, extra_states=extra_states, adapters=adapter_imports(args))
+    print_status(root, extra_states=extra_states, adapters=adapter_imports(args), wide=args.wide)
     for state in states.values():
         if state.label.startswith("failed (") and state.job:
             log = state.job.log_paths[1]

@@ -145,21 +145,43 @@ def _known_result(result: dict[str, Any]) -> bool:
             and all(isinstance(w, str) for w in diagnostics.get("warnings") or []))
 
 
-def status_table(root: Path, records: list[dict[str, Any]]
+def run_order(record: dict[str, Any]) -> tuple:
+    """Rows in the order a reader scans them: grid, method, J, seed, then the other keys, run id."""
+    spec = record["spec"]
+    j, seed = spec.get("prototypes_per_class"), spec.get("seed")
+    return (record["grid"], record["method_display_name"], (not isinstance(j, int), j if isinstance(j, int) else 0),
+            (not isinstance(seed, int), seed if isinstance(seed, int) else 0), str(spec.get("variant", "")),
+            str(spec.get("backbone", "")), str(spec.get("dataset", "")), record["run_id"])
+
+
+def shown_columns(records: list[dict[str, Any]], wide: bool) -> list[str]:
+    """Every column with ``wide``; else (to fit 100 characters) grid, variant, backbone and dataset
+    only where they vary, warnings and progress only where a run has some."""
+    varies = {key: len({str(r["spec"].get(key, "")) for r in records}) > 1 for key in ("variant", "backbone", "dataset")}
+    columns = ["grid"] if wide or len({r["grid"] for r in records}) > 1 else []
+    columns += ["run", "state", "method", "J", "seed"]
+    columns += [key for key in ("variant", "backbone", "dataset") if wide or varies[key]]
+    columns += list(METRIC_COLUMNS)
+    columns += [key for key in ("warnings", "progress") if wide or any(r[key] for r in records)]
+    return columns
+
+
+def status_table(root: Path, records: list[dict[str, Any]], *, wide: bool = False
                  ) -> tuple[Table, Counter[str], list[tuple[Path, str]], list[tuple[Path, str]],
                             list[tuple[Path, str]]]:
-    """A rich table of the runs below ``root`` (their :func:`status_records`), the count of each
-    state, the failed runs with their reasons, the out-of-range diagnostics of finished runs and
-    the stale runs with why."""
+    """A rich table of the runs below ``root`` (their :func:`status_records`, sorted by
+    :func:`run_order`), the count of each state, the failed runs with their reasons, the
+    out-of-range diagnostics of finished runs and the stale runs with why. ``wide``: every column
+    (else :func:`shown_columns`)."""
     table = Table(title=f"runs under {root}", show_lines=False)
-    for column in ("grid", "run", "state", "method", "J", "seed", "variant", "backbone", "dataset", *METRIC_COLUMNS,
-                   "warnings", "progress"):
+    columns = shown_columns(records, wide)
+    for column in columns:
         table.add_column(column, justify="right" if column in METRIC_COLUMNS or column in ("J", "seed") else "left")
     counts: Counter[str] = Counter()
     failed: list[tuple[Path, str]] = []
     warned: list[tuple[Path, str]] = []
     stale: list[tuple[Path, str]] = []
-    for record in records:
+    for record in sorted(records, key=run_order):
         spec, metrics, state = record["spec"], record["metrics"], record["state"]
         if record["failure"] is not None:
             failed.append((Path(record["path"]), record["failure"]))
@@ -169,21 +191,21 @@ def status_table(root: Path, records: list[dict[str, Any]]
         counts[state] += 1
         warned.extend((Path(record["path"]), warning) for warning in record["warnings"])
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
-        table.add_row(
-            record["grid"], record["run_id"][:8], f"[{style}]{state}[/{style}]",
-            record["method_display_name"], str(spec.get("prototypes_per_class", "?")), str(spec.get("seed", "?")),
-            str(spec.get("variant", "")), str(spec.get("backbone", "")), str(spec.get("dataset", "")),
-            *(_fmt(metrics.get(m)) for m in METRIC_COLUMNS), _warnings_cell(record["warnings"]),
-            escape(record["progress"]),
-        )
+        cells = {"grid": record["grid"], "run": record["run_id"][:8], "state": f"[{style}]{state}[/{style}]",
+                 "method": record["method_display_name"], "J": str(spec.get("prototypes_per_class", "?")),
+                 "seed": str(spec.get("seed", "?")), "variant": str(spec.get("variant", "")),
+                 "backbone": str(spec.get("backbone", "")), "dataset": str(spec.get("dataset", "")),
+                 **{m: _fmt(metrics.get(m)) for m in METRIC_COLUMNS}, "warnings": _warnings_cell(record["warnings"]),
+                 "progress": escape(record["progress"])}
+        table.add_row(*(cells[column] for column in columns))
     return table, counts, failed, warned, stale
 
 
 def print_status(root: Path, console: Console | None = None, extra_states: dict[str, str] | None = None,
-                 adapters: AdapterImports = NO_IMPORTS) -> Counter[str]:
+                 adapters: AdapterImports = NO_IMPORTS, *, wide: bool = False) -> Counter[str]:
     console = console or output_console()
     records = status_records(root, extra_states, adapters)  # one read of every run: the table and the summary agree
-    table, counts, failed, warned, stale = status_table(root, records)
+    table, counts, failed, warned, stale = status_table(root, records, wide=wide)
     console.print(table)
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))

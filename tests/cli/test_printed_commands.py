@@ -118,6 +118,8 @@ def test_readme_examples_parse_and_run_where_their_inputs_exist(workdir, monkeyp
         inputs = [p for p in paths if not p.endswith((".tex", ".csv", ".pdf", ".png", ".json")) or Path(p).exists()]
         if argv[0] in PARSED_ONLY or not all(Path(p).exists() for p in inputs):
             continue
-        assert main(argv) == 0, (example, capsys.readouterr().err)
+        code, err = main(argv), capsys.readouterr().err
+        # a paper layout on the workdir's synthbirds runs fills no cell: exit 1, saying so
+        assert code == 0 or ("--layout" in argv and "no result fills any cell" in err), (example, err)
         ran.append(example)
     assert any(c.startswith("protobench report runs/") for c in ran) and any("plan" in c for c in ran), ran

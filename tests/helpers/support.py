@@ -60,3 +60,23 @@ def git(repo: Path, *args: str) -> str:
     """``git ARGS`` in ``repo`` with a throw-away identity; its stdout."""
     return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
                           capture_output=True, text=True).stdout
+
+
+#: relative tolerance of "the same metrics" across processes (README "Running on a SLURM cluster",
+#: reproducibility): a job runs in a fresh process whose CPU thread pools (torch intra-op, MKL,
+#: OpenMP) are sized by its own host and cgroup, and MKL's dynamic threading may use fewer threads
+#: under load, so a float32 reduction can be split differently and round its last bit differently
+#: (seen: 39.04911050 vs 39.04911053, 7e-10 relative). 1e-6 is far above float32 reassociation of
+#: these sums and far below any difference a table shows (0.1 at 1 decimal of a percentage).
+METRIC_RTOL = 1e-6
+
+
+def assert_same_metrics(ours: dict[str, float | None], reference: dict[str, float | None]) -> None:
+    """The same metric names, the same missing ones, every value within ``METRIC_RTOL``."""
+    assert ours.keys() == reference.keys(), (sorted(ours), sorted(reference))
+    for name, value in ours.items():
+        expected = reference[name]
+        if value is None or expected is None:
+            assert value is expected, f"{name}: {value!r} != {expected!r}"
+        else:
+            assert value == pytest.approx(expected, rel=METRIC_RTOL, abs=1e-12, nan_ok=True), name

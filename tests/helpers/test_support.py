@@ -36,3 +36,14 @@ def test_a_wait_goes_on_while_its_progress_advances(monkeypatch: pytest.MonkeyPa
 
     # every poll sleeps 3× past the 0.1 s deadline, yet the wait lasts until epoch 5: each poll saw progress
     assert wait_until(lambda: done["epoch"] >= 5 and done["epoch"], "epoch 5", 1.0, poll_s=0.3, progress=advance) == 5
+
+
+def test_same_metrics_allow_a_last_bit_of_float32_and_nothing_a_table_shows() -> None:
+    from support import assert_same_metrics
+
+    assert_same_metrics({"loc": 39.04911050479381, "acc": 80.0, "purity": None},
+                        {"loc": 39.04911053197037, "acc": 80.0, "purity": None})  # seen across processes
+    for ours in ({"loc": 39.05, "acc": 80.0, "purity": None}, {"loc": 39.04911050479381, "acc": 80.0, "purity": 1.0},
+                 {"loc": 39.04911050479381, "acc": 80.0}):
+        with pytest.raises(AssertionError):
+            assert_same_metrics(ours, {"loc": 39.04911053197037, "acc": 80.0, "purity": None})

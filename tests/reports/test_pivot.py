@@ -136,7 +136,7 @@ def test_cli_report_without_layout(grid: Path, capsys: pytest.CaptureFixture[str
 def test_paper_layout_says_which_results_it_leaves_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for seed in range(4):
         write_run(tmp_path, f"s{seed}", seed=seed)
-    assert main(["report", str(tmp_path), "--layout", "cub_main"]) == 0
+    assert main(["report", str(tmp_path), "--layout", "cub_main"]) == 1  # no cell filled: not a success
     last = capsys.readouterr().err.splitlines()[0]  # first: the suggestion
     assert last == ("cub_main: 4 results not in this layout (dataset synthbirds ≠ cub) — "
                     "try `protobench report RUNS` without --layout")

@@ -48,11 +48,13 @@ def test_a_layout_far_from_the_results_summarises_its_empty_cells(tmp_path: Path
     from reports_support import write_run
 
     write_run(tmp_path, "a", dataset="synthbirds")
-    assert report(str(tmp_path), "--layout", "cub_main") == 0
+    assert report(str(tmp_path), "--layout", "cub_main") == 1  # no cell filled: not a success
     err = capsys.readouterr().err.splitlines()
     cells = int(err[1].split()[0])
     assert err[0].startswith("cub_main: 1 result not in this layout (dataset synthbirds ≠ cub) — try")
-    assert err[1:] == [f"{cells} cell(s) of layout cub_main have no result:", f"  {cells}× no result has dataset cub"]
+    assert err[1:3] == [f"{cells} cell(s) of layout cub_main have no result:", f"  {cells}× no result has dataset cub"]
+    assert err[3:] == ["protobench: no result fills any cell of layout cub_main (the lines above name the keys that "
+                       "matched nothing); pick the layout of these runs (`report --list`) or drop --layout"]
 
 
 def test_latex_against_paper_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,7 @@ from slurm.scheduler import JobState
 from benchmark.run.store import RunDir, atomic_write_json
 from benchmark.run.training import TrainingInterrupted
 from tiny_grid import tiny_grid
+from support import assert_same_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "slurm" / "profiles" / "example.toml"
@@ -182,7 +183,10 @@ def test_packed_tasks_give_each_run_its_unpacked_result(tmp_path: Path, capsys: 
                             profile=ClusterProfile())
     assert [len(task) for task in reference.arrays[0].tasks] == [1, 1, 1, 1]
     assert [o.state for o in wait_for(reference)] == ["done"] * 4
-    assert metrics(grid, packed_root) == metrics(grid, unpacked_root)
+    packed, unpacked = metrics(grid, packed_root), metrics(grid, unpacked_root)
+    assert packed.keys() == unpacked.keys()
+    for run_id in packed:  # another process: equal within METRIC_RTOL (support.py: its reason)
+        assert_same_metrics(packed[run_id], unpacked[run_id])
 
 
 @pytest.mark.slow

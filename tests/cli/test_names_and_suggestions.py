@@ -1,0 +1,74 @@
+"""Names and suggestions: "did you mean" for a misspelt method and layout, ``--set device=…``
+blamed on ``--set``, ``report --layout`` with no matching cell exits non-zero, and ``plot --cd``
+prints the tables' display names."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmark.cli import main
+from benchmark.errors import ProtobenchError
+from benchmark.grid import parse_grid
+from benchmark.cli.common import grid_overrides
+from reports.layouts import get_layout
+from reports_support import write_run
+from tiny_grid import tiny_grid_table, write_tiny_grid
+
+
+def test_a_misspelt_method_and_layout_get_a_suggestion(tmp_path: Path) -> None:
+    with pytest.raises(ProtobenchError, match=r"did you mean 'protopnet'\?"):
+        parse_grid(tiny_grid_table("g", tmp_path, method="protopent"), source="g.toml")
+    with pytest.raises(ProtobenchError, match=r"Unknown layout 'cub_mian' \(did you mean 'cub_main'\?\)"):
+        get_layout("cub_mian")
+
+
+def test_set_device_is_blamed_on_set_and_the_device_option_on_itself(tmp_path: Path) -> None:
+    import argparse
+
+    for argv, blamed in ((["--set", "device=gpu"], "--set device=gpu"), (["--device", "gpu"], "--device gpu")):
+        args = argparse.Namespace(set=argv[1:] if argv[0] == "--set" else [], sweep=[], data_root=None, weights=None,
+                                  device=argv[1] if argv[0] == "--device" else None, no_cache=False)
+        with pytest.raises(ProtobenchError) as err:
+            parse_grid(tiny_grid_table("g", tmp_path), source="g.toml", overrides=grid_overrides(args))
+        assert blamed in str(err.value)
+        if argv[0] == "--set":
+            assert "--device" not in str(err.value)
+
+
+def test_report_layout_matching_no_result_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs, "a", method="vmfproto", metrics={"acc": 80.0})
+    assert main(["report", str(runs), "--layout", "cub_main"]) == 1
+    err = capsys.readouterr().err
+    assert "no result fills any cell of layout cub_main" in err and "synthbirds" in err
+    assert main(["report", str(runs)]) == 0
+
+
+def test_plot_cd_prints_display_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    for method, base in (("vmfproto", 80.0), ("protopnet", 70.0)):
+        for j in (3, 5, 7):
+            write_run(runs, f"{method}{j}", method=method, J=j, metrics={"acc": base + j})
+    assert main(["plot", "--cd", str(runs), "--out", str(tmp_path / "cd.png")]) == 0
+    out = capsys.readouterr().out
+    assert "mean ranks vMFProto 1.00, ProtoPNet 2.00" in out
+
+
+def test_plan_warns_that_an_absent_relative_data_root_will_be_generated(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_tiny_grid(tmp_path / "grid.toml", "g", "data/synthbirds")
+    assert main(["plan", "grid.toml"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "data synthbirds" in line)
+    assert line.startswith("[warn]") and "will be generated" in line and str(tmp_path) in line
+
+
+def test_compare_by_method_prints_display_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    for method, base in (("vmfproto", 80.0), ("protopnet", 70.0)):
+        for seed in (0, 1, 2):
+            write_run(runs, f"{method}{seed}", method=method, seed=seed, metrics={"acc": base + seed})
+    assert main(["compare", str(runs), "--by", "method", "--baseline", "protopnet"]) == 0
+    out = capsys.readouterr().out
+    assert "vMFProto" in out and "ProtoPNet" in out and "vmfproto" not in out
