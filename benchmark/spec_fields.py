@@ -32,3 +32,9 @@ def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
     # A random trunk and a named weights file are different science; the path is not.
     d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
     return d
+
+
+def tuned_variant(variant: str) -> str:
+    """The variant of a run with its tuning cell's best hyperparameters (``run --hyperparameters
+    tuned``): ``tuned``, or ``V-tuned`` for a variant ``V``, so reports never pool it with the default."""
+    return "tuned" if variant == "default" else f"{variant}-tuned"

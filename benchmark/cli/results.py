@@ -110,6 +110,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                              "mark cells tied with the best (≈), at ALPHA (default 0.05); README 'Statistics'")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
+    parser.add_argument("--tuning", action="store_true",
+                        help="per tuning cell: trials, default and best validation score, the chosen hyperparameters, "
+                             "and test accuracy default vs tuned with paired CI and p (README 'A fair comparison')")
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -133,6 +136,12 @@ def run_report(args: argparse.Namespace) -> int:
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
     frame = mark_stale(load_runs(args.runs_dirs, where))
+    if args.tuning:
+        from reports.tuning import read_summaries, render_tuning
+
+        text = render_tuning(frame, read_summaries([Path(p) for p in args.runs_dirs]), (args.ci or 95.0) / 100)
+        _ = args.out.write_text(text) if args.out else print(text, end="")
+        return 0
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
