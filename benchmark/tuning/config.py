@@ -174,9 +174,10 @@ def tuning_cells(grid: GridSpec, runs: list[RunSpec], config: TuningConfig) -> l
         space = cell_space(base.method, config)
         resolved = resolved_method_args(base.method, base.method_args)
         problems = space_problems(space, resolved, f"{grid.source}: tuning cell {first.label}")
-        if problems:
-            raise ProtobenchError(problems[0].replace("the paper's default", "the cell's value") +
-                                  (f" (or narrow it with [tuning.space.{base.method}])" if "outside" in problems[0] else ""))
+        if problems:  # trial 0 runs the cell's own values: they must be a point of the space
+            raise ProtobenchError(problems[0].replace(": the default ", ": the cell's value ").replace(
+                "widen the range to include the paper's default",
+                f"give it a range that holds the value in [tuning.space.{base.method}], or change method_args"))
         cells.append(Cell(base, space, tuple(sorted(members, key=lambda r: r.seed)), config))
     return cells
 

@@ -55,14 +55,19 @@ def sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def open_study(directory: Path, cell: Cell) -> optuna.Study:
-    """The cell's study, created on first use (by whichever worker comes first)."""
+    """The cell's study, created on first use (by whichever worker comes first); loading an
+    existing one writes nothing to its journal."""
     directory.mkdir(parents=True, exist_ok=True)
     path = str(directory / "journal.log")
     storage = JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(study_name=cell.study_name, storage=storage, load_if_exists=True,
-                               directions=["maximize"] * len(cell.config.objectives),
-                               sampler=sampler(cell.config.sampler, cell.config.seed))
+    chosen = sampler(cell.config.sampler, cell.config.seed)
+    try:
+        return optuna.load_study(study_name=cell.study_name, storage=storage, sampler=chosen)
+    except KeyError:
+        with study_lock(directory):
+            return optuna.create_study(study_name=cell.study_name, storage=storage, load_if_exists=True,
+                                       directions=["maximize"] * len(cell.config.objectives), sampler=chosen)
 
 
 @contextmanager

@@ -1,0 +1,20 @@
+"""The tests' tuning grid: the tiny grid with vMFProto and ProtoPNet at two epochs each, seeds 0
+and 1, and a [tuning] table (a narrowed space for vMFProto)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiny_grid import write_tiny_grid
+
+TUNING_SWEEP = [
+    {"method": "vmfproto", "method_args": {"discovery_epochs": 1, "end_to_end_epochs": 1}, "seed": [0, 1]},
+    {"method": "protopnet", "method_args": {"warm_epochs": 2, "joint_epochs": 0, "push_epochs": [0],
+                                            "last_layer_epochs": 1}, "seed": [0, 1]},
+]
+
+
+def write_tuning_grid(path: Path, data_root: Path, tuning: str = "") -> Path:
+    write_tiny_grid(path, "tun", data_root, device="cpu", sweep=TUNING_SWEEP, without=["method"])
+    path.write_text(path.read_text() + "[tuning]\nsampler = \"tpe\"\n"
+                    "[tuning.space.vmfproto]\ntau = { kind = \"uniform\", low = 0.2, high = 0.8 }\n" + tuning)
+    return path
