@@ -120,9 +120,10 @@ def fail_stale_trials(study: optuna.Study, directory: Path, grace_s: float) -> l
         beat = directory / "heartbeats" / str(trial.number)
         age = now - beat.stat().st_mtime if beat.exists() else float("inf")
         if age > grace_s:
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # noqa: SLF001 - Optuna's own API for it
-            study._storage.set_trial_system_attr(trial._trial_id, "fail_reason",  # noqa: SLF001
-                                                 f"worker stopped beating ({age:.0f} s > {grace_s:.0f} s)")
+            storage = study._storage  # noqa: SLF001 - the storage API Optuna's own fail_stale_trials uses
+            storage.set_trial_system_attr(trial._trial_id, "fail_reason",  # before FAIL: a finished trial is frozen
+                                          f"worker stopped beating ({age:.0f} s > {grace_s:.0f} s)")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             beat.unlink(missing_ok=True)
             failed.append(trial.number)
     return failed
