@@ -10,6 +10,8 @@ exactly N complete trials.
 """
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +58,8 @@ def _ask(study: optuna.Study, cell: Cell, directory: Path, settings: WorkerSetti
             return None
         trial = study.ask({name: distribution(d) for name, d in cell.space.items()})
         (directory / "heartbeats").mkdir(exist_ok=True)
-        (directory / "heartbeats" / str(trial.number)).touch()  # alive from the moment it is asked
+        # alive from the moment it is asked; the file names its worker (host, pid) for a reader
+        (directory / "heartbeats" / str(trial.number)).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         return trial
 
 
