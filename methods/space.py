@@ -111,6 +111,10 @@ def space_problems(space: dict[str, Dimension], defaults: dict[str, Any], owner:
             problems.append(f"{owner}: search_space names {name!r}, which is not a hyperparameter of the method "
                             f"(its hyperparameters: {', '.join(defaults)})")
             continue
+        if "epoch" in name:
+            problems.append(f"{owner}: search_space names {name!r}, an epoch count: the epochs are the tuning budget, "
+                            "the same for every trial, never a dimension of the space")
+            continue
         if not isinstance(dimension, (LogUniform, Uniform, IntRange, Categorical)):
             problems.append(f"{owner}: search_space[{name!r}] = {dimension!r} is not a LogUniform, Uniform, "
                             "IntRange or Categorical (methods/space.py)")

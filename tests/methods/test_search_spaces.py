@@ -23,7 +23,11 @@ class InvalidRange(CosinePrototypes):
 
 
 class WellDeclared(CosinePrototypes):
-    search_space = {"lr": LogUniform(0.01, 1.0), "temperature": Uniform(0.05, 0.5), "epochs": IntRange(5, 20)}
+    search_space = {"lr": LogUniform(0.01, 1.0), "temperature": Uniform(0.05, 0.5)}
+
+
+class TunesEpochs(CosinePrototypes):
+    search_space = {"epochs": IntRange(5, 20)}
 
 
 @pytest.mark.parametrize("name", list_methods())
@@ -42,6 +46,7 @@ def test_contract_rejects_a_default_outside_its_range_naming_both():
 @pytest.mark.parametrize("cls, rule", [
     (NotAHyperparameter, "'learning_rate', which is not a hyperparameter"),
     (InvalidRange, "range [0.5, 0.05] needs low < high"),
+    (TunesEpochs, "'epochs', an epoch count: the epochs are the tuning budget"),
 ])
 def test_contract_rejects_unknown_names_and_invalid_ranges(cls, rule):
     with pytest.raises(ContractError, match=None) as err:
