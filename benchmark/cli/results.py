@@ -285,6 +285,9 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", type=Path, metavar="RUNS_DIR|CSV|RUN_DIR",
                         help="folders searched recursively for result.json (or tidy CSVs); with --curves, "
                              "run directories (or folders holding them) with a metrics.jsonl")
+    parser.add_argument("--tuning", action="store_true",
+                        help="Optuna's optimisation history and hyperparameter importances of each study "
+                             "(RUNS/GRID.tuning) as one PNG")
     parser.add_argument("--curves", action="store_true",
                         help="training curves from each run's metrics.jsonl: one panel per loss term, one line per run")
     parser.add_argument("--cd", action="store_true",
@@ -302,6 +305,14 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_plot(args: argparse.Namespace) -> int:
     """Draw a metric against a dimension (mean ± seed spread) or, with --curves, training curves."""
+    if args.tuning:
+        from reports.tuning_plots import plot_tuning
+
+        if args.out.suffix.lower() != ".png":
+            raise ProtobenchError(f"--tuning writes a PNG; give --out {args.out.with_suffix('.png')}")
+        print(f"wrote the optimisation histories and importances of {plot_tuning(args.inputs, args.out)} "
+              f"study(ies) to {args.out}")
+        return 0
     if args.curves:
         from reports.curves import plot_curves
 

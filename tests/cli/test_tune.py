@@ -106,6 +106,11 @@ def test_tuned_runs_and_the_tuning_report(tuned, capsys):
     assert "paired on seed" in out and "the same for every method" in out
     p_values = [row.split("|")[14].strip() for row in rows]
     assert all(p != "–" for p in p_values)
+    assert main(["plot", str(runs / "tun"), "--tuning", "--out", str(root / "tuning.png")]) == 0
+    from PIL import Image
+
+    with Image.open(root / "tuning.png") as image:  # two studies: history and importances each, stacked
+        assert image.format == "PNG" and image.height > 3 * image.width
 
 
 def test_tuned_before_tuning_is_refused_naming_the_command(tmp_path, capsys):
