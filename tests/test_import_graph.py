@@ -206,7 +206,7 @@ def test_reports_and_the_floor_name_no_torch() -> None:
 def test_report_runs_with_torch_unimportable() -> None:
     """`protobench report RUNS` in a process where ``import torch`` fails: the table is printed, and
     the staleness check says it could not ask the method code."""
-    runs = REPO / "tests" / "fixtures" / "reports" / "runs" / "cub_main"
+    runs = REPO / "tests" / "reports" / "fixtures" / "runs" / "cub_main"
     script = ("import sys; sys.modules['torch'] = None\n"  # every `import torch` now raises ImportError
               "from benchmark.cli import main\n"
               f"code = main(['report', {str(runs)!r}])\n"
