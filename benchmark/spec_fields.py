@@ -38,3 +38,8 @@ def tuned_variant(variant: str) -> str:
     """The variant of a run with its tuning cell's best hyperparameters (``run --hyperparameters
     tuned``): ``tuned``, or ``V-tuned`` for a variant ``V``, so reports never pool it with the default."""
     return "tuned" if variant == "default" else f"{variant}-tuned"
+
+
+#: ``RUNS/GRID.tuning``: a grid's studies and trial runs, beside its runs; reports reading a runs
+#: folder leave trials out (they are scored on validation, never on test)
+TUNING_DIR_SUFFIX = ".tuning"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.grid import load_grid, select_runs
+from benchmark.spec_fields import TUNING_DIR_SUFFIX
 from benchmark.tuning.config import tuning_cells, tuning_config
 from benchmark.tuning.study import GRACE_S, HEARTBEAT_S
 from benchmark.tuning.trials import WorkerSettings, work_on
@@ -17,7 +18,7 @@ STALE_BEATS = GRACE_S / HEARTBEAT_S  # a trial silent for this many beats is fai
 def tuning_root(runs_root: Path, grid_name: str) -> Path:
     """Where a grid's studies and trial runs go (beside, not inside, its runs: ``status`` and
     ``report`` of ``RUNS/GRID`` never see a trial)."""
-    return runs_root / f"{grid_name}.tuning"
+    return runs_root / f"{grid_name}{TUNING_DIR_SUFFIX}"
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ def test_tuned_runs_and_the_tuning_report(tuned, capsys):
     assert record["trial"] == best["number"] and record["trials"] == 3 and record["hyperparameters"] == best["params"]
     assert record["space_fingerprint"] == _summaries(runs)["protopnet"]["space_fingerprint"]
     capsys.readouterr()
+    assert main(["report", str(runs)]) == 0  # the trials beside the grid's runs are left out
+    assert "tuned" in capsys.readouterr().out
     assert main(["report", str(runs / "tun"), "--tuning"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| vmfproto") or line.startswith("| protopnet")]
