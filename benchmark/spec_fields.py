@@ -27,7 +27,7 @@ def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
     if d.get("evaluation_split", "test") == "test":
         for key in VALIDATION_FIELDS:
             d.pop(key, None)
-    if not d.get("tuned"):
+    if d.get("tuned") in (None, {}, "{}"):  # "{}": an export CSV's text of the empty table
         d.pop("tuned", None)
     # A random trunk and a named weights file are different science; the path is not.
     d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
