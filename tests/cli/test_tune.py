@@ -112,7 +112,7 @@ def test_tuned_runs_and_the_tuning_report(tuned, capsys):
     from PIL import Image
 
     with Image.open(root / "tuning.png") as image:  # two studies: history and importances each, stacked
-        assert image.format == "PNG" and image.height > 3 * image.width
+        assert image.format == "PNG" and image.height > 2 * image.width
 
 
 def test_tuned_before_tuning_is_refused_naming_the_command(tmp_path, capsys):
