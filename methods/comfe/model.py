@@ -78,7 +78,7 @@ class ComFe(PrototypeMethod):
         lr: float = 5e-4,
         start_lr: float = 5e-5,
         final_lr: float = 5e-6,
-        warmup_epochs: float = 10.0,
+        warmup_epochs: int = 10,
         cosine_end: float = 0.8,
         weight_decay: float = 0.05,
         clip_grad_norm: float = 0.01,
@@ -89,7 +89,8 @@ class ComFe(PrototypeMethod):
                     feedforward_dim=feedforward_dim)
         check_positive(NAME, temp_pred=temp_pred, temp_class=temp_class, temp_contrastive=temp_contrastive,
                        lr=lr, start_lr=start_lr, final_lr=final_lr, clip_grad_norm=clip_grad_norm)
-        check_non_negative(NAME, warmup_epochs=warmup_epochs, weight_decay=weight_decay)
+        check_count(NAME, warmup_epochs=warmup_epochs)
+        check_non_negative(NAME, weight_decay=weight_decay)
         check_arg(isinstance(label_smoothing, (int, float)) and 0.0 <= label_smoothing < 1.0, NAME,
                   "label_smoothing", "a number in [0, 1)", label_smoothing)
         check_arg(isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0, NAME, "dropout", "a number in [0, 1)",
