@@ -178,7 +178,7 @@ def test_two_optimiser_steps_match_reference():
     for name, p in method.named_parameters():
         key = name.removeprefix("head.")
         assert (p.grad - clipped[1][key]).abs().max() < 1e-7, key
-        assert (got[key] - expected[key]).abs().max() < 1e-6, key
+        assert (got[key] - expected[key]).abs().max() < 5e-6, key
     assert any((got[k] - start[k]).abs().max() > 1e-5 for k in got)
 
 
