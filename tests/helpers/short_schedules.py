@@ -10,4 +10,5 @@ TWO_EPOCHS: dict[str, dict[str, object]] = {
     "evalprotopnet": {"warm_epochs": 1, "joint_epochs": 1},
     "deformable_protopnet": {"warm_epochs": 1, "joint_epochs": 1, "push_epochs": [1]},
     "mgproto": {"epochs": 2, "em_start_epoch": 0, "mine_start_epoch": 0, "push_epochs": [1]},
+    "comfe": {"epochs": 2, "warmup_epochs": 1},
 }

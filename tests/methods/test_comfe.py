@@ -103,6 +103,19 @@ def test_each_loss_term_matches_reference(term):
     assert difference < 1e-4, (term, difference)
 
 
+def test_class_contrast_matches_reference_on_close_class_prototypes():
+    """Random class prototypes are near-orthogonal at τc = 0.02 (term ≈ 0): crowd them instead."""
+    method = build(terms=("pyz", "class_contrast"))
+    with torch.no_grad():
+        crowded = torch.randn(D) + 0.05 * torch.randn(method.head.cluster_class.shape,
+                                                       generator=torch.Generator().manual_seed(8))
+        method.head.cluster_class.copy_(crowded)
+    got = method.loss_terms(batch_of(tokens(B), torch.tensor([0, 1, 2])), method.stages()[0], 0)["class_contrast"]
+    expected = ref.class_contrast(method.head.cluster_class.detach(), 0.02)
+    assert float(expected) > 0.1  # the term is exercised
+    assert abs(float(got.detach()) - float(expected)) < 1e-5
+
+
 def test_terms_switch_off_by_name_and_views_duplicate_the_batch():
     method = build(terms=("pyz", "pz"))
     x, labels = tokens(B), torch.tensor([2, 0, 1])
