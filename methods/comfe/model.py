@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData, WarmupCosine
-from methods.comfe import losses
+import methods.comfe.losses as losses
 from methods.comfe.explain import nearest_exemplars, present_prototypes
 from methods.comfe.head import ComFeHead
 from methods.comfe.losses import LOSS_TERMS, Level
