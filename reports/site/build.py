@@ -56,7 +56,7 @@ def _filters(rows: pd.DataFrame) -> str:
 
 def _index(frame: pd.DataFrame, compared: Sequence[str], built: str) -> tuple[str, dict[str, bytes]]:
     view = overview(frame)
-    files = downloads(frame, view)
+    files = downloads(view)
     shown = view.rows.assign(mean=view.rows["mean"].round(2), std=view.rows["std"].round(2),
                              ci_low=view.rows["ci_low"].round(2), ci_high=view.rows["ci_high"].round(2))
     figures = [f for m in PLOTTED if m in frame and (spec := plots.metric_vs_j(frame, m)) is not None

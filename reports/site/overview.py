@@ -15,8 +15,9 @@ import pandas as pd
 from reports.columns import KEY_COLUMNS
 from reports.layout import Layout
 from reports.pivot import display_names, pivot_layout
-from reports.render import render_report
-from reports.table import RowView, build_table
+from reports.csvtable import render_csv
+from reports.latex import render_latex
+from reports.table import RowView, TableView, build_table
 
 LEVEL = 0.95  # confidence level of every interval shown (report --ci)
 ALPHA = 0.05  # significance level of the marks (report --significance)
@@ -32,6 +33,7 @@ _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 class Overview:
     rows: pd.DataFrame  # COLUMNS, one row per filled cell
     layout: Layout
+    table: TableView  # the pivoted report's table, which the downloads render as CSV and LaTeX
 
 
 def overview(frame: pd.DataFrame) -> Overview:
@@ -57,7 +59,7 @@ def overview(frame: pd.DataFrame) -> Overview:
                 "mark": {"best": "best", "tied": "≈"}.get(str(cell.mark), ""),
                 "stale": stale.get(tuple(layout.cell_key(row, group)), ""),
             })
-    return Overview(rows=pd.DataFrame.from_records(records, columns=list(COLUMNS)), layout=layout)
+    return Overview(rows=pd.DataFrame.from_records(records, columns=list(COLUMNS)), layout=layout, table=table)
 
 
 def _csv_cell(value: object) -> object:
@@ -73,13 +75,13 @@ def guard_csv(text: str) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
-def downloads(frame: pd.DataFrame, view: Overview) -> dict[str, bytes]:
+def downloads(view: Overview) -> dict[str, bytes]:
     """File name → contents: the overview rows as CSV (and Parquet with pyarrow), and the pivoted
-    report's CSV and LaTeX, at the overview's level and alpha."""
+    report's CSV and LaTeX (``report --ci --significance``'s writers, on the overview's table)."""
     rows = view.rows.map(_csv_cell)
     files = {"overview.csv": rows.to_csv(index=False, lineterminator="\n").encode("utf-8")}
     if importlib.util.find_spec("pyarrow") is not None:
         files["overview.parquet"] = view.rows.astype({"J": "string"}).to_parquet(index=False)
-    files["table.csv"] = guard_csv(render_report(frame, view.layout, "csv", level=LEVEL, significance=ALPHA).text)
-    files["table.tex"] = render_report(frame, view.layout, "latex", level=LEVEL, significance=ALPHA).text.encode("utf-8")
+    files["table.csv"] = guard_csv(render_csv(view.table))
+    files["table.tex"] = render_latex(view.table).encode("utf-8")
     return files

@@ -1,7 +1,7 @@
 """The site's interactive figures as Plotly figure specs (plain dicts; site.js draws them with the
 bundled plotly.js): each metric against J with seed error bars and n, the accuracy–explanation
 trade-off per method with error bars, the critical-difference ranks, training curves, per-image
-distributions. The aggregates are the reports' own (``result_series``, ``critical_difference``)."""
+distributions. The aggregates are the reports' own (``critical_difference``; the means and spreads as ``protobench plot`` draws them)."""
 from __future__ import annotations
 
 import math
@@ -14,7 +14,6 @@ from benchmark.errors import ProtobenchError
 from reports.cd import critical_difference
 from reports.columns import KEY_COLUMNS
 from reports.pivot import METRICS, display_names
-from reports.plots import result_series
 
 Figure = dict[str, Any]
 
@@ -29,23 +28,22 @@ def _layout(title: str, x: str, y: str, **extra: Any) -> dict[str, Any]:
 
 
 def metric_vs_j(frame: pd.DataFrame, metric: str) -> Figure | None:
-    """Mean ± seed std of ``metric`` against J, one line per method × backbone × dataset × variant;
-    n in the hover."""
-    if frame[metric].notna().sum() == 0:
+    """Mean ± sample std over seeds of ``metric`` against J (as ``protobench plot``'s points), one
+    line per method × backbone × dataset × variant; n in the hover."""
+    rows = frame.dropna(subset=[metric])
+    if rows.empty:
         return None
     names = display_names(frame)
+    series = ["method", "backbone", "dataset", "variant"]
+    points = rows.groupby([*series, "J"], sort=True, dropna=False)[metric].agg(["mean", "std", "size"]).reset_index()
     traces = []
-    for (method, backbone, dataset, variant), rows in frame.groupby(["method", "backbone", "dataset", "variant"],
-                                                                    sort=True, dropna=False):
-        if not rows[metric].notna().any():
-            continue
-        (series,) = result_series(rows, x="J", y=metric)
+    for (method, backbone, dataset, variant), line in points.groupby(series, sort=True, dropna=False):
         traces.append({
             "type": "scatter", "mode": "lines+markers",
             "name": f"{names.get(str(method), str(method))} · {backbone} · {dataset} · {variant}",
-            "x": [int(p.x) for p in series.points], "y": [p.mean for p in series.points],
-            "error_y": {"type": "data", "array": [_finite(p.std) or 0.0 for p in series.points], "visible": True},
-            "text": [f"n={p.n}" for p in series.points], "hovertemplate": "J=%{x}<br>%{y:.2f} (%{text})",
+            "x": [int(j) for j in line["J"]], "y": line["mean"].tolist(),
+            "error_y": {"type": "data", "array": [_finite(v) or 0.0 for v in line["std"]], "visible": True},
+            "text": [f"n={n}" for n in line["size"]], "hovertemplate": "J=%{x}<br>%{y:.2f} (%{text})",
         })
     header = METRICS[metric].header.md
     return {"data": traces, "layout": _layout(f"{header} against J (mean ± std over seeds)", "J", header)}
