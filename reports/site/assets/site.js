@@ -44,7 +44,9 @@
     document.querySelectorAll('script[type="application/json"][data-figure]').forEach(function (node) {
       var spec = JSON.parse(node.textContent);
       var target = document.getElementById(node.dataset.figure);
-      Plotly.newPlot(target, spec.data, spec.layout, { responsive: true, displaylogo: false });
+      Plotly.newPlot(target, spec.data, spec.layout, { responsive: true, displaylogo: false }).then(function () {
+        target.dataset.rendered = "yes";
+      });
     });
     document.querySelectorAll("button[data-download]").forEach(function (button) {
       button.addEventListener("click", function () {
@@ -53,4 +55,5 @@
       });
     });
   }
+  document.documentElement.dataset.siteReady = "yes";
 }());
