@@ -116,3 +116,21 @@ def test_site_refuses_a_foreign_folder(runs: Path, tmp_path: Path, capsys: pytes
     (tmp_path / "mine.txt").write_text("keep me")
     assert main(["site", str(runs), "--out", str(tmp_path)]) == 2
     assert "not a protobench site" in capsys.readouterr().err and (tmp_path / "mine.txt").exists()
+
+
+def test_site_builder_never_loads_torch(runs: Path, tmp_path: Path) -> None:
+    """The site is the reports floor's: loading the runs and building the site imports no torch
+    (the command's stale check, which asks the method code, is the CLI face's)."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    script = ("import sys\nfrom pathlib import Path\n"
+              "from reports.load import load_runs\nfrom reports.site.build import build_site\n"
+              f"build_site(load_runs([{str(runs)!r}], csv=False), Path({str(tmp_path / 'site')!r}))\n"
+              "assert 'torch' not in sys.modules, 'torch was loaded'\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "index.html").is_file()
