@@ -140,3 +140,11 @@ def test_refusals_before_writing(runs: Path, bundle: Path, tmp_path: Path, capsy
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.tar.gz").exists()
     assert main(["bundle", "verify", str(tmp_path)]) == 2
     assert "has no SHA256SUMS" in capsys.readouterr().err
+
+
+def test_figures_and_site_read_a_bundle(bundle: Path, tmp_path: Path) -> None:
+    run = run_dirs(bundle)[0]
+    assert main(["figures", str(run), "--out", str(tmp_path / "figures"), "--images", "1", "--top", "1"]) == 0
+    assert list((tmp_path / "figures").glob("*.png"))
+    assert main(["site", str(bundle), "--out", str(tmp_path / "site")]) == 0
+    assert len(list((tmp_path / "site" / "runs").glob("*.html"))) == len(run_dirs(bundle))
