@@ -41,7 +41,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="keep the results whose KEY is VALUE (as for report)")
     p.add_argument("--compare", action="append", metavar="KEY",
                    help="a comparison page of this key's values, as `protobench compare --by KEY` (repeatable; "
-                        "default: method, where the results have two or more)")
+                        "default: method and J, those with two or more values)")
     p.set_defaults(func=cmd_site)
 
 

@@ -26,6 +26,7 @@ from reports.site.runpage import page_name, run_page
 
 SITE_MARKER = ".protobench-site"  # a folder holding it may be rebuilt in place; any other non-empty one is refused
 PLOTTED = ("acc", "con", "sta", "dis", "comp")
+DEFAULT_COMPARED = ("method", "J")  # comparison pages without --compare: those of these keys that vary
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
     unknown = [k for k in compare_keys or () if k not in KEY_COLUMNS]
     if unknown:
         raise ProtobenchError(f"--compare {', '.join(unknown)}: compare along one of {', '.join(KEY_COLUMNS)}")
-    compared = list(dict.fromkeys(compare_keys)) if compare_keys else (["method"] if frame["method"].nunique() > 1 else [])
+    compared = (list(dict.fromkeys(compare_keys)) if compare_keys
+                else [key for key in DEFAULT_COMPARED if frame[key].nunique() > 1])
     _prepare_out(out)
     built = built or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     files: dict[str, bytes] = {SITE_MARKER: b"protobench results site\n"}

@@ -91,7 +91,7 @@ def run_page(source: Path, name: str, *, stale: object, label: str) -> RunPage:
     stale_note = f'<p class="stale">Stale result: {esc(stale)}</p>' if isinstance(stale, str) else ""
     gallery, images = _gallery(run_dir, name.removesuffix(".html"))
     metrics = sorted((result.get("metrics") or {}).items()) if isinstance(result.get("metrics"), dict) else []
-    timing = sorted((result.get("timing") or {}).items()) if isinstance(result.get("timing"), dict) else []
+    timing = _flat("timing", result.get("timing")) if isinstance(result.get("timing"), dict) else []
     body = "\n".join([
         stale_note,
         f'<p>Run <code>{esc(result.get("grid"))}/{esc(result.get("run_id"))}</code> · '
