@@ -75,8 +75,9 @@ def _gallery(run_dir: Path, stem: str) -> tuple[str, dict[str, Path]]:
     if not pngs:
         return ("<p>No explanation gallery yet: <code>protobench figures " + esc(run_dir) + " --out "
                 + esc(run_dir / FIGURES_DIR) + "</code> draws the \u201cthis looks like that\u201d panels of a few "
-                "test images, and the next <code>protobench site</code> shows them here. (Top-k training "
-                "patches per prototype are not drawn by the suite yet.)</p>"), {}
+                "test images (with each shown prototype's nearest training patch), and the next "
+                "<code>protobench site</code> shows them here. (Top-k training patches per prototype are not "
+                "drawn by the suite yet.)</p>"), {}
     images = {f"{stem}.{FIGURES_DIR}.{_UNSAFE.sub('_', p.name)}": p for p in pngs}
     body = "".join(f'<figure><img src="{esc(name)}" alt="{esc(p.stem)}"><figcaption>{esc(p.name)}</figcaption>'
                    "</figure>" for name, p in images.items())
