@@ -59,7 +59,9 @@ def overview(frame: pd.DataFrame) -> Overview:
                 "mark": {"best": "best", "tied": "≈"}.get(str(cell.mark), ""),
                 "stale": stale.get(tuple(layout.cell_key(row, group)), ""),
             })
-    return Overview(rows=pd.DataFrame.from_records(records, columns=list(COLUMNS)), layout=layout, table=table)
+    rows = pd.DataFrame.from_records(records, columns=list(COLUMNS)).astype(
+        {"mean": "float64", "std": "float64", "ci_low": "float64", "ci_high": "float64"})  # None → NaN
+    return Overview(rows=rows, layout=layout, table=table)
 
 
 def _csv_cell(value: object) -> object:

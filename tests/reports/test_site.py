@@ -134,3 +134,10 @@ def test_site_builder_never_loads_torch(runs: Path, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_a_site_of_runs_without_any_interval(runs: Path, tmp_path: Path) -> None:
+    """One run per cell: no interval anywhere (the overview's interval columns stay empty)."""
+    built = build_site(load_runs([runs / "smoke"], csv=False), tmp_path / "site")
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "site" / "overview.csv").read_text())))
+    assert built.pages == 3 and rows and all(r["ci_low"] == "" and r["n"] == "1" for r in rows)
