@@ -63,7 +63,7 @@ def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
     lines = [f"  {run_dir}: {why}" for run_dir, why in runs if isinstance(why, str)]
     if not lines:
         return None
-    return (f"{len(lines)} stale result(s) are included (README, \"Run identity and stale results\"); "
+    return (f"{len(lines)} stale result(s) are included (docs/design/run-identity.md); "
             "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric code: "
             "`protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(lines))
 

@@ -6,7 +6,7 @@ is compared with level ``b`` on the seeds both have. Accuracy, when every paired
 per-image records, is compared on the same test images (paired bootstrap interval, McNemar);
 otherwise, and for the explanation metrics, over seeds (paired t interval, Wilcoxon signed-rank).
 The probability of improvement is over the runs' values (rliable's P(a > b)). All metrics here
-are higher-is-better percentages (metrics.md). The tests: ``reports.stats``.
+are higher-is-better percentages (docs/protocol/metrics.md). The tests: ``reports.stats``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The statistics of ``report --ci`` and ``compare``: intervals, paired tests, Holm correction.
 
-Every number comes from scipy or statsmodels; this module only arranges the data (README,
-"Statistics", states each test and its assumptions):
+Every number comes from scipy or statsmodels; this module only arranges the data (docs/guides/statistics.md
+states each test and its assumptions):
 
 - :func:`seed_interval`: Student t interval of a mean over n ≥ 2 seeds (``scipy.stats.t``);
 - :func:`image_interval`: accuracy over test images, a percentile bootstrap that resamples
