@@ -27,7 +27,7 @@ from pathlib import Path
 DEVICES = ("cuda", "cpu")
 #: ``--device cpu``: the paper-scale preset on a tiny trunk and dataset (seconds on a CPU)
 DRY_RUN_PERF = ["--set", "backbone_args={depth = 1, embed_dim = 48, num_heads = 2}",
-                "--set", "dataset_args={classes = 8, images_per_class = 2, seed = 0}",
+                "--set", "dataset_args={classes = 8, images_per_class = 12, seed = 0}",
                 "--set", "batch_size=8", "--set", "eval_batch_size=8", "--warmup", "1", "--timed-batches", "2"]
 
 
