@@ -23,7 +23,8 @@ CUB_FORMAT_DATASETS = ("cub", "synthbirds")
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
-STORAGE_DTYPES = ("float16", "float32")  # token-cache storage (benchmark/cache/tokens.py)
+STORAGE_DTYPES = ("float16", "float32")
+EVALUATION_SPLITS = ("test", "validation")  # what a run is scored on (validation: a tuning trial)  # token-cache storage (benchmark/cache/tokens.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
 # grid load rather than out of memory: the per-prototype similarity maps of one batch are
@@ -78,6 +79,17 @@ class RunSpec:
     checkpoint_every: int = 1
     # torch.use_deterministic_algorithms(True) + CUBLAS_WORKSPACE_CONFIG for the run (README, "GPU")
     deterministic: bool = False
+    # "test": train on the training split, score on test. "validation" (a tuning trial): train on
+    # the training split minus its validation split (benchmark/tuning/split.py: fraction and seed
+    # below), score on the validation split; the test split is never opened. The three fields
+    # enter the run id only for a trial (spec_fields.identity_fields), so no earlier id changes.
+    evaluation_split: str = "test"
+    validation_fraction: float = 0.1
+    validation_seed: int = 0
+    # a run with a study's best hyperparameters (`run --hyperparameters tuned`): the study, trial,
+    # validation score, trial count, epoch budget and search-space fingerprint it came from; part
+    # of the run id, so a tuned result never pools with a default one; {}: not tuned
+    tuned: dict[str, Any] = field(default_factory=dict)
 
     # ---- identity ----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -148,7 +160,7 @@ _FIELD_TYPES: dict[str, type] = {
     "eval_batch_size": int, "map_pool": int, "num_workers": int, "checkpoint_every": int,
     "method_args": dict, "dataset_args": dict, "backbone_args": dict,
     "measure_inference": bool, "measure_live_epoch": bool, "cache": bool, "cache_early_tokens": bool,
-    "deterministic": bool,
+    "deterministic": bool, "validation_fraction": float, "validation_seed": int, "tuned": dict,
 }  # every other RunSpec field is a string but cache_in_memory ("auto" | bool, validate_run_spec)
 
 
@@ -199,6 +211,7 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
     """Value checks that need no files or compute (files are checked by the data readers)."""
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from benchmark.method_lookup import validate_method_args
+    from benchmark.tuning.split import check_rule
     from methods.common.precision import PRECISIONS
 
     def bad(msg: str) -> ProtobenchError:
@@ -248,4 +261,9 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
         if key not in SYNTHBIRDS_DEFAULTS:
             raise unknown_key_error(key, list(SYNTHBIRDS_DEFAULTS), f"{where}: dataset_args")
         require_type(f"dataset_args.{key}", value, int, where)
+    if spec.evaluation_split not in EVALUATION_SPLITS:
+        raise bad(f"evaluation_split = {spec.evaluation_split!r} must be 'test' or 'validation' (a tuning trial)")
+    if spec.evaluation_split == "validation" and spec.tuned:
+        raise bad("a tuning trial (evaluation_split = 'validation') cannot also be a tuned run (tuned = {...})")
+    check_rule(spec.validation_fraction, spec.validation_seed, where)
     validate_method_args(spec.method, spec.method_args)

@@ -31,7 +31,7 @@ import difflib
 import itertools
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from benchmark.checks import unknown_key_error
 from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, check_field, read_toml
 from benchmark.errors import ProtobenchError
 
-GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep")
+GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep", "tuning")  # tuning: benchmark/tuning/config.py
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
 ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`, `--set J=3`, `--sweep J=3,5`
 #: the command-line option behind an override key (any other key came from --set or --sweep)
@@ -62,6 +62,7 @@ class GridSpec:
     description: str = ""
     runs_dir: str = "runs"
     source: str = ""
+    tuning: dict[str, Any] = field(default_factory=dict)  # the [tuning] table, read by benchmark.tuning.config
 
     def run_dir(self, root: Path, spec: RunSpec) -> Path:
         return root / self.name / spec.run_id
@@ -315,7 +316,15 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         description=str(data.get("description", "")),
         runs_dir=str(data.get("runs_dir", "runs")),
         source=source,
+        tuning=_tuning_table(data, source),
     )
+
+
+def _tuning_table(data: dict[str, Any], source: str) -> dict[str, Any]:
+    tuning = data.get("tuning", {})
+    if not isinstance(tuning, dict):
+        raise ProtobenchError(f"{source}: 'tuning' must be a table ([tuning]; README, \"A fair comparison\")")
+    return tuning
 
 
 def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> GridSpec:

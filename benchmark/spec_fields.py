@@ -15,11 +15,31 @@ from typing import Any
 OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
                       "cache_stage", "measure_live_epoch", "cache_in_memory", "checkpoint_every", "deterministic")
 
+VALIDATION_FIELDS = ("evaluation_split", "validation_fraction", "validation_seed")
+
 
 def identity_fields(values: dict[str, Any]) -> dict[str, Any]:
     """The fields of a RunSpec's plain values (``asdict``, or a ``spec`` read back from
     result.json) that define the result: operational ones dropped, the weights by their label."""
     d = {k: v for k, v in values.items() if k not in OPERATIONAL_FIELDS}
+    # The tuning fields name the result only where they are used (a trial; a tuned run), so every
+    # run id from before they existed is unchanged.
+    if d.get("evaluation_split", "test") == "test":
+        for key in VALIDATION_FIELDS:
+            d.pop(key, None)
+    if d.get("tuned") in (None, {}, "{}"):  # "{}": an export CSV's text of the empty table
+        d.pop("tuned", None)
     # A random trunk and a named weights file are different science; the path is not.
     d["weights_id"] = values.get("weights_id") or ("random" if values.get("weights") == "random" else "pretrained")
     return d
+
+
+def tuned_variant(variant: str) -> str:
+    """The variant of a run with its tuning cell's best hyperparameters (``run --hyperparameters
+    tuned``): ``tuned``, or ``V-tuned`` for a variant ``V``, so reports never pool it with the default."""
+    return "tuned" if variant == "default" else f"{variant}-tuned"
+
+
+#: ``RUNS/GRID.tuning``: a grid's studies and trial runs, beside its runs; reports reading a runs
+#: folder leave trials out (they are scored on validation, never on test)
+TUNING_DIR_SUFFIX = ".tuning"

@@ -14,10 +14,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+
+from methods.space import Dimension
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 #: expected range of a diagnostic: (low, high), inclusive, ``None`` for an open end
@@ -155,6 +157,9 @@ class PrototypeMethod(nn.Module, ABC):
     reads: frozenset[str] = TOKEN_FIELDS
     #: CUDA ops the method uses that have no deterministic kernel (``deterministic = true`` refuses it)
     cuda_ops_without_deterministic_kernel: tuple[str, ...] = ()
+    #: the tunable hyperparameters and their ranges (methods/space.py), each holding the paper's
+    #: default; ``{}``: the method is tuned over nothing (``protobench tune`` says so)
+    search_space: ClassVar[dict[str, Dimension]] = {}
 
     def __init__(self, ctx: MethodContext) -> None:
         super().__init__()

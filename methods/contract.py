@@ -15,6 +15,7 @@ import torch
 
 from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, set_trainable
 from methods.registry import build_method, get_method_class, method_hyperparameters
+from methods.space import space_problems
 from methods.testing import SyntheticTokens, SyntheticTrainData
 
 
@@ -50,6 +51,13 @@ def check_constructor(name: str, source: SyntheticTokens, J: int) -> None:
     method = _build(name, source, J, 0)
     _require(isinstance(method, PrototypeMethod), f"{name}: must subclass methods.base.PrototypeMethod")
     _require(bool(method.loss_weights), f"{name}: set self.loss_weights (term → coefficient) in __init__")
+
+
+def check_search_space(name: str, source: SyntheticTokens, J: int) -> None:
+    """The search space names hyperparameters only, its ranges are valid and hold each default."""
+    cls = get_method_class(name)
+    problems = space_problems(getattr(cls, "search_space", {}), method_hyperparameters(cls), name)
+    _require(not problems, "; ".join(problems))
 
 
 def check_outputs(name: str, source: SyntheticTokens, J: int) -> None:
@@ -216,6 +224,7 @@ def check_reads(name: str, source: SyntheticTokens, J: int) -> None:
 
 CHECKS: tuple[Callable[[str, SyntheticTokens, int], None], ...] = (
     check_constructor,
+    check_search_space,
     check_outputs,
     check_prototype_switch_off,
     check_stages_and_losses,

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
+from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
     block_groups,
     check_count,
@@ -69,6 +70,21 @@ class EvalProtoPNet(PrototypeMethod):
     within-class orthonormality) and ``sdfa`` (self-similarity alignment; returned from global
     epoch ``warm_epochs`` on, as main.py's ``epoch >= warmup_epochs``).
     """
+
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (README, "A fair comparison")
+    search_space = {
+        "add_on_lr": LogUniform(3e-4, 3e-2),
+        "basis_lr": LogUniform(3e-4, 3e-2),
+        "block_lr": LogUniform(1e-5, 1e-2),
+        "joint_lr_gamma": Uniform(0.05, 0.5),
+        "clst_weight": Uniform(0.1, 2.0),
+        "sep_weight": Uniform(-0.5, 0.0),
+        "orth_weight": LogUniform(1e-5, 1e-3),
+        "sdfa_weight": Uniform(0.0, 2.0),
+        "sdfa_margin": Uniform(0.01, 0.5),
+    }
 
     needs_early_tokens = True
 

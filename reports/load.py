@@ -16,7 +16,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import UnreadableRunFile, load_json
-from benchmark.spec_fields import identity_fields
+from benchmark.spec_fields import TUNING_DIR_SUFFIX, identity_fields
 from reports.columns import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
@@ -120,6 +120,8 @@ def result_files(runs_dirs: Iterable[str | Path]) -> list[Path]:
                 f"runs (runs/<grid>/<run_id>/{RESULT_FILE})."
             )
         for path in sorted(runs_dir.rglob(RESULT_FILE)):
+            if any(part.endswith(TUNING_DIR_SUFFIX) for part in path.relative_to(runs_dir).parts[:-1]):
+                continue  # a tuning trial (RUNS/GRID.tuning/trials/…): scored on validation, not a result
             files.setdefault(path.resolve(), path)
     if not files:
         shown = ", ".join(str(d) for d in dirs) or "(no directory given)"

@@ -45,6 +45,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory whose free space is checked "
                                        "(default: RUNS_DIR/.token-cache)")
+    p.add_argument("--tuning-trials", type=int, metavar="N",
+                   help="also estimate `protobench tune GRID --trials N`: N trials per tuning cell")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("perf", help="timings side by side: trunk, method inference, cached vs live epochs")
@@ -84,6 +86,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     costs = load_perf(args.perf, device_model) if args.perf else model_costs(device_model)
     check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
+    if args.tuning_trials is not None:
+        from benchmark.estimates.tuning import tuning_costs, tuning_lines
+
+        if args.tuning_trials < 1:
+            raise ProtobenchError(f"--tuning-trials {args.tuning_trials} must be ≥ 1")
+        print("\n".join(tuning_lines(tuning_costs(grid, profile, costs, args.tuning_trials), profile)))
     _print_plan_file_checks(grid)
     try:
         check_cache_fits(list(grid.runs), cache_root_of(args, runs_root_of(args, grid.runs_dir)))

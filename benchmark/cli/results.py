@@ -125,6 +125,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
     add_check_adapters_argument(parser)
+    parser.add_argument("--tuning", action="store_true",
+                        help="per tuning cell: trials, default and best validation score, the chosen hyperparameters, "
+                             "and test accuracy default vs tuned with paired CI and p (README 'A fair comparison')")
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -149,6 +152,15 @@ def run_report(args: argparse.Namespace) -> int:
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
     frame = mark_stale(load_runs(args.runs_dirs, where), adapter_imports(args))
+    if args.tuning:
+        from reports.tuning import read_summaries, render_tuning
+
+        text = render_tuning(frame, read_summaries([Path(p) for p in args.runs_dirs]), (args.ci or 95.0) / 100)
+        if args.out is not None:
+            write_output(args.out, text.encode("utf-8"))
+        else:
+            print(text, end="")
+        return 0
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
@@ -336,6 +348,9 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", type=Path, metavar="RUNS_DIR|CSV|RUN_DIR",
                         help="folders searched recursively for result.json (or tidy CSVs); with --curves, "
                              "run directories (or folders holding them) with a metrics.jsonl")
+    parser.add_argument("--tuning", action="store_true",
+                        help="Optuna's optimisation history and hyperparameter importances of each study "
+                             "(RUNS/GRID.tuning) as one PNG")
     parser.add_argument("--curves", action="store_true",
                         help="training curves from each run's metrics.jsonl: one panel per loss term, one line per run")
     parser.add_argument("--cd", action="store_true",
@@ -357,6 +372,14 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_plot(args: argparse.Namespace) -> int:
     """Draw a metric against a dimension (mean ± seed spread) or, with --curves, training curves."""
+    if args.tuning:
+        from reports.tuning_plots import plot_tuning
+
+        if args.out.suffix.lower() != ".png":
+            raise ProtobenchError(f"--tuning writes a PNG; give --out {args.out.with_suffix('.png')}")
+        print(f"wrote the optimisation histories and importances of {plot_tuning(args.inputs, args.out)} "
+              f"study(ies) to {args.out}")
+        return 0
     if args.curves:
         from reports.curves import plot_curves
 

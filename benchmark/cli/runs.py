@@ -39,6 +39,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/demo.toml")
     add_run_options(p)
     add_execution_options(p)
+    p.add_argument("--hyperparameters", choices=["default", "tuned"],
+                   help="tuned: each run with its tuning cell's best trial (`protobench tune` first); default: the "
+                        "grid's method_args (default: the grid's tuning.hyperparameters, else default)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="the demo grid on generated synthbirds, locally")
@@ -95,6 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, overrides=grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
     runs_root = runs_root_of(args, grid.runs_dir)
+    runs = _with_hyperparameters(grid, runs, runs_root, getattr(args, "hyperparameters", None))
     cache_root = cache_root_of(args, runs_root)
     check_cache_fits(runs, cache_root)  # before any compute
     tensorboard_root = tensorboard_dir(args)
@@ -109,6 +113,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                          ask=query_jobs)  # SLURM is asked only about runs submitted to it
     print_status(runs_root / grid.name, adapters=AdapterImports.of_grid({spec.method for spec in grid.runs}))
     return _summary(outcomes)
+
+
+def _with_hyperparameters(grid: GridSpec, runs: list[RunSpec], runs_root: Path, chosen: str | None) -> list[RunSpec]:
+    """The runs as the grid sets them, or (``tuned``) with their tuning cell's best trial."""
+    from benchmark.tuning.config import tuning_config
+    from benchmark.tuning.tuned import tuned_runs
+
+    if (chosen or tuning_config(grid).hyperparameters) == "default":
+        return runs
+    tuned = tuned_runs(grid, runs, runs_root)
+    print(f"hyperparameters: tuned (each cell's best trial of {tuned[0].tuned['trials']} on the validation split)")
+    return tuned
 
 
 def _summary(outcomes: list[Outcome]) -> int:

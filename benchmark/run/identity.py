@@ -41,7 +41,8 @@ SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared c
 METRICS_PACKAGE = "metrics"  # every score of a result.json is computed there
 # Modules of ``methods`` that adapters import but that compute nothing a result holds: the
 # registry (names, argument checks), its stand-in block, the contract checks, diagnostics.
-HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.contract", "methods.diagnostics"})
+HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.contract", "methods.diagnostics",
+                              "methods.space"})  # space: the ranges a tuner searches, not the method
 
 
 def _module_file(name: str) -> Path | None:

@@ -81,6 +81,10 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
                               f"{map_pool}, or evaluate without --rescore to write evaluations/ only")
     prep = load_trained(run_dir, **({} if map_pool is None else {"map_pool": map_pool}))
     spec = prep.spec
+    if spec.evaluation_split != "test":
+        raise ProtobenchError(f"{str(run_dir)!r} is a tuning trial, scored on the validation split; it is never "
+                              "evaluated on test (train the study's best trial with `protobench run GRID "
+                              "--hyperparameters tuned`)")
     fingerprint = method_fingerprint(spec.method)
     if isinstance(recorded, str) and recorded != fingerprint and not allow_code_change:
         raise ProtobenchError(f"the code of method {spec.method!r} changed since run {str(run_dir)!r} was trained "

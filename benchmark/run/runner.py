@@ -33,6 +33,7 @@ from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
 from benchmark.run.timing import inference_throughput, live_trunk_epoch_seconds
 from benchmark.run.checkpoint import resume_checkpoint
+from benchmark.run.run_data import run_data
 from benchmark.run.training import EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms, train
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
@@ -110,7 +111,7 @@ class Prepared:
     device: torch.device
     trunk: FrozenTrunk
     train_set: ImageDataset
-    test_set: ImageDataset
+    test_set: ImageDataset | None  # None for a tuning trial: the test split is never opened
     method: PrototypeMethod
 
     def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress, *,
@@ -187,7 +188,8 @@ def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
     """Load data annotations, trunk and method: every user error surfaces here. ``trunk``: an
     already loaded trunk of the same backbone, weights and image size (``perf`` shares one)."""
     device = check_device(spec)
-    train_set, test_set = load_split(spec, "train"), load_split(spec, "test")
+    train_set = load_split(spec, "train")
+    test_set = load_split(spec, "test") if spec.evaluation_split == "test" else None
     trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
     torch.manual_seed(spec.seed)
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
@@ -284,10 +286,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     wall["prepare"] = time.perf_counter() - tic
 
     tic = time.perf_counter()
-    train_src = prep.train_source(cache_root, progress=bars)
-    # push reads the un-augmented split (ProtoPNet main.py: train_push_loader over train_cropped)
-    clean_src = prep.train_source(cache_root, progress=bars, augmented=False) if prep.augmented else None
-    test_src, noisy_src = prep.test_sources(cache_root, progress=bars)
+    data = run_data(prep, cache_root, bars)
+    train_src, clean_src = data.train, data.clean
     wall["token_cache"] = time.perf_counter() - tic
 
     epoch_log = EpochLog(rd.metrics_path)
@@ -310,13 +310,13 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()
-    evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
+    evaluated = evaluate(prep.method, data.evaluation_set, data.evaluation, data.noisy, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
-                         precision=spec.precision, train=clean_src or train_src, train_dataset=prep.train_set)
+                         precision=spec.precision, train=clean_src or train_src, train_dataset=data.train_set)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),
-        "test": SourceTrainData(test_src, prep.device, spec.seed),
+        spec.evaluation_split: SourceTrainData(data.evaluation, prep.device, spec.seed),
     })
     for warning in diagnostics["warnings"]:
         say(f"diagnostic out of range: {warning}")
@@ -324,7 +324,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     timing: dict[str, Any] = {**report.to_json(), "wall_seconds": wall}
     if spec.measure_inference:
         timing["inference_images_per_second"] = inference_throughput(
-            prep.trunk, prep.method, prep.test_set, batch_size=spec.eval_batch_size, device=prep.device)
+            prep.trunk, prep.method, data.evaluation_set, batch_size=spec.eval_batch_size, device=prep.device)
     if spec.measure_live_epoch:
         timing.update(live_trunk_epoch_seconds(  # cache_root None: the trunk runs on every batch
             prep.method, prep.train_source(None), seed=spec.seed, batch_size=spec.batch_size, device=prep.device))
@@ -340,6 +340,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         "metrics_fingerprint": metrics_fingerprint(),  # the metric code that scored it
         **evaluated.summary,
         "diagnostics": diagnostics,
+        **data.records(),  # a trial: its validation split; a tuned run: the study it came from
         "timing": timing,
         "provenance": {
             **provenance(prep.device),  # code_version: the code that evaluated
@@ -348,7 +349,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
             "precision": spec.precision,  # also in every cache entry's key, with the device type
             "device_type": prep.device.type,
             "deterministic_algorithms": spec.deterministic,
-            "dataset_fingerprint": {"train": prep.train_set.fingerprint(), "test": prep.test_set.fingerprint()},
+            "dataset_fingerprint": data.fingerprints(),
             "augmentation_seed": AUGMENTATION_SEED,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
             # where its own adapter or trunk was imported from: the reading commands' PYTHONPATH hint

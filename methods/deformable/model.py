@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
     head_reads,
     block_groups,
@@ -68,6 +69,21 @@ class DeformableProtoPNet(PrototypeMethod):
     start of joint training; ``expanded``: the head reads the appended block (protocol.md), which
     trains in the joint stage at ``block_lr``.
     """
+
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (README, "A fair comparison")
+    search_space = {
+        "add_on_lr": LogUniform(3e-4, 3e-2),
+        "prototype_lr": LogUniform(3e-4, 3e-2),
+        "offset_lr": LogUniform(1e-5, 1e-3),
+        "block_lr": LogUniform(1e-5, 1e-2),
+        "joint_lr_gamma": Uniform(0.05, 0.5),
+        "margin": Uniform(0.0, 0.5),
+        "clst_weight": Uniform(-2.0, -0.1),
+        "sep_weight": Uniform(0.0, 0.5),
+        "orth_weight": LogUniform(1e-3, 1.0),
+    }
 
     display_name = "Def. ProtoPNet"  # as the paper's tables name it
 

@@ -1,0 +1,86 @@
+"""The command that tunes a grid's methods on the validation split: ``tune``."""
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmark.cli.common import add_grid_options, add_only_option, cache_root_of, grid_overrides, runs_root_of
+from benchmark.errors import ProtobenchError
+from benchmark.grid import load_grid, select_runs
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``tune`` to ``sub``."""
+    p = sub.add_parser("tune", help="tune every method of a grid on the validation split, with the same budget each "
+                                    "(one Optuna study per dataset × backbone × method × J × variant)")
+    p.add_argument("grid", help="grid TOML file (its [tuning] table: README, 'A fair comparison')")
+    p.add_argument("--trials", type=int, help="complete trials per cell, the same for every method "
+                                              "(default: the grid's tuning.trials)")
+    p.add_argument("--sampler", choices=["tpe", "random", "nsga2"], help="Optuna sampler (default: the grid's, tpe)")
+    add_grid_options(p)
+    add_only_option(p)
+    p.add_argument("--runs-dir", help="where the studies and trial runs go: RUNS_DIR/GRID.tuning "
+                                      "(default: the grid's runs_dir, 'runs')")
+    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
+    p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
+    p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")
+    p.add_argument("--executor", default="local", choices=["local", "submitit-local", "slurm"],
+                   help="local: one worker in this process; slurm / submitit-local: --workers array tasks that "
+                        "share the studies")
+    p.add_argument("--workers", type=int, default=1, help="array tasks for --executor slurm|submitit-local")
+    p.add_argument("--profile", help="cluster profile TOML for --executor slurm (slurm/profiles/)")
+    p.add_argument("--heartbeat-seconds", type=float, default=10.0,
+                   help="a running trial's worker beats this often; one silent for 6 beats is failed and retried")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from benchmark.tuning.config import describe_space, tuning_cells, tuning_config
+    from benchmark.tuning.workers import TuneJob, tuning_root
+
+    if args.heartbeat_seconds <= 0:
+        raise ProtobenchError(f"--heartbeat-seconds {args.heartbeat_seconds} must be > 0")
+    if args.workers < 1:
+        raise ProtobenchError(f"--workers {args.workers} must be ≥ 1")
+    grid = load_grid(args.grid, overrides=grid_overrides(args))
+    runs = select_runs(grid, args.only) if args.only else list(grid.runs)
+    config = tuning_config(grid, trials=args.trials, sampler=args.sampler)
+    if config.trials is None:
+        raise ProtobenchError(f"{args.grid}: how many trials? pass --trials N or set trials in the grid's [tuning]")
+    cells = tuning_cells(grid, runs, config)
+    runs_root = runs_root_of(args, grid.runs_dir)
+    root = tuning_root(runs_root, grid.name)
+    print(f"grid {grid.name!r}: {len(cells)} tuning cell(s) → {root}; budget: {config.trials} complete trials per "
+          f"cell, every method alike, sampler {config.sampler}, objective(s) {', '.join(config.objectives)} on the "
+          f"validation split ({config.validation_fraction:g} of each class, seed {config.validation_seed})")
+    for cell in cells:
+        print(f"  {cell.label}: {cell.epoch_budget} epochs per trial; space: {describe_space(cell.space)}"
+              + ("" if cell.space else " — tuned over nothing: one trial, the defaults"))
+    job = TuneJob(args.grid, grid_overrides(args), tuple(args.only), config.trials, config.sampler, runs_root,
+                  cache_root_of(args, runs_root) if not args.no_cache else None, args.heartbeat_seconds)
+    tic = time.perf_counter()
+    if args.executor == "local":
+        if args.workers != 1 or args.profile:
+            raise ProtobenchError("--workers and --profile apply to --executor slurm|submitit-local")
+        summaries = job()
+    else:
+        from slurm.tuning import submit_tune_workers
+
+        summaries = submit_tune_workers(job, executor=args.executor, workers=args.workers, profile=args.profile,
+                                        folder=root / "jobs")
+    for record in summaries:
+        best, default = record["best"], record["default"]
+        print(f"{record['study']}: {record['complete']}/{record['budget']['trials']} complete "
+              f"({record['budget']['epochs_per_trial']} epochs each); default {_value(default)}, best "
+              f"{_value(best)} (trial {best['number'] if best else '-'})")
+    print(f"tuned in {time.perf_counter() - tic:.1f} s; summaries: {root}/*/summary.json")
+    return 0 if all(r["complete"] >= r["budget"]["trials"] for r in summaries) else 1
+
+
+def _value(trial: dict | None) -> str:
+    if not trial or not trial.get("values"):
+        return "-"
+    return "/".join(f"{v:.2f}" for v in trial["values"])
+
+
+

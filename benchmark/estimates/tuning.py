@@ -1,0 +1,56 @@
+"""``plan GRID --tuning-trials N``: the GPU-hours of tuning every cell of a grid with N trials.
+
+A trial costs what the cell's run costs (:func:`benchmark.estimates.plan.run_hours`: the method's
+epochs over the training split and one evaluation): an upper bound, since a trial trains on the
+training split less its validation share and scores the validation images instead of the test
+split. The token caches are the grid's own (a trial reads the training entry by index), so
+tuning adds no cache to build.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmark.cluster import ClusterProfile
+from benchmark.estimates.costs import Costs
+from benchmark.estimates.plan import run_hours
+from benchmark.grid import GridSpec
+from benchmark.tuning.config import tuning_cells, tuning_config
+
+
+@dataclass(frozen=True)
+class CellCost:
+    label: str
+    trials: int
+    trial_hours: float
+    gpus: int
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.trials * self.trial_hours * self.gpus
+
+
+def tuning_costs(grid: GridSpec, profile: ClusterProfile, costs: Costs, trials: int) -> list[CellCost]:
+    config = tuning_config(grid, trials=trials)
+    out = []
+    for cell in tuning_cells(grid, list(grid.runs), config):
+        spec = cell.runs[0]  # the cell's run: what one trial costs at most
+        hours, _, _ = run_hours(costs, spec, profile)
+        out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1)))
+    return out
+
+
+def tuning_lines(cells: list[CellCost], profile: ClusterProfile) -> list[str]:
+    """The plan's tuning section: per method the trials and GPU-hours, and the total."""
+    by_method: dict[str, list[CellCost]] = {}
+    for cell in cells:
+        by_method.setdefault(cell.label.split(" ")[0], []).append(cell)
+    trials = cells[0].trials if cells else 0
+    lines = [f"tuning: {len(cells)} cell(s) × {trials} trials each (the same for every method; an upper bound: "
+             "a trial trains on the training split less its validation share)"]
+    for method, group in sorted(by_method.items()):
+        lines.append(f"  {method:<22} {len(group):>3} cell(s)  {sum(c.trials for c in group):>5} trials  "
+                     f"{sum(c.gpu_hours for c in group):8.4g} GPU-h")
+    total = sum(c.gpu_hours for c in cells)
+    lines.append(f"  total {total:.4g} GPU-h on {profile.device_model} (workers pay start-up once each; the "
+                 "token caches are the grid's own)")
+    return lines

@@ -1,0 +1,184 @@
+"""One Optuna study per tuning cell, in a journal file that many workers share.
+
+Storage: ``optuna.storages.JournalStorage`` over ``JournalFileBackend`` with its open(2)-based lock
+(``JournalFileOpenLock``), which Optuna documents as safe on NFS; no SQLite (whose locking NFS
+breaks). Layout: ``RUNS/GRID.tuning/STUDY/journal.log`` (the study), ``summary.json`` (what
+``report --tuning`` reads; no Optuna needed), ``heartbeats/TRIAL`` (one file per running trial,
+touched by its worker). Optuna's own heartbeat needs an RDB storage, so a worker beats here: a
+running trial whose file has not been touched for ``grace_s`` (measured against the shared
+filesystem's clock) belongs to a dead worker (SIGKILL, preemption) and is marked FAIL, so its
+slot is trialled again and the study still ends with exactly N complete trials.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.trial import TrialState
+
+from benchmark.tuning.config import Cell
+from methods.space import Categorical, Dimension, IntRange, LogUniform, space_to_json
+
+HEARTBEAT_S = 10.0  # a running trial's file is touched this often
+GRACE_S = 60.0  # untouched this long: its worker is dead
+
+
+def study_dir(tuning_root: Path, cell: Cell) -> Path:
+    return tuning_root / cell.study_name
+
+
+def distribution(dimension: Dimension) -> optuna.distributions.BaseDistribution:
+    """Optuna's distribution of a declared dimension."""
+    if isinstance(dimension, Categorical):
+        return optuna.distributions.CategoricalDistribution(dimension.choices)
+    if isinstance(dimension, IntRange):
+        return optuna.distributions.IntDistribution(dimension.low, dimension.high)
+    return optuna.distributions.FloatDistribution(dimension.low, dimension.high, log=isinstance(dimension, LogUniform))
+
+
+def sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """TPE (the default), random search, or NSGA-II (for several objectives), seeded."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def open_study(directory: Path, cell: Cell) -> optuna.Study:
+    """The cell's study, created on first use (by whichever worker comes first); loading an
+    existing one writes nothing to its journal."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = str(directory / "journal.log")
+    storage = JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    chosen = sampler(cell.config.sampler, cell.config.seed)
+    try:
+        return optuna.load_study(study_name=cell.study_name, storage=storage, sampler=chosen)
+    except KeyError:
+        with study_lock(directory):
+            return optuna.create_study(study_name=cell.study_name, storage=storage, load_if_exists=True,
+                                       directions=["maximize"] * len(cell.config.objectives), sampler=chosen)
+
+
+@contextmanager
+def study_lock(directory: Path) -> Iterator[None]:
+    """Exclusive for counting trials and asking one (so no two workers overshoot N); flock on NFS
+    v4 is a lease the server frees when a client dies."""
+    with (directory / ".lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def filesystem_now(directory: Path) -> float:
+    """The shared filesystem's clock (a file touched now), so heartbeats compare one clock."""
+    probe = directory / "heartbeats" / ".now"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.touch()
+    return probe.stat().st_mtime
+
+
+class Heartbeat:
+    """Touches ``heartbeats/NUMBER`` every ``interval_s`` in a daemon thread while a trial runs."""
+
+    def __init__(self, directory: Path, number: int, interval_s: float) -> None:
+        self.path = directory / "heartbeats" / str(number)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _beat(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.path.touch()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.path.unlink(missing_ok=True)
+
+
+def fail_stale_trials(study: optuna.Study, directory: Path, grace_s: float) -> list[int]:
+    """Mark FAIL every running trial whose heartbeat is older than ``grace_s`` (or missing: its
+    worker died before the first beat); the numbers failed."""
+    now = filesystem_now(directory)
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        beat = directory / "heartbeats" / str(trial.number)
+        age = now - beat.stat().st_mtime if beat.exists() else float("inf")
+        if age > grace_s:
+            storage = study._storage  # noqa: SLF001 - the storage API Optuna's own fail_stale_trials uses
+            storage.set_trial_system_attr(trial._trial_id, "fail_reason",  # before FAIL: a finished trial is frozen
+                                          f"worker stopped beating ({age:.0f} s > {grace_s:.0f} s)")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            beat.unlink(missing_ok=True)
+            failed.append(trial.number)
+    return failed
+
+
+def counts(study: optuna.Study) -> dict[str, int]:
+    """Trials by state name (COMPLETE, RUNNING, WAITING, FAIL, PRUNED)."""
+    out: dict[str, int] = {}
+    for trial in study.get_trials(deepcopy=False):
+        out[trial.state.name] = out.get(trial.state.name, 0) + 1
+    return out
+
+
+def _trial_record(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    return {"number": trial.number, "state": trial.state.name, "params": trial.params,
+            "values": trial.values, "run_id": trial.user_attrs.get("run_id"),
+            "seconds": trial.user_attrs.get("seconds"),
+            "fail_reason": trial.system_attrs.get("fail_reason") or trial.user_attrs.get("fail_reason")}
+
+
+def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The complete trial with the best first objective (on the Pareto front when there are several;
+    ties: the earliest, so trial 0, the defaults, wins a tie)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    pool = study.best_trials if len(study.directions) > 1 and complete else complete
+    return max(pool, key=lambda t: (t.values[0], -t.number)) if pool else None
+
+
+def summary(study: optuna.Study, cell: Cell, target: int) -> dict[str, Any]:
+    """What ``summary.json`` holds: the cell, the budget (trials, epochs), the space, the default
+    and best trials and every trial."""
+    trials = study.get_trials(deepcopy=False)
+    default = next((t for t in trials if t.user_attrs.get("defaults")), None)
+    best = best_trial(study)
+    b = cell.base
+    return {
+        "study": cell.study_name,
+        "cell": {"dataset": b.dataset, "backbone": b.backbone, "method": b.method, "J": b.prototypes_per_class,
+                 "variant": b.variant, "trial_seed": b.seed, "base_run_id": b.run_id},
+        "budget": {"trials": target, "epochs_per_trial": cell.epoch_budget,
+                   "note": "every method of the grid gets the same number of trials; each trial trains the "
+                           "method's own schedule, as its default run does"},
+        "sampler": cell.config.sampler, "objectives": list(cell.config.objectives), "sampler_seed": cell.config.seed,
+        "validation": {"fraction": b.validation_fraction, "seed": b.validation_seed},
+        "space": space_to_json(cell.space), "space_fingerprint": cell.space_fingerprint,
+        "tuned_over_nothing": not cell.space,
+        "counts": counts(study),
+        "complete": sum(t.state == TrialState.COMPLETE for t in trials),
+        "default": _trial_record(default) if default else None,
+        "best": _trial_record(best) if best else None,
+        "trials": [_trial_record(t) for t in trials],
+    }
+
+
+def write_summary(directory: Path, record: dict[str, Any]) -> None:
+    temp = directory / f"summary.json.{os.getpid()}.tmp"
+    temp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    temp.replace(directory / "summary.json")

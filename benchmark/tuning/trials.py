@@ -1,0 +1,132 @@
+"""A tuning worker: asks a cell's study for trials and runs each as an ordinary run.
+
+A trial is the cell's base RunSpec (``evaluation_split = "validation"``) with the sampled values in
+its ``method_args``, run by :func:`benchmark.run.runner.execute_run` under
+``RUNS/GRID.tuning/trials/RUN_ID``: caching, checkpoints, resume and stale detection apply
+unchanged. Any number of workers (one process, SLURM array tasks) may run :func:`work_on` on
+the same cells: under the study's lock a worker asks a trial only while complete + running
+trials are fewer than N, and fails trials whose worker stopped beating, so every cell ends with
+exactly N complete trials.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from benchmark.errors import ProtobenchError
+from benchmark.tuning.config import Cell
+from benchmark.tuning.split import validation_split, write_split_file
+from benchmark.tuning.study import (GRACE_S, HEARTBEAT_S, Heartbeat, counts, distribution, fail_stale_trials,
+                                    open_study, study_dir, study_lock, summary, write_summary)
+
+POLL_S = 2.0  # how often a worker with no slot left looks again (a running trial elsewhere may fail)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    tuning_root: Path
+    cache_root: Path | None
+    trials: int
+    heartbeat_s: float = HEARTBEAT_S
+    grace_s: float = GRACE_S
+    log: Callable[[str], None] = print
+
+
+def trials_root(tuning_root: Path) -> Path:
+    return tuning_root / "trials"
+
+
+def _ask(study: optuna.Study, cell: Cell, directory: Path, settings: WorkerSettings) -> optuna.Trial | None | str:
+    """Under the lock: a new trial, None (no slot free now: others are running), or "done"."""
+    with study_lock(directory):
+        for number in fail_stale_trials(study, directory, settings.grace_s):
+            settings.log(f"{cell.study_name}: trial {number} failed: its worker stopped (heartbeat lost)")
+        state = counts(study)
+        if not study.trials:  # trial 0: the cell's own values (the paper's defaults)
+            study.enqueue_trial(cell.defaults, user_attrs={"defaults": True})
+        if state.get("COMPLETE", 0) >= settings.trials:
+            return "done"
+        if state.get("COMPLETE", 0) + state.get("RUNNING", 0) >= settings.trials:
+            return None
+        trial = study.ask({name: distribution(d) for name, d in cell.space.items()})
+        (directory / "heartbeats").mkdir(exist_ok=True)
+        # alive from the moment it is asked; the file names its worker (host, pid) for a reader
+        (directory / "heartbeats" / str(trial.number)).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+        return trial
+
+
+def _score(result: dict[str, Any], cell: Cell) -> list[float]:
+    values = [result["metrics"].get(name) for name in cell.config.objectives]
+    if any(v is None or v != v for v in values):
+        raise ProtobenchError(f"the trial's validation {', '.join(cell.config.objectives)} = {values} is undefined")
+    return [float(v) for v in values]
+
+
+def run_trial(trial: optuna.Trial, cell: Cell, settings: WorkerSettings) -> list[float]:
+    """Train and score one trial; its run id and wall time become user attributes of the trial."""
+    from benchmark.run.runner import execute_run
+
+    spec = cell.base.with_overrides(method_args={**cell.base.method_args, **trial.params})
+    trial.set_user_attr("run_id", spec.run_id)
+    tic = time.perf_counter()
+    result = execute_run(spec, trials_root(settings.tuning_root) / spec.run_id, cache_root=settings.cache_root,
+                         progress=False, log=lambda line: None)
+    trial.set_user_attr("seconds", time.perf_counter() - tic)
+    trial.set_user_attr("validation_split", result.get("validation_split"))
+    return _score(result, cell)
+
+
+def write_split(cell: Cell, directory: Path) -> None:
+    """The cell's readable ``validation_split.json`` (the same rows for every cell of the dataset)."""
+    from benchmark.run.runner import load_split
+
+    train = load_split(cell.base, "train")
+    split = validation_split(train.labels, fraction=cell.base.validation_fraction, seed=cell.base.validation_seed)
+    names = [str(p.relative_to(train.root)) if p.is_relative_to(train.root) else str(p) for p in train.image_paths]
+    write_split_file(directory / "validation_split.json", split, names, train.labels)
+
+
+def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
+    """Run trials of ``cell`` until its study holds N complete ones; the study's summary."""
+    directory = study_dir(settings.tuning_root, cell)
+    study = open_study(directory, cell)
+    write_split(cell, directory)
+    failures = 0
+    while True:
+        asked = _ask(study, cell, directory, settings)
+        if asked == "done":
+            break
+        if asked is None:
+            time.sleep(POLL_S)  # another worker holds the last slots; one may still fail
+            continue
+        assert isinstance(asked, optuna.Trial)
+        beat = Heartbeat(directory, asked.number, settings.heartbeat_s)
+        try:
+            values = run_trial(asked, cell, settings)
+        except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - the trial fails, the study goes on
+            asked.set_user_attr("fail_reason", f"{type(err).__name__}: {err}")
+            study.tell(asked, state=TrialState.FAIL)
+            beat.stop()
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            failures += 1
+            settings.log(f"{cell.study_name}: trial {asked.number} failed: {type(err).__name__}: {err}")
+            if failures >= settings.trials:
+                raise ProtobenchError(f"tuning cell {cell.label}: {failures} trials failed in this worker "
+                                      f"(last: {type(err).__name__}: {err}); see {directory}/summary.json") from err
+            continue
+        study.tell(asked, values)
+        beat.stop()
+        settings.log(f"{cell.study_name}: trial {asked.number} {dict(zip(cell.config.objectives, values))}")
+    record = summary(study, cell, settings.trials)
+    with study_lock(directory):
+        write_summary(directory, record)
+    return record

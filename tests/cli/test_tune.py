@@ -1,0 +1,134 @@
+"""``protobench tune`` end to end: N complete trials per cell, the defaults first, the test split
+never opened, a second call a no-op, then ``run --hyperparameters tuned`` and ``report --tuning``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tuning_grid import write_tuning_grid
+
+import benchmark.run.runner as runner
+from benchmark.cli import main
+from benchmark.data.dataset import ImageDataset
+
+pytestmark = pytest.mark.slow
+
+
+def _summaries(runs: Path) -> dict[str, dict]:
+    return {json.loads(p.read_text())["cell"]["method"]: json.loads(p.read_text())
+            for p in sorted((runs / "tun.tuning").glob("*/summary.json"))}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """Tune the grid (3 trials per cell) while recording every split a trial opens."""
+    root = tmp_path_factory.mktemp("tune")
+    grid = write_tuning_grid(root / "grid.toml", root / "data")
+    opened: list[str] = []
+    patch = pytest.MonkeyPatch()
+    load_split, token_source, load_image = runner.load_split, runner.token_source, ImageDataset.load_image
+
+    def recording_load_split(spec, split):
+        opened.append(f"load_split:{split}")
+        return load_split(spec, split)
+
+    def recording_token_source(trunk, dataset, **kwargs):
+        opened.append(f"cache:{dataset.split}")
+        return token_source(trunk, dataset, **kwargs)
+
+    def recording_load_image(self, i):
+        opened.append(f"image:{self.split}")
+        return load_image(self, i)
+
+    patch.setattr(runner, "load_split", recording_load_split)
+    patch.setattr(runner, "token_source", recording_token_source)
+    patch.setattr(ImageDataset, "load_image", recording_load_image)
+    try:
+        assert main(["tune", str(grid), "--trials", "3", "--runs-dir", str(root / "runs")]) == 0
+    finally:
+        patch.undo()
+    return root, grid, opened
+
+
+def test_every_cell_has_exactly_n_complete_trials_with_the_defaults_first(tuned):
+    root, _, _ = tuned
+    summaries = _summaries(root / "runs")
+    assert sorted(summaries) == ["protopnet", "vmfproto"]
+    for method, summary in summaries.items():
+        assert summary["complete"] == 3 == summary["budget"]["trials"]
+        numbers = [t["number"] for t in summary["trials"]]
+        assert len(numbers) == len(set(numbers))
+        assert summary["trials"][0]["params"] == summary["default"]["params"]
+        assert summary["budget"]["epochs_per_trial"] == 2
+    assert summaries["vmfproto"]["space"]["tau"] == {"kind": "uniform", "low": 0.2, "high": 0.8}
+    assert summaries["vmfproto"]["default"]["params"]["tau"] == 0.5
+    split = json.loads(next((root / "runs" / "tun.tuning").glob("vmfproto*/validation_split.json")).read_text())
+    assert split["validation_images"] == 4 and split["fraction"] == 0.1  # one of the 4 training images per class
+
+
+def test_no_trial_opens_the_test_split(tuned):
+    _, _, opened = tuned
+    assert "cache:train" in opened and "load_split:train" in opened
+    assert not [event for event in opened if event.endswith(":test")], opened
+
+
+def test_tuning_again_is_a_no_op(tuned, monkeypatch, capsys):
+    root, grid, _ = tuned
+    journals = {p: p.read_bytes() for p in (root / "runs" / "tun.tuning").glob("*/journal.log")}
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a complete study trained again")
+
+    monkeypatch.setattr(runner, "execute_run", no_training)
+    assert main(["tune", str(grid), "--trials", "3", "--runs-dir", str(root / "runs")]) == 0
+    assert {p: p.read_bytes() for p in journals} == journals
+    assert "3/3 complete" in capsys.readouterr().out
+
+
+def test_tuned_runs_and_the_tuning_report(tuned, capsys):
+    root, grid, _ = tuned
+    runs = root / "runs"
+    assert main(["run", str(grid), "--runs-dir", str(runs)]) == 0
+    assert main(["run", str(grid), "--runs-dir", str(runs), "--hyperparameters", "tuned"]) == 0
+    results = [json.loads(p.read_text()) for p in (runs / "tun").glob("*/result.json")]
+    tuned_results = [r for r in results if r["spec"]["variant"] == "tuned"]
+    assert len(results) == 8 and len(tuned_results) == 4
+    best = _summaries(runs)["protopnet"]["best"]
+    record = next(r for r in tuned_results if r["spec"]["method"] == "protopnet")["tuning"]
+    assert record["trial"] == best["number"] and record["trials"] == 3 and record["hyperparameters"] == best["params"]
+    assert record["space_fingerprint"] == _summaries(runs)["protopnet"]["space_fingerprint"]
+    capsys.readouterr()
+    assert main(["report", str(runs)]) == 0  # the trials beside the grid's runs are left out
+    assert "tuned" in capsys.readouterr().out
+    assert main(["report", str(runs / "tun"), "--tuning"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| vmfproto") or line.startswith("| protopnet")]
+    assert len(rows) == 2 and all("| 3/3 " in row and "| 2 " in row for row in rows)
+    assert "paired on seed" in out and "the same for every method" in out
+    p_values = [row.split("|")[14].strip() for row in rows]
+    assert all(p != "–" for p in p_values)
+    assert main(["plot", str(runs / "tun"), "--tuning", "--out", str(root / "tuning.png")]) == 0
+    from PIL import Image
+
+    with Image.open(root / "tuning.png") as image:  # two studies: history and importances each, stacked
+        assert image.format == "PNG" and image.height > 2 * image.width
+
+
+def test_tuned_before_tuning_is_refused_naming_the_command(tmp_path, capsys):
+    grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
+    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs"), "--hyperparameters", "tuned"]) == 2
+    assert "protobench tune" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tuning, message", [
+    ("trails = 3\n", "trails"),
+    ("[tuning.space.protopnet]\nadd_on_lr = { kind = \"log_uniform\", low = 0.01, high = 0.1 }\n",
+     "the cell's value add_on_lr = 0.003 lies outside its search space log_uniform[0.01, 0.1]"),
+    ("[tuning.space.tesnet]\nbasis_lr = { kind = \"log_uniform\", low = 0.01, high = 0.1 }\n", "'tesnet'"),
+])
+def test_bad_tuning_tables_are_refused_before_any_trial(tmp_path, capsys, tuning, message):
+    grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data", tuning)
+    assert main(["tune", str(grid), "--trials", "2", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
