@@ -103,16 +103,34 @@ class ParamGroup:
     weight_decay: float = 0.0
 
 
+@dataclass(frozen=True)
+class WarmupCosine:
+    """A learning-rate multiplier of every optimiser *step* (not epoch) of a stage, relative to
+    each group's ``lr``: linear from ``start_factor`` to 1 over ``warmup_epochs`` epochs' steps,
+    then a half cosine down to ``final_factor`` that ends at ``cosine_end`` of the stage's steps,
+    then ``final_factor`` (PAWS' ``WarmupCosineSchedule`` as ComFe uses it; the harness computes
+    it in benchmark/run/schedules.py)."""
+
+    warmup_epochs: float
+    start_factor: float
+    final_factor: float
+    cosine_end: float = 0.8
+
+
 @dataclass
 class Stage:
     """A phase of training. ``param_groups`` empty ⇒ no optimiser: the stage only runs hooks
-    (e.g. vMFProto's momentum prototype discovery)."""
+    (e.g. vMFProto's momentum prototype discovery). ``scheduler`` is stepped once per epoch,
+    ``step_schedule`` once per optimiser step (at most one of them); ``clip_grad_norm`` clips the
+    total 2-norm of the stage's gradients before each step (torch ``clip_grad_norm_``)."""
 
     name: str
     epochs: int
     param_groups: list[ParamGroup] = field(default_factory=list)
     scheduler: SchedulerFactory | None = None
-    optimizer: str = "adam"  # "adam" | "sgd"
+    optimizer: str = "adam"  # "adam" | "adamw" (decoupled weight decay) | "sgd"
+    step_schedule: WarmupCosine | None = None
+    clip_grad_norm: float | None = None
 
     @property
     def trains(self) -> bool:

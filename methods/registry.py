@@ -27,7 +27,7 @@ _REGISTRY: dict[str, type[PrototypeMethod]] = {}
 # Modules whose import fills the registry with the suite's own methods.
 _BUILTIN_MODULES: tuple[str, ...] = (
     "methods.vmfproto", "methods.protopnet", "methods.deformable", "methods.tesnet", "methods.evalprotopnet",
-    "methods.mgproto", "methods.nppp", "methods.pipnet", "methods.kmex",
+    "methods.mgproto", "methods.nppp", "methods.pipnet", "methods.kmex", "methods.comfe",
 )
 
 

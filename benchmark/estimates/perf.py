@@ -43,7 +43,7 @@ from methods.base import PrototypeMethod, Stage, set_trainable
 
 TIMED_BATCHES = 20
 PAPER_SCALE_METHODS = ("vmfproto", "protopnet", "deformable_protopnet", "tesnet", "evalprotopnet", "mgproto",
-                       "nppp", "pipnet", "kmex")
+                       "nppp", "pipnet", "kmex", "comfe")
 
 
 def paper_scale_grid(overrides: dict[str, Any] | None = None) -> GridSpec:

@@ -40,6 +40,7 @@ from benchmark.cache.tokens import TokenSource
 from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.run.checkpoint import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from benchmark.run.provenance import code_version
+from benchmark.run.schedules import clip_gradients, make_optimizer, make_scheduler
 from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, TokenBatch, TrainData, set_trainable
 from methods.common.precision import autocast
 
@@ -113,7 +114,7 @@ class EpochRecord:
     epoch: int  # 1-based, global over stages
     stage: str
     seconds: float
-    lr: dict[str, float]  # param-group name → learning rate the epoch's steps used
+    lr: dict[str, float]  # param-group name → learning rate of the epoch's (first) step
     terms: dict[str, float]  # loss term → epoch mean (empty for a stage that trains nothing)
 
 
@@ -172,16 +173,6 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
             saved = saved[index] if index < len(saved) else None
         if saved is not None:
             torch.cuda.set_rng_state(saved, device)
-
-
-def make_optimizer(stage: Stage) -> torch.optim.Optimizer:
-    groups = [{"params": g.params, "lr": g.lr, "weight_decay": g.weight_decay, "name": g.name}
-              for g in stage.param_groups]
-    if stage.optimizer == "adam":
-        return torch.optim.Adam(groups)
-    if stage.optimizer == "sgd":
-        return torch.optim.SGD(groups, momentum=0.9)
-    raise ProtobenchError(f"stage {stage.name!r} asks for unknown optimizer {stage.optimizer!r} (adam | sgd)")
 
 
 def total_loss(method: PrototypeMethod, terms: dict[str, torch.Tensor], stage: Stage, epoch: int) -> torch.Tensor:
@@ -257,9 +248,10 @@ def prefetch_depth(device: torch.device) -> int:
 
 def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimizer: torch.optim.Optimizer | None,
               order: torch.Tensor, *, batch_size: int, device: torch.device, epoch: int,
-              task: Task = NO_TASK, precision: str = "fp32", prefetch: int | None = None) -> dict[str, float]:
-    """One pass over ``order``: loss, backward and step per batch (when the stage trains), then the
-    method's ``after_step`` hook. Returns the epoch mean of each loss term. Batches hold only the
+              task: Task = NO_TASK, precision: str = "fp32", prefetch: int | None = None,
+              step_scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> dict[str, float]:
+    """One pass over ``order``: loss, backward, the stage's gradient clipping, step and
+    ``step_scheduler`` step per batch (when the stage trains), then the method's ``after_step`` hook. Returns the epoch mean of each loss term. Batches hold only the
     arrays the method reads and are read ``prefetch`` batches ahead (0: synchronously; None: two
     towards CUDA, none on a CPU: :func:`prefetch_depth`); the forward
     passes run under the run's ``precision`` (autocast for bf16)."""
@@ -279,7 +271,10 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
                         loss = total_loss(method, terms, stage, epoch)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
+                    clip_gradients(stage, optimizer)
                     optimizer.step()
+                    if step_scheduler is not None:
+                        step_scheduler.step()
                 losses.record(terms)
             with torch.no_grad(), numerical_step(method, stage, epoch, "the after_step hook"), \
                     autocast(precision, device):
@@ -377,7 +372,8 @@ def train(
             continue
         set_trainable(method, stage)
         optimizer = make_optimizer(stage) if stage.trains else None
-        scheduler = stage.scheduler(optimizer) if (optimizer and stage.scheduler) else None
+        scheduler = make_scheduler(stage, optimizer, math.ceil(len(source) / batch_size))
+        per_step = scheduler is not None and stage.step_schedule is not None
         if resume is not None and stage_index == start_stage and first_epoch > 0:
             if optimizer is not None:
                 optimizer.load_state_dict(resume["optimizer"])
@@ -391,10 +387,11 @@ def train(
             order = epoch_order(len(source), seed, global_epoch)
             task = progress.task(f"{stage.name} epoch {global_epoch + 1}/{total_epochs}",
                                  math.ceil(len(order) / batch_size))
-            running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
-                                epoch=global_epoch, task=task, precision=precision, prefetch=prefetch)
             lrs = {g["name"]: g["lr"] for g in optimizer.param_groups} if optimizer is not None else {}
-            if scheduler is not None:
+            running = run_epoch(method, source, stage, optimizer, order, batch_size=batch_size, device=device,
+                                epoch=global_epoch, task=task, precision=precision, prefetch=prefetch,
+                                step_scheduler=scheduler if per_step else None)
+            if scheduler is not None and not per_step:
                 scheduler.step()
             with torch.no_grad(), numerical_step(method, stage, global_epoch, "the on_epoch_end hook"), \
                     autocast(precision, device):

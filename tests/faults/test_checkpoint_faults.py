@@ -27,6 +27,7 @@ from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import FREE_SPACE_MARGIN, find_run_dirs
 from benchmark.run.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
+from benchmark.run.schedules import make_scheduler
 from benchmark.run.training import TrainingInterrupted, _rng_state, _set_rng_state, make_optimizer, train
 from example_adapter import CosinePrototypes
 from support import HELPERS, REPO
@@ -175,13 +176,14 @@ def test_rng_states_survive_the_weights_only_loader_exactly() -> None:
 @pytest.mark.parametrize("name", list_methods())
 def test_every_method_checkpoint_loads_with_weights_only(name: str) -> None:
     """Model, optimiser and scheduler state of every method's training stages pass the
-    weights-only loader and load back (MultiStepLR keeps a Counter, LambdaLR/StepLR their own)."""
+    weights-only loader and load back (MultiStepLR keeps a Counter, LambdaLR/StepLR their own;
+    a per-step ``step_schedule`` is a LambdaLR too)."""
     source = SyntheticTokens(num_classes=4, images_per_class=6)
     torch.manual_seed(0)
     method = build_method(name, source.context(2))
     for stage in (s for s in method.stages() if s.trains and s.epochs > 0):
         optimizer = make_optimizer(stage)
-        scheduler = stage.scheduler(optimizer) if stage.scheduler else None
+        scheduler = make_scheduler(stage, optimizer, steps_per_epoch=3)
         for p in (p for g in stage.param_groups for p in g.params):
             p.grad = torch.ones_like(p)
         optimizer.step()
@@ -195,7 +197,7 @@ def test_every_method_checkpoint_loads_with_weights_only(name: str) -> None:
         fresh = make_optimizer(stage)
         fresh.load_state_dict(loaded["optimizer"])
         if scheduler is not None:
-            fresh_scheduler = stage.scheduler(fresh)
+            fresh_scheduler = make_scheduler(stage, fresh, steps_per_epoch=3)
             fresh_scheduler.load_state_dict(loaded["scheduler"])
             assert fresh_scheduler.get_last_lr() == scheduler.get_last_lr()
 

@@ -13,6 +13,7 @@ TWO_EPOCHS: dict[str, dict[str, object]] = {
     # pretraining and the joint stage (its step shrink, last-epoch shrink and zeroing pass)
     "pipnet": {"pretrain_epochs": 1, "epochs": 1, "finetune_epochs": 0},
     "kmex": {},  # one clustering epoch is its whole schedule
+    "comfe": {"epochs": 2, "warmup_epochs": 1},
 }
 #: methods whose whole schedule is shorter than two epochs
 ONE_EPOCH = {"kmex"}
