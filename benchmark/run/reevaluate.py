@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmark.bundle.head import HEAD_FILE, read_head
 from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
@@ -31,8 +32,9 @@ def check_trained(run_dir: Path) -> RunSpec:
     if spec_data is None:
         raise ProtobenchError(f"{str(run_dir)!r} is not a run directory (no readable spec.json); give "
                               "RUNS_DIR/GRID/RUN_ID of a finished run")
-    if not rd.checkpoint_path.exists():
-        raise ProtobenchError(f"run {str(run_dir)!r} has no checkpoint.pt; run the grid first")
+    if not rd.checkpoint_path.exists() and not (rd.path / HEAD_FILE).exists():
+        raise ProtobenchError(f"run {str(run_dir)!r} has no checkpoint.pt (nor the {HEAD_FILE} of a bundle made "
+                              "with --checkpoints); run the grid first")
     spec = RunSpec.from_json(spec_data)
     get_method_class(spec.method)  # ProtobenchError naming the module and PYTHONPATH when it does not import
     if spec.dataset != "synthbirds" and not Path(spec.data_root).expanduser().exists():
@@ -47,12 +49,31 @@ def load_trained(run_dir: Path, **overrides: object) -> Prepared:
     rd = RunDir(run_dir)
     spec = check_trained(run_dir).with_overrides(**overrides)
     prep = prepare(spec)
-    checkpoint = load_checkpoint(rd.checkpoint_path)
-    if checkpoint["stage_index"] < len(prep.method.stages()):
-        raise ProtobenchError(f"run {str(run_dir)!r} has not finished training; run the grid again to finish it")
-    prep.method.load_state_dict(checkpoint["method"])
+    if is_bundled(run_dir):
+        prep.method.load_state_dict(_bundled_head(rd, prep.trunk.weights_checksum))
+    else:
+        checkpoint = load_checkpoint(rd.checkpoint_path)
+        if checkpoint["stage_index"] < len(prep.method.stages()):
+            raise ProtobenchError(f"run {str(run_dir)!r} has not finished training; run the grid again to finish it")
+        prep.method.load_state_dict(checkpoint["method"])
     prep.method.to(prep.device).eval()
     return prep
+
+
+def is_bundled(run_dir: Path) -> bool:
+    """A run of a bundle (``protobench bundle --checkpoints``): its head as safetensors, no checkpoint."""
+    return not RunDir(run_dir).checkpoint_path.exists() and (Path(run_dir) / HEAD_FILE).is_file()
+
+
+def _bundled_head(rd: RunDir, trunk_checksum: str) -> dict[str, Any]:
+    """A bundled run's head, once the trunk built here is the one it was trained on (by the
+    checksum of its state dict, recorded in the run's provenance): the bundle references the trunk."""
+    recorded = ((rd.result() or {}).get("provenance") or {}).get("weights_checksum")
+    if recorded is not None and recorded != trunk_checksum:
+        raise ProtobenchError(f"run {str(rd.path)!r} was trained on trunk weights with checksum {recorded}, but the "
+                              f"trunk its spec builds here has {trunk_checksum}: the head would score on another "
+                              "trunk; use the same weights (spec.weights, the timm and torch versions of provenance)")
+    return read_head(rd.path / HEAD_FILE)
 
 
 def run_cache_root(run_dir: Path) -> Path:
@@ -102,7 +123,7 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
                              "deterministic_algorithms": spec.deterministic, "method_fingerprint": fingerprint,
                              "metrics_fingerprint": metrics_fingerprint()}
     atomic_write_json(run_dir / "evaluations" / f"map_pool{spec.map_pool}.json", summary)
-    if spec.map_pool == own_map_pool:
+    if spec.map_pool == own_map_pool and not is_bundled(run_dir):  # a bundle's records are its manifest's
         write_records(run_dir, evaluated.tables)
     if rescore:
         replace_scores(run_dir, summary)

@@ -1,0 +1,97 @@
+"""The commands that share results: ``bundle`` (runs as a checked, shareable folder and archive,
+optionally with their trained heads) and ``site`` (a static results site).
+
+    protobench bundle RUNS_DIR... --out DIR [--checkpoints] [--license ID] [--push REPO_ID]
+    protobench bundle verify DIR
+    protobench site RUNS_DIR... --out DIR [--where KEY=VALUE]... [--compare KEY]...
+
+Building these parsers imports neither torch nor pandas; the command bodies import what they use.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from benchmark.errors import ProtobenchError
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``bundle`` and ``site`` to ``sub``."""
+    p = sub.add_parser("bundle", help="finished runs as a shareable folder + .tar.gz with a SHA-256 manifest and a "
+                                      "model card (--checkpoints: trained heads as safetensors); `bundle verify DIR` "
+                                      "checks one")
+    p.add_argument("runs_dirs", nargs="+", metavar="RUNS_DIR",
+                   help="folders holding finished runs; or `verify DIR` to check a bundle")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the bundle folder to write (DIR.tar.gz beside it)")
+    p.add_argument("--checkpoints", action="store_true",
+                   help="add each run's trained head as head.safetensors (the frozen trunk is referenced, not copied)")
+    p.add_argument("--license", default="unknown", metavar="ID",
+                   help="the model card's license field, a Hugging Face license id (default: unknown)")
+    p.add_argument("--push", metavar="REPO_ID", help="then upload the folder to this Hugging Face model repository")
+    p.set_defaults(func=cmd_bundle)
+
+    p = sub.add_parser("site", help="a self-contained static results site (overview, plots, one page per run, "
+                                    "comparisons) that opens from file://")
+    p.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
+                   help="folders searched recursively for result.json (runs directories or bundles)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the site folder (index.html inside)")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep the results whose KEY is VALUE (as for report)")
+    p.add_argument("--compare", action="append", metavar="KEY",
+                   help="a comparison page of this key's values, as `protobench compare --by KEY` (repeatable; "
+                        "default: method and J, those with two or more values)")
+    p.set_defaults(func=cmd_site)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    if args.runs_dirs[0] == "verify":
+        return _verify(args)
+    from benchmark.bundle.make import make_bundle, push_bundle
+
+    if args.out is None:
+        raise ProtobenchError("bundle needs --out DIR (the folder to write; DIR.tar.gz goes beside it)")
+    bundled = make_bundle([Path(d) for d in args.runs_dirs], args.out, checkpoints=args.checkpoints,
+                          license=args.license)
+    print(f"bundled {bundled.runs} run(s), {bundled.files} file(s), to {bundled.folder} and {bundled.archive}")
+    if args.push:
+        print(f"pushed to {push_bundle(bundled.folder, args.push)}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from benchmark.bundle.manifest import verify_bundle
+
+    given = [o for o, v in (("--out", args.out), ("--checkpoints", args.checkpoints), ("--push", args.push)) if v]
+    if len(args.runs_dirs) != 2 or given:
+        raise ProtobenchError("usage: protobench bundle verify DIR (one bundle folder, no other option)")
+    root = Path(args.runs_dirs[1])
+    found = verify_bundle(root)
+    for what, names in (("changed (hash differs)", found.changed), ("missing", found.missing),
+                        ("not in the manifest", found.unlisted)):
+        for name in names:
+            print(f"{root / name}: {what}", file=sys.stderr)
+    if found.local:
+        print(f"{len(found.local)} file(s) written here by commands that read the bundle (evaluations/, "
+              ".token-cache/) are not part of it")
+    if not found.ok:
+        print(f"bundle {root} FAILED verification: {len(found.changed)} changed, {len(found.missing)} missing, "
+              f"{len(found.unlisted)} unlisted file(s); do not trust it, ask for it again", file=sys.stderr)
+        return 1
+    print(f"bundle {root}: all {found.checked} file(s) match SHA256SUMS")
+    return 0
+
+
+def cmd_site(args: argparse.Namespace) -> int:
+    from benchmark.run.identity import mark_stale
+    from reports.load import load_runs
+    from reports.pivot import parse_where
+    from reports.site.build import build_site
+
+    started = time.perf_counter()
+    frame = mark_stale(load_runs(args.runs_dirs, parse_where(args.where), csv=False))
+    built = build_site(frame, args.out, compare_keys=args.compare)
+    print(f"wrote {built.pages} page(s), {built.bytes / 2**20:.1f} MiB, to {args.out} in "
+          f"{time.perf_counter() - started:.1f} s; open {args.out / 'index.html'}")
+    return 0
