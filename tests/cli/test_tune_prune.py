@@ -14,9 +14,11 @@ from tuning_grid import record_opened_splits, write_tuning_grid
 import benchmark.tuning.study as study_module
 from benchmark.cli import main
 from benchmark.grid import load_grid
+from benchmark.run.epoch_score import Pruned
 from benchmark.run.store import RunDir
 from benchmark.tuning.config import tuning_cells, tuning_config
 from benchmark.tuning.study import open_study, study_dir
+from benchmark.tuning.trials import pruning_hook
 from benchmark.tuning.workers import tuning_root
 
 pytestmark = pytest.mark.slow
@@ -121,3 +123,31 @@ def test_pruning_that_cannot_hold_is_refused_before_any_compute(tmp_path, capsys
     assert main(["tune", str(grid), "--trials", "2", *args, "--runs-dir", str(tmp_path / "runs")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def _study_with_complete_trials(count: int, accuracy: float) -> optuna.Study:
+    """A study with the suite's pruner and ``count`` complete trials at ``accuracy`` after every epoch."""
+    study = optuna.create_study(direction="maximize", pruner=study_module.pruner(True))
+    for _ in range(count):
+        study.add_trial(optuna.trial.create_trial(value=accuracy, intermediate_values={1: accuracy, 2: accuracy},
+                                                  params={}, distributions={}))
+    return study
+
+
+def test_the_median_pruner_stops_a_trial_below_the_complete_trials_median(tmp_path):
+    grid = load_grid(str(write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data", keys="prune = true\n")))
+    cell = next(c for c in tuning_cells(grid, list(grid.runs), tuning_config(grid, trials=9))
+                if c.base.method == "vmfproto")
+    assert cell.epoch_budget == 2
+    study = _study_with_complete_trials(5, 90.0)
+    study.enqueue_trial({}, user_attrs={"defaults": True})
+    defaults = study.ask()
+    pruning_hook(defaults, cell)(1, 10.0)  # the defaults are never pruned
+    below, above, last = study.ask(), study.ask(), study.ask()
+    with pytest.raises(Pruned, match="pruned after epoch 1 at validation accuracy 10.00"):
+        pruning_hook(below, cell)(1, 10.0)
+    pruning_hook(above, cell)(1, 95.0)
+    pruning_hook(last, cell)(2, 10.0)  # the last epoch: the trial is complete, whatever the pruner says
+    assert last.should_prune()
+    early = _study_with_complete_trials(4, 90.0)  # fewer complete trials than n_startup_trials = 5
+    pruning_hook(early.ask(), cell)(1, 10.0)
