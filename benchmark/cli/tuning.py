@@ -20,7 +20,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--prune", action=argparse.BooleanOptionalAction, default=None,
                    help="stop a trial early when Optuna's MedianPruner judges its validation accuracy after an "
                         "epoch below the median of the complete trials' (one objective, acc; a pruned trial "
-                        "counts towards --trials; --no-prune: off whatever the grid says; default: the grid's tuning.prune, off)")
+                        "counts towards --trials; --no-prune: off whatever the grid says; default: the grid's "
+                        "tuning.prune, off)")
     add_grid_options(p)
     add_only_option(p)
     p.add_argument("--runs-dir", help="where the studies and trial runs go: RUNS_DIR/GRID.tuning "

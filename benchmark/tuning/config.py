@@ -123,8 +123,8 @@ def check_pruning(config: TuningConfig, where: str) -> None:
         raise ProtobenchError(
             f"{where}: pruning (--prune or prune = true) cannot be used with several objectives "
             f"({', '.join(config.objectives)}): Optuna prunes single-objective studies only (its "
-            "Trial.report raises NotImplementedError in a multi-objective study such as NSGA-II's); drop --prune, or tune one objective "
-            'with objectives = ["acc"]')
+            "Trial.report raises NotImplementedError in a multi-objective study such as NSGA-II's); drop "
+            '--prune, or tune one objective with objectives = ["acc"]')
     if config.objectives != ("acc",):
         raise ProtobenchError(
             f"{where}: pruning (--prune or prune = true) judges a trial by its validation accuracy after "

@@ -73,7 +73,8 @@ def pruner(prune: bool) -> optuna.pruners.BasePruner:
 
 
 def describe_pruner(chosen: optuna.pruners.BasePruner) -> str:
-    """``MedianPruner(n_startup_trials=5, n_warmup_steps=0, interval_steps=1)``: the class and its settings."""
+    """The class and its settings, e.g. ``MedianPruner(interval_steps=1, n_min_trials=1,
+    n_startup_trials=5, n_warmup_steps=0, percentile=50.0)``."""
     settings = ", ".join(f"{name.lstrip('_')}={value}" for name, value in sorted(vars(chosen).items())
                          if isinstance(value, int | float | bool) and not name.startswith("__"))
     return f"{type(chosen).__name__}({settings})"
@@ -121,8 +122,8 @@ def check_existing_studies(tuning_root: Path, cells: list[Cell]) -> None:
 
 
 def check_pruning_matches(study: optuna.Study, cell: Cell, directory: Path) -> None:
-    """One error when the study was created with the other pruning setting (a study of before
-    pruning existed prunes nothing)."""
+    """One error when the study was created with the other pruning setting (a study that
+    recorded none was created without pruning)."""
     was = bool(study.user_attrs.get("prune", False))
     if was != cell.config.prune:
         raise ProtobenchError(

@@ -38,8 +38,8 @@ def pruned(tmp_path_factory):
     grid = write_tuning_grid(root / "grid.toml", root / "data", keys="prune = true\n")
     patch = pytest.MonkeyPatch()
     opened = record_opened_splits(patch)
-    patch.setattr(study_module, "pruner",
-                  lambda prune: optuna.pruners.ThresholdPruner(lower=PRUNE_ALL) if prune else optuna.pruners.NopPruner())
+    patch.setattr(study_module, "pruner", lambda prune: optuna.pruners.ThresholdPruner(lower=PRUNE_ALL)
+                  if prune else optuna.pruners.NopPruner())
     try:
         code = main(["tune", str(grid), "--trials", "3", "--only", "method=vmfproto", "--runs-dir", str(root / "runs")])
     finally:
