@@ -18,7 +18,11 @@ from methods.testing import SyntheticTokens, SyntheticTrainData
 
 
 class CosineProtoPNet(ProtoPNet):
-    """ProtoPNet whose default similarity is cosine, for the contract battery (an import path)."""
+    """ProtoPNet whose default similarity is cosine, for the contract battery (an import path).
+    Its ``**overrides`` hide ProtoPNet's hyperparameters from the contract, so it declares no
+    search space (a grid tunes cosine ProtoPNet as ``protopnet`` with ``similarity = "cosine"``)."""
+
+    search_space = {}
 
     def __init__(self, ctx, **overrides) -> None:
         super().__init__(ctx, **{"similarity": "cosine", **overrides})
