@@ -1,6 +1,6 @@
 """ProtoPNet (Chen et al., NeurIPS 2019; official code ``cfchen-duke/ProtoPNet``) on frozen tokens.
 
-methods.md, "ProtoPNet": add-on ``Linear(D→128) → ReLU → Linear(128→128) → Sigmoid``, prototypes
+docs/protocol/protopnet.md: add-on ``Linear(D→128) → ReLU → Linear(128→128) → Sigmoid``, prototypes
 C·J × 128, squared L2 distances on the grid, ``log((d + 1)/(d + 1e-4))`` of the min distance,
 a last layer. ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 L1``. Epochs 0–4 warm, 5–19 joint
 (StepLR(5, 0.1), stepped before each joint epoch as main.py does: ×0.1 from global epochs 9, 14,
@@ -57,7 +57,7 @@ EPSILON = 1e-4
 SIMILARITIES = ("l2", "cosine")
 
 
-@float32_island  # ‖z‖² − 2z·p + ‖p‖² cancels to ≈ 0 at a close patch: in bf16 it errs by up to 0.3 (README, GPU)
+@float32_island  # ‖z‖² − 2z·p + ‖p‖² cancels to ≈ 0 at a close patch: in bf16 it errs by up to 0.3 (docs/guides/gpu.md)
 def squared_distances(latent: Tensor, prototypes: Tensor) -> Tensor:
     """``d = ‖z − p‖²`` as ``‖z‖² − 2 z·p + ‖p‖²`` clamped at 0 (model.py ``_l2_convolution``, ReLU).
 
@@ -178,7 +178,7 @@ class ProtoPNet(PrototypeMethod):
         return last_layer_contributions(self.last_layer, self.pooled_similarities(batch), classes)
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """The log similarity (or the cosine activation) on the grid (methods.md), for the J
+        """The log similarity (or the cosine activation) on the grid (docs/protocol/protopnet.md), for the J
         prototypes of ``classes[b]``."""
         J, (H, W) = self.prototypes_per_class, batch.grid
         chosen = self.prototypes.view(self.num_classes, J, -1)[classes]

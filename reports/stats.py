@@ -1,8 +1,8 @@
 """The statistics of ``report --ci``, ``compare`` and ``--significance``: intervals, paired tests,
 Holm correction.
 
-Every number comes from scipy or statsmodels; this module only arranges the data (README,
-"Statistics", states each procedure, its assumptions and the n it needs). Every interval comes
+Every number comes from scipy or statsmodels; this module only arranges the data (docs/guides/statistics.md
+states each procedure, its assumptions and the n it needs). Every interval comes
 from the same procedure as its test, so an interval excludes 0 exactly when p < 1 − level:
 
 - :func:`seed_interval`: Student t interval of a mean over n ≥ 2 seeds (``scipy.stats.t``);
