@@ -11,7 +11,7 @@ on the fixed pooled similarities.
 2406.14675; "Cosine similarity is almost all you need", WACV 2026): the cosine activation of
 methods/common/cosine.py, max-pooled, and cluster/separation costs on similarities with the signs
 of the weights flipped (ProtoPNeXt's coefficients −0.8 and +0.08 from the same 0.8 and −0.08);
-the add-on, schedule, push and last-layer phases stay ProtoPNet's (README, "ProtoPNet").
+the add-on, schedule, push and last-layer phases stay ProtoPNet's (docs/protocol/protopnet-cosine.md).
 
 Schedule as main.py of the official code: ``for epoch …: train; if epoch >= push_start and
 epoch in push_epochs: push; 20 × last-layer`` with ``push_start = 10``, so "push at epoch 10"
@@ -83,7 +83,7 @@ class ProtoPNet(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "add_on_lr": LogUniform(3e-4, 3e-2),
         "prototype_lr": LogUniform(3e-4, 3e-2),

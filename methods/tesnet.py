@@ -101,7 +101,7 @@ class TesNet(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "add_on_lr": LogUniform(3e-4, 3e-2),
         "basis_lr": LogUniform(3e-4, 3e-2),

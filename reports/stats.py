@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-MIN_IMAGES = 30  # the image t-test's normal approximation of a mean of bounded values (README "Statistics")
+MIN_IMAGES = 30  # the image t-test's normal approximation of a mean of bounded values (docs/guides/statistics.md)
 MIN_SEEDS = 2  # a t interval needs a spread: n − 1 ≥ 1 degrees of freedom
 
 SEED_METHOD = "Student t interval over seeds"

@@ -127,7 +127,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     add_check_adapters_argument(parser)
     parser.add_argument("--tuning", action="store_true",
                         help="per tuning cell: trials, default and best validation score, the chosen hyperparameters, "
-                             "and test accuracy default vs tuned with paired CI and p (README 'A fair comparison')")
+                             "and test accuracy default vs tuned with paired CI and p (docs/guides/tuning.md)")
 
 
 def run_report(args: argparse.Namespace) -> int:

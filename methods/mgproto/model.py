@@ -99,7 +99,7 @@ class MGProto(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "lr_add_on": LogUniform(3e-4, 3e-2),
         "lr_block": LogUniform(1e-5, 1e-2),

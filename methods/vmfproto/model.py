@@ -62,7 +62,7 @@ class VMFProto(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "tau": Uniform(0.05, 1.0),
         "gamma": Uniform(0.9, 0.999),

@@ -110,7 +110,7 @@ def test_the_metrics_reference_covers_every_recorded_metric_with_its_module():
 
 def test_every_registered_method_has_a_protocol_page():
     missing = [n for n in list_methods() if not (REPO / "docs" / "protocol" / f"{n}.md").is_file()]
-    assert missing == [], f"write docs/protocol/NAME.md (what the adapter implements, its deviations) for {missing}"
+    assert missing == [], f"write docs/protocol/<method>.md (what the adapter implements, its deviations) for {missing}"
 
 
 def _shell_lines() -> list[tuple[str, str]]:
