@@ -111,12 +111,9 @@ def grid_keys() -> str:
 # ---- methods -----------------------------------------------------------------------------------
 
 def _dimension_text(dimension: Any) -> str:
-    """A search-space dimension as the tuning code describes it (``methods.space.describe`` where
-    that module exists), else its repr."""
-    try:
-        from methods.space import describe  # type: ignore[import-not-found]
-    except ImportError:
-        return repr(dimension)
+    """A search-space dimension as the tuning code describes it (``methods.space.describe``)."""
+    from methods.space import describe
+
     return describe(dimension)
 
 
