@@ -77,7 +77,7 @@ def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
                      "code: `protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(stale))
     if unchecked:
         notes.append(f"{len(unchecked)} result(s) of own adapters are unverifiable: reading results never imports "
-                     "code a result names (docs/design/run-identity.md, "Reading results never runs code"):\n" + "\n".join(unchecked))
+                     "code a result names (docs/design/run-identity.md, \"Reading results never runs code\"):\n" + "\n".join(unchecked))
     return "\n".join(notes) or None
 
 
