@@ -104,8 +104,9 @@ def all_documented_examples() -> list[str]:
     return sorted({c for page in documented_pages() for c in documented_examples(page.read_text(encoding="utf-8"))})
 
 
-#: commands that train, need a GPU cluster or a missing dataset: parsed only
-PARSED_ONLY = ("run", "demo", "perf", "cancel", "evaluate", "figures", "doctor")
+#: commands that train, need a GPU cluster or a missing dataset: parsed only (``tune`` trains its
+#: trials; tests/cli/test_tune.py runs it and ``report --tuning`` on a finished study)
+PARSED_ONLY = ("run", "demo", "perf", "cancel", "evaluate", "figures", "doctor", "tune")
 
 
 def test_documented_examples_parse_and_run_where_their_inputs_exist(workdir, monkeypatch, capsys):
@@ -126,7 +127,7 @@ def test_documented_examples_parse_and_run_where_their_inputs_exist(workdir, mon
             continue
         paths = [a for a in argv[1:] if "/" in a and not a.startswith("-") and "=" not in a]
         inputs = [p for p in paths if not p.endswith((".tex", ".csv", ".pdf", ".png", ".json")) or Path(p).exists()]
-        if argv[0] in PARSED_ONLY or not all(Path(p).exists() for p in inputs):
+        if argv[0] in PARSED_ONLY or "--tuning" in argv or not all(Path(p).exists() for p in inputs):
             continue
         code, err = main(argv), capsys.readouterr().err
         # a paper layout on the workdir's synthbirds runs fills no cell: exit 1, saying so
@@ -136,3 +137,5 @@ def test_documented_examples_parse_and_run_where_their_inputs_exist(workdir, mon
     # the demo page's next commands and the adding-a-method guide's own adapter
     assert {"protobench report runs/demo", "protobench status runs/demo --json",
             "protobench list example_adapter:CosinePrototypes"} <= set(ran), ran
+    # the sharing guide's two commands, in its order (sorted: bundle before site)
+    assert {"protobench bundle runs/demo --checkpoints --out demo-bundle", "protobench site demo-bundle --out demo-site"} <= set(ran), ran
