@@ -137,5 +137,6 @@ def test_documented_examples_parse_and_run_where_their_inputs_exist(workdir, mon
     # the demo page's next commands and the adding-a-method guide's own adapter
     assert {"protobench report runs/demo", "protobench status runs/demo --json",
             "protobench list example_adapter:CosinePrototypes"} <= set(ran), ran
-    # the sharing guide's two commands, in its order (sorted: bundle before site)
-    assert {"protobench bundle runs/demo --checkpoints --out demo-bundle", "protobench site demo-bundle --out demo-site"} <= set(ran), ran
+    # the sharing guide's commands, in its order (sorted: bundle, bundle verify, site)
+    assert {"protobench bundle runs/demo --checkpoints --out demo-bundle", "protobench bundle verify demo-bundle",
+            "protobench site demo-bundle --out demo-site"} <= set(ran), ran
