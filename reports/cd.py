@@ -22,7 +22,7 @@ from scipy import stats
 
 from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS
-from reports.pivot import METRICS, dimension_label, display_names
+from reports.pivot import METRICS, dimension_label, display_names, method_labels
 from reports.figure_style import SCREEN, FigureStyle, drawing
 from reports.plots import check_figure_path, panels, save_figure
 from reports.stats import holm, wilcoxon_p
@@ -113,10 +113,19 @@ def cd_caption(cd: CriticalDifference, metric: str, treatment: str) -> str:
             f"{friedman}bars: no pair differs (Wilcoxon signed-rank, Holm, α = {cd.alpha:g})")
 
 
+def treatment_labels(frame: pd.DataFrame, cd: CriticalDifference, treatment: str) -> list[str]:
+    """The diagram's label of each treatment, as the tables name it; methods whose display names
+    collide are told apart by :func:`reports.pivot.method_labels`."""
+    if treatment == "method":
+        unique = method_labels(frame)
+        return [unique[t] for t in cd.treatments]
+    names = display_names(frame)
+    return [dimension_label(treatment, _typed(frame, treatment, t), names).md for t in cd.treatments]
+
+
 def _draw(frame: pd.DataFrame, cd: CriticalDifference, out: Path, *, metric: str, treatment: str,
           style: FigureStyle) -> None:
-    names = display_names(frame)
-    labels = [dimension_label(treatment, _typed(frame, treatment, t), names).md for t in cd.treatments]
+    labels = treatment_labels(frame, cd, treatment)
     k = len(labels)
     half = math.ceil(k / 2)
     bars_depth = 0.35 + 0.2 * len(cd.cliques)  # the bars lie between the axis and the labels

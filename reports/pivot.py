@@ -221,6 +221,16 @@ def dimension_label(dim: str, value: KeyValue, display: Mapping[str, str]) -> Te
     return text(str(value))
 
 
+def method_labels(frame: pd.DataFrame) -> dict[str, str]:
+    """method → the label the tables show (:func:`dimension_label`), made unique: methods whose
+    labels collide (two own adapters with one display name) show ``label (method)``, so each label
+    names one method (``compare --by method``, ``plot --cd``)."""
+    display = display_names(frame)
+    shown = {str(m): dimension_label("method", m, display).md for m in frame["method"].dropna().unique()}
+    taken = list(shown.values())
+    return {m: name if taken.count(name) == 1 else f"{name} ({m})" for m, name in shown.items()}
+
+
 def _group_label(dims: Sequence[str], values: Sequence[KeyValue], display: Mapping[str, str]) -> Text | None:
     if not dims:
         return None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
 from benchmark.grid import OptionValue, parse_set_options, parse_sweep_options
+from benchmark.run.own_code import EVERY_ADAPTER, NO_IMPORTS, AdapterImports
 from benchmark.run.store import default_cache_root
 
 if TYPE_CHECKING:
@@ -128,3 +129,15 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
     p.add_argument("--device", help="'cpu', 'cuda', 'cuda:N' (default: the grid's, 'auto')")
     p.add_argument("--no-cache", action="store_true", help="recompute the trunk every epoch (no token cache)")
+
+
+def add_check_adapters_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check-adapters", action="store_true",
+                        help="import the own adapters (package.module:Class) the results name, to check whether "
+                             "their code changed; without it reading results never imports code a result names "
+                             "and their results read 'unverifiable' (set PYTHONPATH as when they ran)")
+
+
+def adapter_imports(args: argparse.Namespace) -> AdapterImports:
+    """What a reading command may import: every own adapter with --check-adapters, else none."""
+    return EVERY_ADAPTER if getattr(args, "check_adapters", False) else NO_IMPORTS

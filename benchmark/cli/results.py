@@ -23,9 +23,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from benchmark.cli.common import add_check_adapters_argument, adapter_imports
 from benchmark.errors import ProtobenchError
 from benchmark.run.identity import staleness
-from benchmark.run.own_code import EVERY_ADAPTER, NO_IMPORTS, AdapterImports
+from benchmark.run.own_code import EVERY_ADAPTER
 from benchmark.output_file import write_output
 from benchmark.run.store import RunDir
 from reports.layouts import get_layout, list_layouts
@@ -220,18 +221,6 @@ def _print_stale(note: str | None) -> None:
         print(note, file=sys.stderr)
 
 
-def add_check_adapters_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--check-adapters", action="store_true",
-                        help="import the own adapters (package.module:Class) the results name, to check whether "
-                             "their code changed; without it reading results never imports code a result names "
-                             "and their results read 'unverifiable' (set PYTHONPATH as when they ran)")
-
-
-def adapter_imports(args: argparse.Namespace) -> AdapterImports:
-    """What a reading command may import: every own adapter with --check-adapters, else none."""
-    return EVERY_ADAPTER if getattr(args, "check_adapters", False) else NO_IMPORTS
-
-
 def add_where_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="keep the results whose KEY (dataset, backbone, method, J, variant, seed, grid, "
@@ -283,11 +272,9 @@ def _run_cd(args: argparse.Namespace) -> int:
     check_figure_path(args.out)
     frame = load_runs(args.inputs, parse_where(args.where))
     cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method", style=args.style)
-    from reports.pivot import dimension_label, display_names
+    from reports.cd import treatment_labels
 
-    names, treatment = display_names(frame), args.hue or "method"
-    shown = [dimension_label(treatment, next(v for v in frame[treatment].dropna().unique() if str(v) == t), names).md
-             for t in cd.treatments]  # the tables' names: "ProtoPool-lite", not its import path
+    shown = treatment_labels(frame, cd, args.hue or "method")  # the tables' names: not import paths, unique
     ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(shown, cd.mean_ranks))
     friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
     print(f"wrote the critical-difference diagram of {len(cd.treatments)} {args.hue or 'method'} value(s) over "
@@ -326,12 +313,9 @@ def run_compare(args: argparse.Namespace) -> int:
     frame = load_runs(args.runs_dirs, parse_where(args.where))
     baseline = args.baseline
     if args.by == "method":  # the tables' names ("ProtoPool-lite", not its import path); --baseline takes either
-        from reports.pivot import dimension_label, display_names
+        from reports.pivot import method_labels
 
-        names = display_names(frame)
-        shown = {m: dimension_label("method", m, names).md for m in frame["method"].dropna().unique()}
-        taken = list(shown.values())
-        shown = {m: name if taken.count(name) == 1 else f"{name} ({m})" for m, name in shown.items()}  # one level a key
+        shown = method_labels(frame)  # one label a method, also where display names collide
         baseline = shown.get(baseline, baseline) if baseline is not None else None
         frame = frame.assign(method=frame["method"].map(lambda m: shown.get(m, m)))
     comparisons = compare_levels(frame, args.by, baseline=baseline, metrics=args.metrics, level=args.level / 100)

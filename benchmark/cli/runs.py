@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.cli.common import (
+    add_check_adapters_argument,
     add_run_options,
+    adapter_imports,
     cache_root_of,
     check_cache_fits,
     demo_grid,
@@ -21,7 +23,6 @@ from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import find_run_dirs
 from benchmark.run.own_code import AdapterImports
-from benchmark.cli.results import add_check_adapters_argument, adapter_imports
 from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.run.states import latest_job, record_cancelled, run_states
 from slurm.scheduler import cancel_jobs, query_jobs, slurm_available

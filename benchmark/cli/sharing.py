@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmark.cli.common import add_check_adapters_argument, adapter_imports
 from benchmark.errors import ProtobenchError
 
 
@@ -42,6 +43,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--compare", action="append", metavar="KEY",
                    help="a comparison page of this key's values, as `protobench compare --by KEY` (repeatable; "
                         "default: method and J, those with two or more values)")
+    add_check_adapters_argument(p)
     p.set_defaults(func=cmd_site)
 
 
@@ -90,7 +92,7 @@ def cmd_site(args: argparse.Namespace) -> int:
     from reports.site.build import build_site
 
     started = time.perf_counter()
-    frame = mark_stale(load_runs(args.runs_dirs, parse_where(args.where), csv=False))
+    frame = mark_stale(load_runs(args.runs_dirs, parse_where(args.where), csv=False), adapter_imports(args))
     built = build_site(frame, args.out, compare_keys=args.compare)
     print(f"wrote {built.pages} page(s), {built.bytes / 2**20:.1f} MiB, to {args.out} in "
           f"{time.perf_counter() - started:.1f} s; open {args.out / 'index.html'}")

@@ -11,6 +11,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
+from example_adapter import CosinePrototypes
+
 from benchmark.cli import main
 from reports.cd import critical_difference
 from reports.load import load_csv
@@ -63,3 +65,24 @@ def test_plot_cd_writes_the_figure_and_refuses_too_few_blocks(tmp_path, capsys) 
     assert "at least two common blocks" in capsys.readouterr().err
     assert main(["plot", str(path), "--cd", "--x", "J", "--out", str(tmp_path / "x.png")]) == 2
     assert not (tmp_path / "x.png").exists()
+
+
+class RenamedCosine(CosinePrototypes):
+    """Another own adapter with the example adapter's display name."""
+
+
+def test_plot_cd_tells_apart_own_methods_sharing_a_display_name(tmp_path, capsys) -> None:
+    """Two own adapters whose results carry one display name get one label each (``name (method)``),
+    in the printed ranks as in compare's table (reports.pivot.method_labels)."""
+    from reports_support import write_run
+
+    runs = tmp_path / "runs"
+    own = ("example_adapter:CosinePrototypes", "test_critical_difference:RenamedCosine")
+    for b in range(6):
+        for i, method in enumerate(("vmfproto", *own)):
+            write_run(runs, f"{i}-{b}", method=method, J=3 + b, metrics={"acc": 50.0 + 5 * i + 0.1 * b},
+                      method_display_name="Cosine prototypes" if method in own else "vMFProto")
+    assert main(["plot", str(runs), "--cd", "--out", str(tmp_path / "cd.png")]) == 0
+    ranks = capsys.readouterr().out.split("mean ranks ")[1]
+    assert f"Cosine prototypes ({own[1]}) 1.00" in ranks and f"Cosine prototypes ({own[0]}) 2.00" in ranks
+    assert "vMFProto 3.00" in ranks
