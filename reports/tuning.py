@@ -93,6 +93,26 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items())) or "–"
 
 
+def _trials(summary: dict[str, Any]) -> str:
+    """``3/3`` (complete of N), with pruning ``1/3 +2 pruned`` (complete and pruned trials both count)."""
+    pruning = summary.get("pruning") or {}
+    shown = f"{summary['complete']}/{summary['budget']['trials']}"
+    return f"{shown} +{pruning['pruned']} pruned" if pruning.get("on") else shown
+
+
+def _pruning_note(summaries: list[dict[str, Any]]) -> str:
+    """Whether the studies pruned, with which pruner, and how many trials it stopped."""
+    on = [s for s in summaries if (s.get("pruning") or {}).get("on")]
+    if not on:
+        return "Pruning off: every trial trained every epoch."
+    pruners = sorted({s["pruning"]["pruner"] for s in on})
+    pruned = sum(s["pruning"]["pruned"] for s in on)
+    off = len(summaries) - len(on)
+    return (f"Pruning on in {len(on)} of {len(summaries)} cells ({', '.join(pruners)} on the validation accuracy "
+            f"after each epoch): {pruned} trial(s) stopped early, each counted in the trials (complete + pruned = "
+            "N); the defaults are never pruned." + (f" {off} cell(s) without pruning." if off else ""))
+
+
 def render_tuning(frame: pd.DataFrame, summaries: list[dict[str, Any]], level: float = 0.95) -> str:
     """The markdown table of ``report --tuning`` with its note (the budget, the tests)."""
     from tabulate import tabulate
@@ -106,7 +126,7 @@ def render_tuning(frame: pd.DataFrame, summaries: list[dict[str, Any]], level: f
         best = s.get("best") or {}
         lines.append([
             cell["method"], str(cell["J"]), cell["backbone"], cell["dataset"],
-            f"{s['complete']}/{s['budget']['trials']}", str(s["budget"]["epochs_per_trial"]),
+            _trials(s), str(s["budget"]["epochs_per_trial"]),
             _number(default_val), f"{_number((best.get('values') or [None])[0])} (#{best.get('number', '–')})",
             _params(best.get("params", {})),
             _number(r.default_acc) if r else "–", _number(r.tuned_acc) if r else "–",
@@ -117,8 +137,9 @@ def render_tuning(frame: pd.DataFrame, summaries: list[dict[str, Any]], level: f
                "chosen hyperparameters", "test acc default", "test acc tuned", "tuned − default",
                f"{100 * level:g}% CI", "p", "p (Holm)", "seeds"]
     budgets = sorted({(s["budget"]["trials"], s["sampler"]) for s in summaries})
-    note = (f"Budget: {', '.join(f'{n} complete trials ({sampler})' for n, sampler in budgets)} per cell, the same for "
+    note = (f"Budget: {', '.join(f'{n} trials ({sampler})' for n, sampler in budgets)} per cell, the same for "
             "every method, each trial training the method's own schedule (epochs/trial); trial 0 is the defaults. "
+            f"{_pruning_note(summaries)} "
             "Validation: a stratified split of the training images (val columns); test accuracy of the default and "
             "the tuned runs (best trial retrained on the full training split), paired on seed "
             f"({rows[0].test if rows else 'no pairs yet'}); p (Holm): over the {len(rows)} cells shown.")

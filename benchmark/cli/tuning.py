@@ -14,9 +14,14 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p = sub.add_parser("tune", help="tune every method of a grid on the validation split, with the same budget each "
                                     "(one Optuna study per dataset × backbone × method × J × variant)")
     p.add_argument("grid", help="grid TOML file (its [tuning] table: docs/guides/tuning.md)")
-    p.add_argument("--trials", type=int, help="complete trials per cell, the same for every method "
-                                              "(default: the grid's tuning.trials)")
+    p.add_argument("--trials", type=int, help="finished (complete or pruned) trials per cell, the same for every "
+                                              "method (default: the grid's tuning.trials)")
     p.add_argument("--sampler", choices=["tpe", "random", "nsga2"], help="Optuna sampler (default: the grid's, tpe)")
+    p.add_argument("--prune", action=argparse.BooleanOptionalAction, default=None,
+                   help="stop a trial early when Optuna's MedianPruner judges its validation accuracy after an "
+                        "epoch below the median of the complete trials' (one objective, acc; a pruned trial "
+                        "counts towards --trials; --no-prune: off whatever the grid says; default: the grid's "
+                        "tuning.prune, off)")
     add_grid_options(p)
     add_only_option(p)
     p.add_argument("--runs-dir", help="where the studies and trial runs go: RUNS_DIR/GRID.tuning "
@@ -36,6 +41,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from benchmark.tuning.config import describe_space, tuning_cells, tuning_config
+    from benchmark.tuning.study import check_existing_studies, describe_pruner, pruner
     from benchmark.tuning.workers import TuneJob, tuning_root
 
     if args.heartbeat_seconds <= 0:
@@ -44,20 +50,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--workers {args.workers} must be ≥ 1")
     grid = load_grid(args.grid, overrides=grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
-    config = tuning_config(grid, trials=args.trials, sampler=args.sampler)
+    config = tuning_config(grid, trials=args.trials, sampler=args.sampler, prune=args.prune)
     if config.trials is None:
         raise ProtobenchError(f"{args.grid}: how many trials? pass --trials N or set trials in the grid's [tuning]")
     cells = tuning_cells(grid, runs, config)
     runs_root = runs_root_of(args, grid.runs_dir)
     root = tuning_root(runs_root, grid.name)
-    print(f"grid {grid.name!r}: {len(cells)} tuning cell(s) → {root}; budget: {config.trials} complete trials per "
-          f"cell, every method alike, sampler {config.sampler}, objective(s) {', '.join(config.objectives)} on the "
-          f"validation split ({config.validation_fraction:g} of each class, seed {config.validation_seed})")
+    check_existing_studies(root, cells)  # a study tuned with the other pruning setting: refused before compute
+    pruning = f"pruning on ({describe_pruner(pruner(True))}; a pruned trial counts)" if config.prune \
+        else "pruning off"
+    print(f"grid {grid.name!r}: {len(cells)} tuning cell(s) → {root}; budget: {config.trials} finished trials per "
+          f"cell, every method alike, {pruning}, sampler {config.sampler}, objective(s) "
+          f"{', '.join(config.objectives)} on the validation split ({config.validation_fraction:g} of each class, "
+          f"seed {config.validation_seed})")
     for cell in cells:
         print(f"  {cell.label}: {cell.epoch_budget} epochs per trial; space: {describe_space(cell.space)}"
               + ("" if cell.space else " — tuned over nothing: one trial, the defaults"))
     job = TuneJob(args.grid, grid_overrides(args), tuple(args.only), config.trials, config.sampler, runs_root,
-                  cache_root_of(args, runs_root) if not args.no_cache else None, args.heartbeat_seconds)
+                  cache_root_of(args, runs_root) if not args.no_cache else None, args.heartbeat_seconds, config.prune)
     tic = time.perf_counter()
     if args.executor == "local":
         if args.workers != 1 or args.profile:
@@ -70,11 +80,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                         folder=root / "jobs")
     for record in summaries:
         best, default = record["best"], record["default"]
-        print(f"{record['study']}: {record['complete']}/{record['budget']['trials']} complete "
-              f"({record['budget']['epochs_per_trial']} epochs each); default {_value(default)}, best "
-              f"{_value(best)} (trial {best['number'] if best else '-'})")
+        print(f"{record['study']}: {record['complete']}/{record['budget']['trials']} complete, "
+              f"{_pruned(record)} ({record['budget']['epochs_per_trial']} epochs each at most); default "
+              f"{_value(default)}, best {_value(best)} (trial {best['number'] if best else '-'})")
     print(f"tuned in {time.perf_counter() - tic:.1f} s; summaries: {root}/*/summary.json")
-    return 0 if all(r["complete"] >= r["budget"]["trials"] for r in summaries) else 1
+    return 0 if all(r["finished"] >= r["budget"]["trials"] for r in summaries) else 1
+
+
+def _pruned(record: dict) -> str:
+    pruning = record["pruning"]
+    if not pruning["on"]:
+        return "pruning off"
+    return (f"{pruning['pruned']} pruned (pruning on: {pruning['epochs_trained']} of "
+            f"{record['budget']['trials'] * record['budget']['epochs_per_trial']} epochs trained)")
 
 
 def _value(trial: dict | None) -> str:

@@ -23,6 +23,7 @@ from benchmark.config import RunSpec
 from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
                             ensure_synthbirds, load_dataset)
 from benchmark.run.epochlog import EpochLog, TensorBoardLog
+from benchmark.run.epoch_score import EpochScoreHook, Pruned, validation_accuracy
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
@@ -212,10 +213,14 @@ def execute_run(
     tensorboard_dir: Path | None = None,
     allow_code_change: bool = False,
     lock_wait_s: float = 0.0,
+    on_validation_epoch: EpochScoreHook | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
     Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
     scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
+    ``on_validation_epoch`` (a tuning trial with pruning only) gets the validation accuracy after
+    every epoch and may stop the run by raising :class:`benchmark.run.epoch_score.Pruned`: the run
+    then leaves ``pruned.json`` (epoch, score) and no result or checkpoint.
 
     The attempt holds the run's lock (:func:`benchmark.run.store.run_lock`) from start to end: a run
     another live process holds (still, after ``lock_wait_s``) raises
@@ -227,13 +232,18 @@ def execute_run(
     if done is not None:  # not re-entered, but a killed writer's temporary files go
         rd.remove_abandoned_temp_files()
         return done
+    if on_validation_epoch is not None and spec.evaluation_split != "validation":
+        raise ProtobenchError(f"run {spec.label}: a per-epoch score hook is for tuning trials only (scored on the "
+                              f"validation split); this run is scored on {spec.evaluation_split!r}")
     with run_lock(run_dir, wait_s=lock_wait_s):
-        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir)
+        return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir,
+                           on_validation_epoch)
 
 
 def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bool | None,
                 stop_after_epoch: int | None, log: Callable[[str], None] | None,
-                allow_code_change: bool, tensorboard_dir: Path | None) -> dict[str, Any]:
+                allow_code_change: bool, tensorboard_dir: Path | None,
+                on_validation_epoch: EpochScoreHook | None) -> dict[str, Any]:
     done = rd.result()  # finished by another process between the first look and the lock
     if done is not None:
         return done
@@ -241,6 +251,7 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
     check_runs_space(rd.path)
     atomic_write_checked(rd.spec_path, json_bytes(spec.to_json()))
     rd.failure_path.unlink(missing_ok=True)
+    rd.pruned_path.unlink(missing_ok=True)
     with rd.log_path.open("a") as logfile, Progress(progress) as bars:
         echo = log or bars.printer()
 
@@ -252,7 +263,13 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
         try:
             with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
                 return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change,
-                                tensorboard_dir)
+                                tensorboard_dir, on_validation_epoch)
+        except Pruned as pruned:  # never resumed: a later trial with these values trains afresh
+            say(str(pruned))
+            rd.checkpoint_path.unlink(missing_ok=True)
+            atomic_write_checked(rd.pruned_path, json_bytes({
+                "epoch": pruned.epoch, "validation_acc": pruned.score, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+            raise
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 _record_failure(rd, err, say)
@@ -277,7 +294,7 @@ def _record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
              say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool,
-             tensorboard_dir: Path | None = None) -> dict[str, Any]:
+             tensorboard_dir: Path | None = None, on_validation_epoch: EpochScoreHook | None = None) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
@@ -297,6 +314,11 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         epoch_log.append(record)
         if board is not None:
             board.append(record)
+        if on_validation_epoch is not None:  # before the epoch's checkpoint: a pruned trial writes none
+            score = validation_accuracy(prep.method, data.evaluation, batch_size=spec.eval_batch_size,
+                                        device=prep.device, precision=spec.precision)
+            say(f"epoch {record.epoch}: validation acc {score:.2f}")
+            on_validation_epoch(record.epoch, score)
 
     try:
         report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,

@@ -1,6 +1,7 @@
 """The results store: one directory per run, files written atomically.
 
-``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json, .lock}``.
+``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json, .lock}``
+(a pruned tuning trial: ``pruned.json`` instead of ``result.json`` and ``checkpoint.pt``).
 A run is complete iff ``result.json`` exists and parses (docs/design/architecture.md, rules of thumb).
 Files and folders are created with the user's umask, so a lab sharing a runs directory can
 read each other's results.
@@ -27,6 +28,7 @@ from benchmark.errors import ProtobenchError
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
+PRUNED_FILE = "pruned.json"  # a tuning trial stopped early by its study's pruner (benchmark/run/epoch_score.py)
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.run.epochlog)
@@ -37,7 +39,7 @@ LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (
 # Files only the lock holder writes: their temporary files left by a killed process are stale
 # once the lock is held. (spec.json and job.json are also written by a submitting process
 # that holds no lock, so their temporary files may be in flight.)
-LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, METRICS_FILE, *RECORD_FILES)
+LOCKED_FILES = (CHECKPOINT_FILE, RESULT_FILE, FAILURE_FILE, PRUNED_FILE, METRICS_FILE, *RECORD_FILES)
 UNLOCKED_FILES = (SPEC_FILE, "job.json")  # also written by a submitting process, in milliseconds
 UNLOCKED_TEMP_STALE_S = 3600.0  # a temporary file of those this old was left by a killed writer
 LOCK_TEXT = re.compile(r"pid (?P<pid>\d+) on (?P<host>\S+) since (?P<since>\S+)")  # what run_lock writes
@@ -231,6 +233,10 @@ class RunDir:
         return self.path / FAILURE_FILE
 
     @property
+    def pruned_path(self) -> Path:
+        return self.path / PRUNED_FILE
+
+    @property
     def checkpoint_path(self) -> Path:
         return self.path / CHECKPOINT_FILE
 
@@ -291,9 +297,12 @@ class RunDir:
 
     @property
     def state(self) -> str:
-        """'done' | 'failed' | 'started' (has a checkpoint) | 'new'."""
+        """'done' | 'pruned' (a tuning trial its study stopped early) | 'failed' | 'started' (has a
+        checkpoint) | 'new'."""
         if self.is_complete:
             return "done"
+        if self.pruned_path.exists():
+            return "pruned"
         if self.failure_path.exists():
             return "failed"
         if self.checkpoint_path.exists():

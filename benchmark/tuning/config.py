@@ -9,6 +9,7 @@ seed = 0                    # the sampler's seed
 validation_fraction = 0.1   # the validation split (benchmark/tuning/split.py)
 validation_seed = 0
 hyperparameters = "default" # what `protobench run` trains: "default" | "tuned" (each cell's best trial)
+prune = false               # stop a trial early on its validation accuracy after each epoch (`tune --prune`)
 [tuning.space.vmfproto]     # narrow or add dimensions of a method's declared search space
 tau = { kind = "uniform", low = 0.2, high = 0.8 }
 [tuning.replace.protopnet]  # replace a method's space by this one
@@ -34,7 +35,7 @@ from benchmark.tuning.split import DEFAULT_FRACTION, DEFAULT_SEED, check_rule
 from methods.space import Dimension, describe, space_fingerprint, space_from_json, space_problems
 
 TUNING_KEYS = ("trials", "sampler", "objectives", "seed", "validation_fraction", "validation_seed",
-               "hyperparameters", "space", "replace")
+               "hyperparameters", "prune", "space", "replace")
 SAMPLERS = ("tpe", "random", "nsga2")
 HYPERPARAMETERS = ("default", "tuned")
 OBJECTIVES = ("acc", "con", "dis", "comp", "purity", "loc")  # validation metrics a study may maximise
@@ -49,6 +50,7 @@ class TuningConfig:
     validation_fraction: float = DEFAULT_FRACTION
     validation_seed: int = DEFAULT_SEED
     hyperparameters: str = "default"
+    prune: bool = False
     space: dict[str, dict[str, Dimension]] = field(default_factory=dict)
     replace: dict[str, dict[str, Dimension]] = field(default_factory=dict)
 
@@ -71,7 +73,7 @@ def _spaces(table: Any, where: str) -> dict[str, dict[str, Dimension]]:
 
 
 def tuning_config(grid: GridSpec, *, trials: int | None = None, sampler: str | None = None,
-                  hyperparameters: str | None = None) -> TuningConfig:
+                  hyperparameters: str | None = None, prune: bool | None = None) -> TuningConfig:
     """The grid's ``[tuning]`` table with command-line overrides, every value checked."""
     table, where = grid.tuning, f"{grid.source} [tuning]"
     for key in table:
@@ -85,6 +87,7 @@ def tuning_config(grid: GridSpec, *, trials: int | None = None, sampler: str | N
         validation_fraction=table.get("validation_fraction", DEFAULT_FRACTION),
         validation_seed=table.get("validation_seed", DEFAULT_SEED),
         hyperparameters=hyperparameters or table.get("hyperparameters", "default"),
+        prune=prune if prune is not None else table.get("prune", False),
         space=_spaces(table.get("space", {}), f"{where} space"),
         replace=_spaces(table.get("replace", {}), f"{where} replace"),
     )
@@ -101,11 +104,31 @@ def tuning_config(grid: GridSpec, *, trials: int | None = None, sampler: str | N
                               f"among {', '.join(OBJECTIVES)}")
     if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
         raise ProtobenchError(f"{where}: seed = {config.seed!r} must be an integer ≥ 0")
+    check_pruning(config, where)
     check_rule(config.validation_fraction, config.validation_seed, where)
     for method in {*config.space, *config.replace}:
         if method not in {r.method for r in grid.runs}:
             raise ProtobenchError(f"{where}: a space is given for method {method!r}, which no run of the grid has")
     return config
+
+
+def check_pruning(config: TuningConfig, where: str) -> None:
+    """Pruning (benchmark/tuning/pruning.py) reports the validation accuracy after every epoch to
+    one objective: refused, before any trial, for several objectives or another metric."""
+    if not isinstance(config.prune, bool):
+        raise ProtobenchError(f"{where}: prune = {config.prune!r} must be true or false")
+    if not config.prune:
+        return
+    if len(config.objectives) > 1:
+        raise ProtobenchError(
+            f"{where}: pruning (--prune or prune = true) cannot be used with several objectives "
+            f"({', '.join(config.objectives)}): Optuna prunes single-objective studies only (its "
+            "Trial.report raises NotImplementedError in a multi-objective study such as NSGA-II's); drop "
+            '--prune, or tune one objective with objectives = ["acc"]')
+    if config.objectives != ("acc",):
+        raise ProtobenchError(
+            f"{where}: pruning (--prune or prune = true) judges a trial by its validation accuracy after "
+            f"each epoch, but the objective is {config.objectives[0]!r}; set objectives = [\"acc\"] or drop --prune")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,12 @@ breaks). Layout: ``RUNS/GRID.tuning/STUDY/journal.log`` (the study), ``summary.j
 touched by its worker). Optuna's own heartbeat needs an RDB storage, so a worker beats here: a
 running trial whose file has not been touched for ``grace_s`` (measured against the shared
 filesystem's clock) belongs to a dead worker (SIGKILL, preemption) and is marked FAIL, so its
-slot is trialled again and the study still ends with exactly N complete trials.
+slot is trialled again and the study still ends with exactly N finished trials.
+
+Pruning (``tune --prune``): Optuna's ``MedianPruner`` with its defaults (:func:`pruner`); a pruned
+trial counts towards N like a complete one (``finished`` = COMPLETE + PRUNED), so every method
+still gets N trials of at most its schedule's epochs. Whether a study prunes is recorded in its
+user attributes when it is created; tuning it again the other way is refused.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import TrialState
 
+from benchmark.errors import ProtobenchError
 from benchmark.tuning.config import Cell
 from methods.space import Categorical, Dimension, IntRange, LogUniform, space_to_json
 
@@ -54,20 +60,77 @@ def sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=seed)
 
 
+def pruner(prune: bool) -> optuna.pruners.BasePruner:
+    """Optuna's ``MedianPruner`` with its defaults when pruning, else none (``NopPruner``): after
+    each epoch a trial stops if its best validation accuracy so far is below the median of the
+    complete trials' accuracies at that epoch; nothing is pruned before 5 trials have completed
+    (``n_startup_trials``), and every epoch may be checked (``n_warmup_steps = 0``,
+    ``interval_steps = 1``). One rule for every method: the trials of a cell compared at an epoch
+    all follow the same schedule."""
+    if not prune:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0, interval_steps=1)
+
+
+def describe_pruner(chosen: optuna.pruners.BasePruner) -> str:
+    """The class and its settings, e.g. ``MedianPruner(interval_steps=1, n_min_trials=1,
+    n_startup_trials=5, n_warmup_steps=0, percentile=50.0)``."""
+    settings = ", ".join(f"{name.lstrip('_')}={value}" for name, value in sorted(vars(chosen).items())
+                         if isinstance(value, int | float | bool) and not name.startswith("__"))
+    return f"{type(chosen).__name__}({settings})"
+
+
+def journal_storage(directory: Path) -> JournalStorage:
+    """The study's journal file ``directory/journal.log`` with its open(2) lock."""
+    path = str(directory / "journal.log")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+
+
 def open_study(directory: Path, cell: Cell) -> optuna.Study:
     """The cell's study, created on first use (by whichever worker comes first); loading an
-    existing one writes nothing to its journal."""
+    existing one writes nothing to its journal. A study created with the other pruning setting is
+    refused: its trials would not share one budget rule."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = str(directory / "journal.log")
-    storage = JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = journal_storage(directory)
     chosen = sampler(cell.config.sampler, cell.config.seed)
+    chosen_pruner = pruner(cell.config.prune)
     try:
-        return optuna.load_study(study_name=cell.study_name, storage=storage, sampler=chosen)
+        study = optuna.load_study(study_name=cell.study_name, storage=storage, sampler=chosen, pruner=chosen_pruner)
     except KeyError:
         with study_lock(directory):
-            return optuna.create_study(study_name=cell.study_name, storage=storage, load_if_exists=True,
-                                       directions=["maximize"] * len(cell.config.objectives), sampler=chosen)
+            study = optuna.create_study(study_name=cell.study_name, storage=storage, load_if_exists=True,
+                                        directions=["maximize"] * len(cell.config.objectives), sampler=chosen,
+                                        pruner=chosen_pruner)
+            if "prune" not in study.user_attrs:  # what summary.json states
+                study.set_user_attr("prune", cell.config.prune)
+                study.set_user_attr("pruner", describe_pruner(chosen_pruner))
+    check_pruning_matches(study, cell, directory)
+    return study
+
+
+def check_existing_studies(tuning_root: Path, cells: list[Cell]) -> None:
+    """:func:`check_pruning_matches` for every cell whose study exists already (nothing is created)."""
+    for cell in cells:
+        directory = study_dir(tuning_root, cell)
+        if (directory / "journal.log").is_file():
+            try:
+                study = optuna.load_study(study_name=cell.study_name, storage=journal_storage(directory))
+            except KeyError:
+                continue
+            check_pruning_matches(study, cell, directory)
+
+
+def check_pruning_matches(study: optuna.Study, cell: Cell, directory: Path) -> None:
+    """One error when the study was created with the other pruning setting (a study that
+    recorded none was created without pruning)."""
+    was = bool(study.user_attrs.get("prune", False))
+    if was != cell.config.prune:
+        raise ProtobenchError(
+            f"tuning cell {cell.label}: its study ({directory}) was created with pruning "
+            f"{'on' if was else 'off'}, and this tune has it {'on' if cell.config.prune else 'off'}; tune it "
+            f"{'with' if was else 'without'} --prune (or [tuning] prune = {str(was).lower()}), or delete "
+            f"{directory} to start the study again")
 
 
 @contextmanager
@@ -137,9 +200,15 @@ def counts(study: optuna.Study) -> dict[str, int]:
     return out
 
 
+def finished(state: dict[str, int]) -> int:
+    """The trials that count towards the budget N: complete and pruned (a failed one does not)."""
+    return state.get("COMPLETE", 0) + state.get("PRUNED", 0)
+
+
 def _trial_record(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     return {"number": trial.number, "state": trial.state.name, "params": trial.params,
             "values": trial.values, "run_id": trial.user_attrs.get("run_id"),
+            "validation_acc_per_epoch": {str(step): value for step, value in sorted(trial.intermediate_values.items())},
             "seconds": trial.user_attrs.get("seconds"),
             "fail_reason": trial.system_attrs.get("fail_reason") or trial.user_attrs.get("fail_reason")}
 
@@ -159,19 +228,31 @@ def summary(study: optuna.Study, cell: Cell, target: int) -> dict[str, Any]:
     default = next((t for t in trials if t.user_attrs.get("defaults")), None)
     best = best_trial(study)
     b = cell.base
+    state = counts(study)
+    epochs = cell.epoch_budget
+    trained = sum(epochs if t.state == TrialState.COMPLETE else max(t.intermediate_values, default=0)
+                  for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
     return {
         "study": cell.study_name,
         "cell": {"dataset": b.dataset, "backbone": b.backbone, "method": b.method, "J": b.prototypes_per_class,
                  "variant": b.variant, "trial_seed": b.seed, "base_run_id": b.run_id},
-        "budget": {"trials": target, "epochs_per_trial": cell.epoch_budget,
+        "budget": {"trials": target, "epochs_per_trial": epochs,
                    "note": "every method of the grid gets the same number of trials; each trial trains the "
-                           "method's own schedule, as its default run does"},
+                           "method's own schedule, as its default run does"
+                           + ("; a pruned trial stops earlier and counts towards the trials" if cell.config.prune
+                              else "")},
+        "pruning": {"on": cell.config.prune,
+                    "pruner": study.user_attrs.get("pruner") or describe_pruner(pruner(cell.config.prune)),
+                    "pruned": state.get("PRUNED", 0), "epochs_trained": trained,
+                    "rule": "trials = complete + pruned; the defaults (trial 0) and a trial's last epoch are "
+                            "never pruned" if cell.config.prune else "off: every trial trains every epoch"},
         "sampler": cell.config.sampler, "objectives": list(cell.config.objectives), "sampler_seed": cell.config.seed,
         "validation": {"fraction": b.validation_fraction, "seed": b.validation_seed},
         "space": space_to_json(cell.space), "space_fingerprint": cell.space_fingerprint,
         "tuned_over_nothing": not cell.space,
-        "counts": counts(study),
-        "complete": sum(t.state == TrialState.COMPLETE for t in trials),
+        "counts": state,
+        "complete": state.get("COMPLETE", 0),
+        "finished": finished(state),
         "default": _trial_record(default) if default else None,
         "best": _trial_record(best) if best else None,
         "trials": [_trial_record(t) for t in trials],

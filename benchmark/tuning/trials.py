@@ -4,9 +4,13 @@ A trial is the cell's base RunSpec (``evaluation_split = "validation"``) with th
 its ``method_args``, run by :func:`benchmark.run.runner.execute_run` under
 ``RUNS/GRID.tuning/trials/RUN_ID``: caching, checkpoints, resume and stale detection apply
 unchanged. Any number of workers (one process, SLURM array tasks) may run :func:`work_on` on
-the same cells: under the study's lock a worker asks a trial only while complete + running
-trials are fewer than N, and fails trials whose worker stopped beating, so every cell ends with
-exactly N complete trials.
+the same cells: under the study's lock a worker asks a trial only while finished (complete or
+pruned) + running trials are fewer than N, and fails trials whose worker stopped beating, so
+every cell ends with exactly N finished trials.
+
+With pruning (``tune --prune``) a trial reports its validation accuracy after every epoch
+(:mod:`benchmark.run.epoch_score`) and stops when the study's pruner says so; its run directory
+then holds ``pruned.json`` and no ``result.json``.
 """
 from __future__ import annotations
 
@@ -22,10 +26,11 @@ import optuna
 from optuna.trial import TrialState
 
 from benchmark.errors import ProtobenchError
+from benchmark.run.epoch_score import EpochScoreHook, Pruned
 from benchmark.tuning.config import Cell
 from benchmark.tuning.split import validation_split, write_split_file
 from benchmark.tuning.study import (GRACE_S, HEARTBEAT_S, Heartbeat, counts, distribution, fail_stale_trials,
-                                    open_study, study_dir, study_lock, summary, write_summary)
+                                    finished, open_study, study_dir, study_lock, summary, write_summary)
 
 POLL_S = 2.0  # how often a worker with no slot left looks again (a running trial elsewhere may fail)
 
@@ -52,9 +57,9 @@ def _ask(study: optuna.Study, cell: Cell, directory: Path, settings: WorkerSetti
         state = counts(study)
         if not study.trials:  # trial 0: the cell's own values (the paper's defaults)
             study.enqueue_trial(cell.defaults, user_attrs={"defaults": True})
-        if state.get("COMPLETE", 0) >= settings.trials:
+        if finished(state) >= settings.trials:
             return "done"
-        if state.get("COMPLETE", 0) + state.get("RUNNING", 0) >= settings.trials:
+        if finished(state) + state.get("RUNNING", 0) >= settings.trials:
             return None
         trial = study.ask({name: distribution(d) for name, d in cell.space.items()})
         (directory / "heartbeats").mkdir(exist_ok=True)
@@ -70,16 +75,35 @@ def _score(result: dict[str, Any], cell: Cell) -> list[float]:
     return [float(v) for v in values]
 
 
+def pruning_hook(trial: optuna.Trial, cell: Cell) -> EpochScoreHook:
+    """Report each epoch's validation accuracy to the study and raise :class:`Pruned` when its
+    pruner says so; never for the defaults (trial 0, what a tuned result is set against) nor
+    after the last epoch (the trial is then complete)."""
+    last_epoch = cell.epoch_budget
+    defaults = bool(trial.user_attrs.get("defaults"))
+
+    def report(epoch: int, accuracy: float) -> None:
+        trial.report(accuracy, epoch)
+        if epoch < last_epoch and not defaults and trial.should_prune():
+            raise Pruned(epoch, accuracy)
+
+    return report
+
+
 def run_trial(trial: optuna.Trial, cell: Cell, settings: WorkerSettings) -> list[float]:
-    """Train and score one trial; its run id and wall time become user attributes of the trial."""
+    """Train and score one trial; its run id and wall time become user attributes of the trial.
+    With pruning, :class:`Pruned` ends it early."""
     from benchmark.run.runner import execute_run
 
     spec = cell.base.with_overrides(method_args={**cell.base.method_args, **trial.params})
     trial.set_user_attr("run_id", spec.run_id)
     tic = time.perf_counter()
-    result = execute_run(spec, trials_root(settings.tuning_root) / spec.run_id, cache_root=settings.cache_root,
-                         progress=False, log=lambda line: None)
-    trial.set_user_attr("seconds", time.perf_counter() - tic)
+    try:
+        result = execute_run(spec, trials_root(settings.tuning_root) / spec.run_id, cache_root=settings.cache_root,
+                             progress=False, log=lambda line: None,
+                             on_validation_epoch=pruning_hook(trial, cell) if cell.config.prune else None)
+    finally:
+        trial.set_user_attr("seconds", time.perf_counter() - tic)
     trial.set_user_attr("validation_split", result.get("validation_split"))
     return _score(result, cell)
 
@@ -95,7 +119,7 @@ def write_split(cell: Cell, directory: Path) -> None:
 
 
 def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
-    """Run trials of ``cell`` until its study holds N complete ones; the study's summary."""
+    """Run trials of ``cell`` until its study holds N finished ones; the study's summary."""
     directory = study_dir(settings.tuning_root, cell)
     study = open_study(directory, cell)
     write_split(cell, directory)
@@ -111,6 +135,12 @@ def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
         beat = Heartbeat(directory, asked.number, settings.heartbeat_s)
         try:
             values = run_trial(asked, cell, settings)
+        except Pruned as pruned:  # counts towards N like a complete trial (benchmark/tuning/study.py)
+            asked.set_user_attr("pruned_after_epoch", pruned.epoch)
+            study.tell(asked, state=TrialState.PRUNED)
+            beat.stop()
+            settings.log(f"{cell.study_name}: trial {asked.number} {pruned}")
+            continue
         except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - the trial fails, the study goes on
             asked.set_user_attr("fail_reason", f"{type(err).__name__}: {err}")
             study.tell(asked, state=TrialState.FAIL)

@@ -33,7 +33,7 @@ def read_summary(directory: Path, label: str, grid_path: str) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as err:
         raise ProtobenchError(f"{path} cannot be read ({err}); run {command} again to rewrite it") from None
     if not isinstance(summary, dict) or summary.get("best") is None or \
-            summary.get("complete", 0) < summary.get("budget", {}).get("trials", 1):
+            summary.get("finished", summary.get("complete", 0)) < summary.get("budget", {}).get("trials", 1):
         raise ProtobenchError(f"the study of tuning cell {label} is not complete ({path}); finish it: {command}")
     return summary
 
@@ -51,6 +51,8 @@ def tuned_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path) -> list[Run
             "complete_trials": summary["complete"], "epochs_per_trial": summary["budget"]["epochs_per_trial"],
             "space_fingerprint": summary["space_fingerprint"], "sampler": summary["sampler"],
             "validation_split": summary["validation"], "hyperparameters": best["params"]}
+        if summary.get("pruning", {}).get("on"):  # absent when off: a tuned run's id is unchanged by this field
+            record["pruned_trials"] = summary["pruning"]["pruned"]
         for spec in cell.runs:
             tuned.append(spec.with_overrides(method_args={**spec.method_args, **best["params"]},
                                              variant=tuned_variant(spec.variant), tuned=record))

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tuning_grid import write_tuning_grid
+from tuning_grid import record_opened_splits, write_tuning_grid
 
 import benchmark.run.runner as runner
 from benchmark.cli import main
-from benchmark.data.dataset import ImageDataset
 
 pytestmark = pytest.mark.slow
 
@@ -25,25 +24,8 @@ def tuned(tmp_path_factory):
     """Tune the grid (3 trials per cell) while recording every split a trial opens."""
     root = tmp_path_factory.mktemp("tune")
     grid = write_tuning_grid(root / "grid.toml", root / "data")
-    opened: list[str] = []
     patch = pytest.MonkeyPatch()
-    load_split, token_source, load_image = runner.load_split, runner.token_source, ImageDataset.load_image
-
-    def recording_load_split(spec, split):
-        opened.append(f"load_split:{split}")
-        return load_split(spec, split)
-
-    def recording_token_source(trunk, dataset, **kwargs):
-        opened.append(f"cache:{dataset.split}")
-        return token_source(trunk, dataset, **kwargs)
-
-    def recording_load_image(self, i):
-        opened.append(f"image:{self.split}")
-        return load_image(self, i)
-
-    patch.setattr(runner, "load_split", recording_load_split)
-    patch.setattr(runner, "token_source", recording_token_source)
-    patch.setattr(ImageDataset, "load_image", recording_load_image)
+    opened = record_opened_splits(patch)
     try:
         assert main(["tune", str(grid), "--trials", "3", "--runs-dir", str(root / "runs")]) == 0
     finally:

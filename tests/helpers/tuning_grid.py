@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tiny_grid import write_tiny_grid
+
+import benchmark.run.runner as runner
+from benchmark.data.dataset import ImageDataset
 
 TUNING_SWEEP = [
     {"method": "vmfproto", "method_args": {"discovery_epochs": 1, "end_to_end_epochs": 1}, "seed": [0, 1]},
@@ -14,9 +18,35 @@ TUNING_SWEEP = [
 ]
 
 
-def write_tuning_grid(path: Path, data_root: Path, tuning: str = "") -> Path:
+def write_tuning_grid(path: Path, data_root: Path, tuning: str = "", *, keys: str = "") -> Path:
+    """The grid file; ``keys``: lines of the [tuning] table itself, ``tuning``: text after it (in
+    the [tuning.space.vmfproto] table, or tables of its own)."""
     write_tiny_grid(path, "tun", data_root, device="cpu", sweep=TUNING_SWEEP, without=["method"],
                     dataset_args={"classes": 4, "images_per_class": 16, "seed": 0})
-    path.write_text(path.read_text() + "[tuning]\nsampler = \"tpe\"\n"
-                    "[tuning.space.vmfproto]\ntau = { kind = \"uniform\", low = 0.2, high = 0.8 }\n" + tuning)
+    path.write_text(path.read_text() + "[tuning]\nsampler = \"tpe\"\n" + keys
+                    + "[tuning.space.vmfproto]\ntau = { kind = \"uniform\", low = 0.2, high = 0.8 }\n" + tuning)
     return path
+
+
+def record_opened_splits(patch: pytest.MonkeyPatch) -> list[str]:
+    """Instrument the runner: every split loaded (``load_split:S``), every token-cache entry opened
+    (``cache:S``) and every image decoded (``image:S``) is appended to the list returned."""
+    opened: list[str] = []
+    load_split, token_source, load_image = runner.load_split, runner.token_source, ImageDataset.load_image
+
+    def recording_load_split(spec, split):
+        opened.append(f"load_split:{split}")
+        return load_split(spec, split)
+
+    def recording_token_source(trunk, dataset, **kwargs):
+        opened.append(f"cache:{dataset.split}")
+        return token_source(trunk, dataset, **kwargs)
+
+    def recording_load_image(self, i):
+        opened.append(f"image:{self.split}")
+        return load_image(self, i)
+
+    patch.setattr(runner, "load_split", recording_load_split)
+    patch.setattr(runner, "token_source", recording_token_source)
+    patch.setattr(ImageDataset, "load_image", recording_load_image)
+    return opened
