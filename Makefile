@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean gpu-check
+.PHONY: demo test install clean gpu-check docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,18 @@ DEVICE ?= cuda
 gpu-check: $(STAMP)
 	$(BIN)/python -m benchmark.cli.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
 
+# The docs site (docs/, mkdocs.yml): strict, so a broken link, anchor or snippet, or a reference
+# generator that fails, stops the build. The reference pages are generated from the code here.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict
+
 clean:
-	rm -rf $(VENV) runs data .cache
+	rm -rf $(VENV) runs data .cache site

@@ -1,6 +1,6 @@
 """The two pieces of a trunk's attention the suite computes itself: the CLS→patch attention of a
 timm attention module (what CLS-attention gates and sign rules read) and the appended block, the
-shared trainable adapter of protocol.md ("block expansion") run on cached ``block_input``. The
+shared trainable adapter of docs/protocol/harness.md ("block expansion") run on cached ``block_input``. The
 trunk around them: :mod:`benchmark.backbones`."""
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def cls_attention(attn: nn.Module, x: Tensor, rope: Tensor | None, num_prefix_to
 
 
 class AppendedBlock(nn.Module):
-    """The shared trainable adapter of protocol.md ("block expansion").
+    """The shared trainable adapter of docs/protocol/harness.md ("block expansion").
 
     ``block``: a copy of the trunk's last block whose attention output projection and MLP output
     layer (weights and biases) are zero, so both residual branches add exactly 0 (LayerScale

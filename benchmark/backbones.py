@@ -1,7 +1,7 @@
 """Frozen timm ViT trunks: the backbone registry, the one-pass trunk and the appended block.
 
-protocol.md ("Backbones", "block expansion") fixes the six registry keys, ``img_size=224`` and
-the identity-initialised appended block; architecture.md (seam 2) fixes what one trunk pass
+docs/protocol/harness.md ("Backbones", "block expansion") fixes the six registry keys, ``img_size=224`` and
+the identity-initialised appended block; docs/design/architecture.md (seam 2) fixes what one trunk pass
 yields per image. Beyond the six keys (aliases), ``"timm:NAME"`` names any timm
 ``VisionTransformer`` or ``Eva`` model (CLIP, SigLIP, EVA-02, DINOv2-g, …); patch size, prefix
 tokens, width and mean/std come from the timm model and its data config. Every convention below
@@ -123,7 +123,7 @@ class BackboneSpec:
         return image_size // self.patch_size, image_size // self.patch_size
 
 
-#: protocol.md, table "Backbones (timm, frozen)": the six keys it lists, aliases of their timm names
+#: docs/protocol/harness.md, table "Backbones (timm, frozen)": the six keys it lists, aliases of their timm names
 BACKBONES: dict[str, BackboneSpec] = {
     spec.key: spec
     for spec in (
@@ -220,7 +220,7 @@ def list_backbones(pattern: str | None = None) -> list[tuple[str, str]]:
 
 @dataclass
 class TrunkOutputs:
-    """Everything one frozen trunk pass yields (architecture.md, seam 2), float32.
+    """Everything one frozen trunk pass yields (docs/design/architecture.md, seam 2), float32.
 
     tokens        B×N×D      final-norm patch tokens, prefix (CLS + registers) removed
     block_input   B×(P+N)×D  output of the last block before the final norm, prefix first
@@ -388,7 +388,7 @@ def resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) 
 def create_backbone(
     key: str, *, weights: str | os.PathLike[str] | None = None, image_size: int = 224, **overrides: object
 ) -> FrozenTrunk:
-    """The frozen trunk of registry ``key`` (an alias or ``"timm:NAME"``) at ``image_size`` (protocol.md: 224).
+    """The frozen trunk of registry ``key`` (an alias or ``"timm:NAME"``) at ``image_size`` (docs/protocol/harness.md: 224).
 
     ``weights``: None or ``"hf-cache"`` → timm's hub weights, read from the local HF cache only;
     a ``.safetensors``/``.pth``/``.pt``/``.bin`` path → that file, through timm's checkpoint

@@ -77,7 +77,7 @@ class RunSpec:
     cache_in_memory: str | bool = "auto"
     # write the checkpoint every this many epochs (and always at the end of each stage)
     checkpoint_every: int = 1
-    # torch.use_deterministic_algorithms(True) + CUBLAS_WORKSPACE_CONFIG for the run (README, "GPU")
+    # torch.use_deterministic_algorithms(True) + CUBLAS_WORKSPACE_CONFIG for the run (docs/guides/gpu.md)
     deterministic: bool = False
     # "test": train on the training split, score on test. "validation" (a tuning trial): train on
     # the training split minus its validation split (benchmark/tuning/split.py: fraction and seed
@@ -94,8 +94,7 @@ class RunSpec:
     # ---- identity ----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         """The normalised fields that define the result (what the run id hashes), the method's
-        hyperparameters resolved: its defaults with ``method_args`` applied (README, "Run
-        identity and stale results")."""
+        hyperparameters resolved: its defaults with ``method_args`` applied (docs/design/run-identity.md)."""
         from benchmark.method_lookup import resolved_method_args
 
         return {**self._declared_identity(), "method_args": resolved_method_args(self.method, self.method_args)}

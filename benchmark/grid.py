@@ -323,7 +323,7 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
 def _tuning_table(data: dict[str, Any], source: str) -> dict[str, Any]:
     tuning = data.get("tuning", {})
     if not isinstance(tuning, dict):
-        raise ProtobenchError(f"{source}: 'tuning' must be a table ([tuning]; README, \"A fair comparison\")")
+        raise ProtobenchError(f"{source}: 'tuning' must be a table ([tuning]; docs/guides/tuning.md)")
     return tuning
 
 

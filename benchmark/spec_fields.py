@@ -10,7 +10,7 @@ from typing import Any
 
 # Fields that say where/how to run, not what to compute: excluded from the run id.
 # ``precision`` is not among them: tf32/bf16 change the numbers, so they are another run.
-# ``deterministic`` only picks deterministic kernels for the same computation (README, "GPU").
+# ``deterministic`` only picks deterministic kernels for the same computation (docs/guides/gpu.md).
 # (measure_live_epoch only adds a timing, taken after evaluation; no metric depends on it.)
 OPERATIONAL_FIELDS = ("data_root", "cache", "device", "num_workers", "weights", "cache_early_tokens",
                       "cache_stage", "measure_live_epoch", "cache_in_memory", "checkpoint_every", "deterministic")

@@ -1,8 +1,8 @@
 """The contract a user trunk (``backbone = "module:factory"``) must keep, checked on two probe
 images before any compute is spent: what ``FrozenTrunk.forward`` yields (token, prefix and
-attention shapes, architecture.md seam 2) and that the cached path gives the live tokens
+attention shapes, docs/design/architecture.md seam 2) and that the cached path gives the live tokens
 (a pass is deterministic and per-image; the identity-initialised appended block on the cached
-``block_input`` reproduces the final tokens, protocol.md "block expansion")."""
+``block_input`` reproduces the final tokens, docs/protocol/harness.md "block expansion")."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

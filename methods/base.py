@@ -1,7 +1,7 @@
 """The method adapter interface: what every part-prototype method implements.
 
 A method never sees images, only token batches from the frozen trunk (see
-``../shared/spec/architecture.md``, seam 1). It declares its training *stages* (which
+``docs/design/architecture.md``, seam 1). It declares its training *stages* (which
 parameters train, with which learning rates and scheduler), returns *named* loss terms
 (so ablations switch terms off by name), class logits, and activation maps of the
 prototypes of a requested class. Non-gradient updates (momentum prototypes, EM, push)
@@ -36,7 +36,7 @@ class MethodContext:
     grid: tuple[int, int]  # (H, W) token grid; N = H * W
     num_prefix_tokens: int  # CLS (+ registers) in the block input
     depth: int  # number of blocks of the trunk
-    # Fresh appended trainable block (protocol.md): B×(P+N)×D block input → B×N×D final-norm
+    # Fresh appended trainable block (docs/protocol/harness.md): B×(P+N)×D block input → B×N×D final-norm
     # tokens; its ``trainable_parameters()`` is what an optimiser group takes (the norm stays frozen).
     make_block: Callable[[], nn.Module]
     seed: int = 0
@@ -51,7 +51,7 @@ class MethodContext:
 
     @property
     def early_block_index(self) -> int:
-        """Index of the early frozen block whose tokens EvalProtoPNet's SDFA reads (methods.md)."""
+        """Index of the early frozen block whose tokens EvalProtoPNet's SDFA reads (docs/protocol/evalprotopnet.md)."""
         return self.depth // 4
 
 

@@ -1,6 +1,6 @@
 """EvalProtoPNet (Huang et al., ICCV 2023; official code ``hqhQAQ/EvalProtoPNet``) on frozen tokens.
 
-methods.md, "EvalProtoPNet": add-on ``Linear(D→64) → Sigmoid``; TesNet's renormalised basis and
+docs/protocol/evalprotopnet.md: add-on ``Linear(D→64) → Sigmoid``; TesNet's renormalised basis and
 orthogonality cost; score aggregation instead of a last layer,
 ``logit_c = Σ_j softmax(w_c)_j · J · max_grid ⟨z, b̂_cj⟩`` with ``w`` initialised to 1;
 ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 Orth + 0.5 SDFA`` (SDFA from the end of warm-up, margin
@@ -8,7 +8,7 @@ orthogonality cost; score aggregation instead of a last layer,
 (StepLR(3, 0.2) of scripts/train.sh, stepped before each joint epoch as in main.py: ×0.2 from
 global epochs 7, 10, 13, 16, 19). No push.
 
-**Decision** (methods.md): the trunk is frozen, so SDFA's deep self-similarity is taken on the
+**Decision** (docs/protocol/evalprotopnet.md): the trunk is frozen, so SDFA's deep self-similarity is taken on the
 add-on output z and the shallow one (detached) on the tokens of frozen block ⌊depth/4⌋
 (``batch.early_tokens``, cached because ``needs_early_tokens``).
 """
@@ -73,7 +73,7 @@ class EvalProtoPNet(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "add_on_lr": LogUniform(3e-4, 3e-2),
         "basis_lr": LogUniform(3e-4, 3e-2),
@@ -155,7 +155,7 @@ class EvalProtoPNet(PrototypeMethod):
         return F.softmax(self.aggregation_weights[classes], dim=-1) * J * pooled
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """The projection ``⟨z, b̂⟩`` on the grid (methods.md), for the J basis vectors of ``classes[b]``."""
+        """The projection ``⟨z, b̂⟩`` on the grid (docs/protocol/evalprotopnet.md), for the J basis vectors of ``classes[b]``."""
         return class_projection_maps(self.latent(batch), self.basis, classes, self.prototypes_per_class, batch.grid)
 
     # ---- training ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ training split's embeddings of each class are clustered by k-means into J centre
 prototypes, class-major: ``utils/common.py`` ``get_kmeans_class``), and an image takes the class
 of its nearest centre (``test()``: ``kmc.predict``, squared Euclidean). The embedding here is
 the mean of the frozen trunk's final-norm patch tokens (the official ResNet's global average
-pool); the official encoder's fine-tuning has no analogue on a frozen trunk (README, "KMEx").
+pool); the official encoder's fine-tuning has no analogue on a frozen trunk (docs/protocol/kmex.md).
 
 Scores are the official soft similarity ``s_j = log(d_j + 1) − log(d_j + 1e-4)`` with the
 (unsquared) distance ``d_j = ‖e − p_j‖`` (``BBOX_fwd``), a class's logit the max over its J

@@ -1,6 +1,6 @@
 """ProtoPNet (Chen et al., NeurIPS 2019; official code ``cfchen-duke/ProtoPNet``) on frozen tokens.
 
-methods.md, "ProtoPNet": add-on ``Linear(D→128) → ReLU → Linear(128→128) → Sigmoid``, prototypes
+docs/protocol/protopnet.md: add-on ``Linear(D→128) → ReLU → Linear(128→128) → Sigmoid``, prototypes
 C·J × 128, squared L2 distances on the grid, ``log((d + 1)/(d + 1e-4))`` of the min distance,
 a last layer. ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 L1``. Epochs 0–4 warm, 5–19 joint
 (StepLR(5, 0.1), stepped before each joint epoch as main.py does: ×0.1 from global epochs 9, 14,
@@ -11,7 +11,7 @@ on the fixed pooled similarities.
 2406.14675; "Cosine similarity is almost all you need", WACV 2026): the cosine activation of
 methods/common/cosine.py, max-pooled, and cluster/separation costs on similarities with the signs
 of the weights flipped (ProtoPNeXt's coefficients −0.8 and +0.08 from the same 0.8 and −0.08);
-the add-on, schedule, push and last-layer phases stay ProtoPNet's (README, "ProtoPNet").
+the add-on, schedule, push and last-layer phases stay ProtoPNet's (docs/protocol/protopnet-cosine.md).
 
 Schedule as main.py of the official code: ``for epoch …: train; if epoch >= push_start and
 epoch in push_epochs: push; 20 × last-layer`` with ``push_start = 10``, so "push at epoch 10"
@@ -57,7 +57,7 @@ EPSILON = 1e-4
 SIMILARITIES = ("l2", "cosine")
 
 
-@float32_island  # ‖z‖² − 2z·p + ‖p‖² cancels to ≈ 0 at a close patch: in bf16 it errs by up to 0.3 (README, GPU)
+@float32_island  # ‖z‖² − 2z·p + ‖p‖² cancels to ≈ 0 at a close patch: in bf16 it errs by up to 0.3 (docs/guides/gpu.md)
 def squared_distances(latent: Tensor, prototypes: Tensor) -> Tensor:
     """``d = ‖z − p‖²`` as ``‖z‖² − 2 z·p + ‖p‖²`` clamped at 0 (model.py ``_l2_convolution``, ReLU).
 
@@ -83,7 +83,7 @@ class ProtoPNet(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "add_on_lr": LogUniform(3e-4, 3e-2),
         "prototype_lr": LogUniform(3e-4, 3e-2),
@@ -178,7 +178,7 @@ class ProtoPNet(PrototypeMethod):
         return last_layer_contributions(self.last_layer, self.pooled_similarities(batch), classes)
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """The log similarity (or the cosine activation) on the grid (methods.md), for the J
+        """The log similarity (or the cosine activation) on the grid (docs/protocol/protopnet.md), for the J
         prototypes of ``classes[b]``."""
         J, (H, W) = self.prototypes_per_class, batch.grid
         chosen = self.prototypes.view(self.num_classes, J, -1)[classes]

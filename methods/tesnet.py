@@ -1,6 +1,6 @@
 """TesNet (Wang et al., ICCV 2021; official code ``JackeyWang96/TesNet``) on frozen tokens.
 
-methods.md, "TesNet": add-on ``Linear(D→64) → ReLU → Linear(64→64) → Sigmoid``; a basis of C·J
+docs/protocol/tesnet.md: add-on ``Linear(D→64) → ReLU → Linear(64→64) → Sigmoid``; a basis of C·J
 concept vectors (64-d), L2-renormalised after every optimiser step; logits from the last layer
 on ``max_grid ⟨z, b̂⟩``; cluster/separation on ``−cos(z, b̂)``;
 ``L = CE + 0.8 Clst − 0.08 Sep + 1e-4 L1 + 1e-4 Orth − 1e-7 SubSep``. Epochs 0–4 warm (last layer
@@ -75,7 +75,7 @@ def subspace_separation(basis: Tensor, prototypes_per_class: int) -> Tensor:
     """``SubSep = (1/√2) · ½ Σ_{c,c'} ‖Π_c − Π_c'‖_F`` with ``Π_c = B_cᵀB_c`` (train_and_test.py
     ``subspace_sep``), without the C×C×K×K tensor of projection operators:
     ``‖Π_c − Π_c'‖²_F = ‖B_cB_cᵀ‖²_F + ‖B_c'B_c'ᵀ‖²_F − 2‖B_cB_c'ᵀ‖²_F`` (expand the square,
-    ``tr(Π_cΠ_c') = ‖B_cB_c'ᵀ‖²_F``), i.e. methods.md's ``2J − 2‖B_cB_c'ᵀ‖²_F`` when each B_c has
+    ``tr(Π_cΠ_c') = ‖B_cB_c'ᵀ‖²_F``), i.e. docs/protocol/tesnet.md's ``2J − 2‖B_cB_c'ᵀ‖²_F`` when each B_c has
     orthonormal rows, and exact for any basis. The c = c' terms are exactly 0 and left out, and
     the square root is taken of the value clamped at 1e-12, so the gradient stays finite when two
     classes span the same subspace (the official code adds 1e-10 inside the norm instead)."""
@@ -101,7 +101,7 @@ class TesNet(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "add_on_lr": LogUniform(3e-4, 3e-2),
         "basis_lr": LogUniform(3e-4, 3e-2),
@@ -190,7 +190,7 @@ class TesNet(PrototypeMethod):
         return last_layer_contributions(self.last_layer, self.pooled_projections(batch), classes)
 
     def activation_maps(self, batch: TokenBatch, classes: Tensor) -> Tensor:
-        """The projection ``⟨z, b̂⟩`` on the grid (methods.md), for the J basis vectors of ``classes[b]``."""
+        """The projection ``⟨z, b̂⟩`` on the grid (docs/protocol/tesnet.md), for the J basis vectors of ``classes[b]``."""
         return class_projection_maps(self.latent(batch), self.basis, classes, self.prototypes_per_class, batch.grid)
 
     # ---- training ---------------------------------------------------------------------------

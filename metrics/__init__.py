@@ -1,6 +1,6 @@
 """Evaluation metrics of protobench: pure functions of activation maps and annotations.
 
-Definitions: ``spec/metrics.md``. Entry point: :func:`explanation_metrics`; accuracy:
+Definitions: ``docs/protocol/metrics.md``. Entry point: :func:`explanation_metrics`; accuracy:
 :func:`accuracy`. All scores are in percent; ``None`` marks an undefined / not computable
 value (distinctiveness with J = 1, stability without noisy maps, comprehensiveness without masks).
 """

@@ -1,4 +1,4 @@
-"""Comprehensiveness (%): metrics.md "Extras the suite may add" (NPPP).
+"""Comprehensiveness (%): docs/protocol/metrics.md "Extras the suite may add" (NPPP).
 
 Official code: NPPP ``eval/comprehensiveness.py``: the J maps of the ground-truth class,
 upsampled **bilinearly** to 224 (``F.interpolate(mode="bilinear")``, align_corners=False),
@@ -6,7 +6,7 @@ each min-max normalised and thresholded (``>= 0.6``), the union over the J maps,
 IoU with the bird's segmentation mask (cropped to the box, resized nearest-exact, ``> 200``);
 the score is the mean IoU over the test images, here times 100.
 
-Choices (metrics.md is silent):
+Choices (docs/protocol/metrics.md is silent):
 - a constant map (max == min) selects no pixel: NPPP divides 0/0, and NaN >= 0.6 is False;
 - the test is written ``a >= min + 0.6 * (max - min)`` (no division): identical except for
   pixels within one rounding error of the threshold;

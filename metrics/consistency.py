@@ -1,11 +1,11 @@
-"""Consistency (%): metrics.md section "Consistency".
+"""Consistency (%): docs/protocol/metrics.md section "Consistency".
 
 Official code: EvalProtoPNet ``util/eval_interpretability.py::evaluate_consistency``
 (NPPP ``eval/consistency.py`` is the same code).
 
 Classes without test images: the official code cannot evaluate them (``np.stack`` of an
 empty list raises). Here their prototypes count as inconsistent, which is what the formula
-of metrics.md gives (all ratios ``0 / max(1, 0) = 0``), and the C·J denominator is kept;
+of docs/protocol/metrics.md gives (all ratios ``0 / max(1, 0) = 0``), and the C·J denominator is kept;
 a ``UserWarning`` names how many classes were affected.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def part_hit_ratios(o: Tensor, visible: Tensor, labels: Tensor, num_classes: int
 def consistency_flags(
     o: Tensor, visible: Tensor, labels: Tensor, num_classes: int, threshold: float = PART_THRESHOLD
 ) -> Tensor:
-    """(C, J) bool: prototype (c, k) is consistent iff ``max_p ratio_p >= threshold`` (metrics.md)."""
+    """(C, J) bool: prototype (c, k) is consistent iff ``max_p ratio_p >= threshold`` (docs/protocol/metrics.md)."""
     ratios = part_hit_ratios(o, visible, labels, num_classes)
     return (ratios >= threshold).any(dim=-1)  # mean_part = (ratio >= part_thresh); consistent iff any
 
@@ -69,7 +69,7 @@ def _warn_empty_classes(labels: Tensor, num_classes: int) -> None:
     if missing:
         warnings.warn(
             f"consistency: {missing} of {num_classes} classes have no test images; "
-            "their prototypes count as inconsistent (C·J denominator, metrics.md)",
+            "their prototypes count as inconsistent (C·J denominator, docs/protocol/metrics.md)",
             stacklevel=3,
         )
 
@@ -77,7 +77,7 @@ def _warn_empty_classes(labels: Tensor, num_classes: int) -> None:
 def consistency_score(
     o: Tensor, visible: Tensor, labels: Tensor, num_classes: int, threshold: float = PART_THRESHOLD
 ) -> float:
-    """Consistency in percent from part vectors: ``100 * consistent / (C·J)`` (metrics.md)."""
+    """Consistency in percent from part vectors: ``100 * consistent / (C·J)`` (docs/protocol/metrics.md)."""
     flags = consistency_flags(o, visible, labels, num_classes, threshold)
     _warn_empty_classes(labels.to(o.device), num_classes)
     return 100.0 * float(flags.to(torch.float64).mean())  # all_proto_consis.mean() * 100

@@ -1,4 +1,4 @@
-"""Distinctiveness (%): metrics.md section "Distinctiveness".
+"""Distinctiveness (%): docs/protocol/metrics.md section "Distinctiveness".
 
 Official code: NPPP ``eval/distinctiveness.py::batch_mean_IoU_bbox`` (72-px boxes centred on
 each map's argmax after bilinear upsampling, ``torchvision.ops.box_iou`` of the unclipped
@@ -25,7 +25,7 @@ BOX_SIZE = 72  # NPPP evaluate_distinctiveness(box_size=72)
 def iou_72(a: Tensor, b: Tensor, box_size: int = BOX_SIZE) -> Tensor:
     """IoU of the ``box_size`` square boxes centred at ``a`` and ``b`` (``(..., 2)``, broadcast).
 
-    metrics.md: boxes ``[c - 36, c + 36]``, not clipped to the image; continuous areas
+    docs/protocol/metrics.md: boxes ``[c - 36, c + 36]``, not clipped to the image; continuous areas
     (``box_iou`` on xyxy corners, no +1): ``inter = max(0, 72 - |dx|) * max(0, 72 - |dy|)``,
     ``IoU = inter / (2 * 72^2 - inter)``. Returns float64.
     """
@@ -73,7 +73,7 @@ def distinctiveness(
 
     float32 bilinear upsampling -> first strict maximum, as NPPP's code breaks ties
     (:func:`metrics.float32_bilinear.nppp_peaks`) -> unclipped 72-px boxes -> :func:`distinctiveness_score`.
-    ``topk``: NPPP's selection of the top-k maps by peak value (default None: all J, metrics.md).
+    ``topk``: NPPP's selection of the top-k maps by peak value (default None: all J, docs/protocol/metrics.md).
     ``None`` when undefined (fewer than 2 maps per image, or no image).
     """
     check_maps("maps", maps)

@@ -65,13 +65,13 @@ def explanation_records(
     """Consistency, stability, distinctiveness and comprehensiveness, in percent.
 
     clean_maps, noisy_maps: (N, J, h, w) maps of each image's ground-truth class prototypes
-        (higher = more similar) on the clean and the noise-perturbed input (metrics.md).
+        (higher = more similar) on the clean and the noise-perturbed input (docs/protocol/metrics.md).
     labels: (N,) ground-truth classes in ``[0, num_classes)``; parts: the N images' parts in
         the 224 frame (:func:`metrics.parts.map_parts_to_frame`).
     map_pool: 1 (native grid) or 2 (NPPP's 2x2 average pooling), applied to every metric.
     masks: optional (N, 224, 224) foreground masks for comprehensiveness.
     chunk_size: images upsampled at once (memory bound; None: 64 on CUDA, 4 on CPU).
-    topk: NPPP's top-k map selection for dis/comp only (default None = all J, as metrics.md).
+    topk: NPPP's top-k map selection for dis/comp only (default None = all J, as docs/protocol/metrics.md).
 
     Scores ``{"con", "sta", "dis", "comp"}`` with their per-image and per-prototype parts
     (:class:`ExplanationRecords`); a score is ``None`` when undefined or not
@@ -101,7 +101,7 @@ def explanation_records(
     for sl in iter_chunks(n, chunk_size, dev):
         raw = clean_maps[sl].to(device=dev, dtype=torch.float64)
         clean = pool_maps(raw, map_pool)
-        # metrics.md "Shared core" 1-2: bicubic upsampling, first argmax (EvalProtoPNet)
+        # docs/protocol/metrics.md "Shared core" 1-2: bicubic upsampling, first argmax (EvalProtoPNet)
         peaks_clean[sl] = upsampled_peaks(clean, "bicubic")
         if peaks_noisy is not None:
             peaks_noisy[sl] = upsampled_peaks(

@@ -11,7 +11,7 @@ The arithmetic follows OpenCV's ``imgproc/src/resize.cpp`` (``resize`` computes
 the vertical ones as ``S0·b0 + (S1·b1 + (S2·b2 + S3·b3))`` with separate multiplies and adds (the
 SSE baseline build), source indices clamped at the borders). It equals ``cv2.resize`` bit for bit
 with OpenCV's own kernel (``cv2.ipp.setUseIPP(False)``; tests/metrics/test_flat_map_peaks.py); the IPP
-HAL that recent wheels enable by default rounds differently (README, "Protocol deviations").
+HAL that recent wheels enable by default rounds differently (docs/protocol/metrics.md, "Deviations and decisions").
 """
 from __future__ import annotations
 

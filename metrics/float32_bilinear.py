@@ -4,8 +4,8 @@ CPU kernels compute them, then the first strict maximum.
 NPPP ``eval/distinctiveness.py`` runs ``F.avg_pool2d`` (pool 2), ``F.interpolate(mode="bilinear")``
 and ``F.adaptive_max_pool2d(return_indices=True)`` on float32 maps. Where a maximum is flat or two
 pixels differ by float32 rounding (repeated bf16 values, a border peak), float32 rounding and the
-first-maximum rule decide the box centre; a float64 upsampling decides otherwise (README,
-"Protocol deviations", Metrics). Calling ``F.interpolate`` itself would not reproduce one answer:
+first-maximum rule decide the box centre; a float64 upsampling decides otherwise (docs/protocol/metrics.md,
+"Deviations and decisions"). Calling ``F.interpolate`` itself would not reproduce one answer:
 torch picks a vectorised or a generic CPU kernel by thread count, channel count and memory
 format, and the two round differently. This module evaluates the generic kernel's arithmetic
 (ATen ``UpSampleKernel.cpp``: ``HelperInterpLinear`` weights, ``Interpolate`` 2-tap sums; as

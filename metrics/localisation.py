@@ -9,7 +9,7 @@ shifted by its minimum, so the share is invariant to the map's offset and sign c
 (cosine maps and log-likelihood maps alike); a constant map spreads its mass uniformly (its share
 is the object's area). The score is the mean over images and their J maps.
 
-Differences (README, "Protocol deviations"): Quantus keeps only positive attributions (a
+Differences (docs/protocol/metrics.md): Quantus keeps only positive attributions (a
 log-likelihood map has none); the object is the segmentation mask in the box-cropped frame,
 because CUB-format images are cropped to the bounding box, which then is the whole frame.
 """

@@ -1,17 +1,17 @@
 """Activation maps: pooling, upsampling to the 224 frame, first row-major argmax.
 
-metrics.md "Shared core" steps 1-2 (bicubic, EvalProtoPNet ``cv2.resize(..., INTER_CUBIC)`` +
+docs/protocol/metrics.md "Shared core" steps 1-2 (bicubic, EvalProtoPNet ``cv2.resize(..., INTER_CUBIC)`` +
 ``np.where(m == m.max())``), "Distinctiveness" (bilinear, NPPP ``F.interpolate(mode="bilinear")``)
 and "Grid resolution" (``map_pool = 2``: NPPP ``F.avg_pool2d(kernel_size=2, stride=2)``).
 
-Numerics (choices metrics.md leaves open):
+Numerics (choices docs/protocol/metrics.md leaves open):
 - Upsampling is separable and linear, so it is computed as ``W_rows @ map @ W_cols.T`` with the
   interpolation weight matrices of ``F.interpolate(..., align_corners=False)`` (same kernel,
   same taps, same border rule), in float64. This equals ``F.interpolate`` to ~1e-14 and is about
   3x faster on CPU (a batched GEMM instead of a per-pixel gather); the tests check it against
   ``F.interpolate`` and against an independent numpy ``cv2.INTER_CUBIC`` re-implementation.
 - The argmax is the first row-major pixel whose value is within ``TIE_RTOL * max|native map|``
-  of the maximum. The known answers of metrics.md are exact-arithmetic ties (e.g. a one-hot cell
+  of the maximum. The known answers of docs/protocol/metrics.md are exact-arithmetic ties (e.g. a one-hot cell
   whose peak falls between pixels 41 and 42); a strict ``==`` argmax would let the last bit of
   rounding decide them (torch float64 bilinear puts the 8x8 cell (1, 2) at (42, 70), exact
   arithmetic and cv2 at (41, 69)). Flat (constant) maps, where every pixel ties, take the peak
@@ -57,7 +57,7 @@ def check_map_pool(maps: Tensor, map_pool: int) -> None:
 
 
 def pool_maps(maps: Tensor, map_pool: int = 1) -> Tensor:
-    """metrics.md "Grid resolution": ``map_pool = 1`` native grid, ``k > 1``: ``k x k`` average
+    """docs/protocol/metrics.md "Grid resolution": ``map_pool = 1`` native grid, ``k > 1``: ``k x k`` average
     pooling with stride k (NPPP ``pnp.py::push_forward`` / ``get_attn_maps``:
     ``F.avg_pool2d(kernel_size=(2, 2), stride=2)``; odd sizes drop the last row/column, as there).
     """
@@ -112,7 +112,7 @@ def interpolation_matrix(n_in: int, n_out: int, mode: str, device: torch.device 
 def upsample_maps(maps: Tensor, size: int = FRAME_SIZE, mode: str = "bicubic") -> Tensor:
     """Upsample ``(..., h, w)`` maps to ``size x size`` in float64, ``align_corners=False``.
 
-    bicubic: EvalProtoPNet's ``cv2.resize(..., INTER_CUBIC)`` (metrics.md step 1);
+    bicubic: EvalProtoPNet's ``cv2.resize(..., INTER_CUBIC)`` (docs/protocol/metrics.md step 1);
     bilinear: NPPP ``eval/distinctiveness.py`` / ``eval/comprehensiveness.py``
     (``F.interpolate(mode="bilinear")``). Computed as ``W_h @ map @ W_w.T`` (module docstring).
     """
@@ -125,7 +125,7 @@ def upsample_maps(maps: Tensor, size: int = FRAME_SIZE, mode: str = "bicubic") -
 def argmax_positions(maps: Tensor, tie_rtol: float = TIE_RTOL, scale: Tensor | None = None) -> Tensor:
     """First row-major argmax of each ``(..., H, W)`` map -> ``(..., 2)`` int64 ``(row, col)``.
 
-    EvalProtoPNet: ``np.where(m == m.max())`` then the first hit (metrics.md step 2), with
+    EvalProtoPNet: ``np.where(m == m.max())`` then the first hit (docs/protocol/metrics.md step 2), with
     ties taken up to ``tie_rtol * scale`` (see the module docstring). ``scale`` (shape ``...``)
     defaults to ``max|map|``; :func:`peak_positions` passes ``max|native map|`` (cheaper, same order).
     """
@@ -147,7 +147,7 @@ def map_scale(maps: Tensor) -> Tensor:
 
 def upsampled_peaks(maps: Tensor, mode: str, size: int = FRAME_SIZE) -> Tensor:
     """First argmax of each (already pooled) ``(..., h, w)`` map after upsampling to the frame
-    (metrics.md "Shared core" 1-2), ties relative to ``max|map|`` of the map as given.
+    (docs/protocol/metrics.md "Shared core" 1-2), ties relative to ``max|map|`` of the map as given.
 
     bicubic, flat (constant) maps: every pixel ties in exact arithmetic, and the official code's
     float32 ``cv2.resize`` lets rounding pick the peak; those maps take it as that kernel does
@@ -168,7 +168,7 @@ def select_topk_maps(maps: Tensor, topk: int | None) -> Tensor:
 
     NPPP ``eval/distinctiveness.py`` / ``eval/comprehensiveness.py`` (``push_forward`` branch):
     ``adaptive_max_pool2d`` then ``topk`` over the class's prototypes, before pooling.
-    metrics.md uses all J maps; this option only reproduces NPPP's baseline evaluation.
+    docs/protocol/metrics.md uses all J maps; this option only reproduces NPPP's baseline evaluation.
     """
     if topk is None:
         return maps

@@ -1,6 +1,6 @@
 """Part keypoints in the 224 frame, prototype regions and part vectors.
 
-metrics.md, sections "Inputs" and "Shared core: the part vector of (prototype, image)";
+docs/protocol/metrics.md, sections "Inputs" and "Shared core: the part vector of (prototype, image)";
 official code: EvalProtoPNet ``util/local_parts.py`` (parsing, ``in_bbox``) and
 ``util/eval_interpretability.py::get_corresponding_object_parts`` (mapping, region, o / m).
 
@@ -17,8 +17,8 @@ from torch import Tensor
 
 from ._checks import check_bool
 
-FRAME_SIZE = 224  # metrics.md "Inputs": images cropped to the box and resized to 224 x 224
-HALF_SIZE = 36  # metrics.md step 3; EvalProtoPNet evaluate_consistency(half_size=36)
+FRAME_SIZE = 224  # docs/protocol/metrics.md "Inputs": images cropped to the box and resized to 224 x 224
+HALF_SIZE = 36  # docs/protocol/metrics.md step 3; EvalProtoPNet evaluate_consistency(half_size=36)
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class PartGroundTruth:
 
     part_px: (N, P, 2) int64, ``(x, y) = (col, row)``; values of invisible parts are
         meaningless (CUB stores 0, 0) and never used.
-    visible: (N, P) bool, the part vector ``m`` of metrics.md.
+    visible: (N, P) bool, the part vector ``m`` of docs/protocol/metrics.md.
     """
 
     part_px: Tensor
@@ -77,7 +77,7 @@ def _as_tensor(name: str, x: object) -> Tensor:
 
 
 def _truncate_to_int(x: Tensor) -> Tensor:
-    """``int(float(v))`` element-wise: truncation toward zero (metrics.md "Inputs")."""
+    """``int(float(v))`` element-wise: truncation toward zero (docs/protocol/metrics.md "Inputs")."""
     if x.is_floating_point():
         return torch.trunc(x.to(torch.float64)).to(torch.int64)
     return x.to(torch.int64)
@@ -87,7 +87,7 @@ def boxes_from_xywh(xywh: np.ndarray | Tensor) -> Tensor:
     """``bounding_boxes.txt`` values ``(x, y, w, h)`` -> integer ``(x1, y1, x2, y2)``, shape (N, 4).
 
     EvalProtoPNet ``util/local_parts.py``: each value truncated (``int(s.split('.')[0])``),
-    then ``x2 = x + w``, ``y2 = y + h``. Example (metrics.md): ``60.0 27.0 325.0 304.0`` ->
+    then ``x2 = x + w``, ``y2 = y + h``. Example (docs/protocol/metrics.md): ``60.0 27.0 325.0 304.0`` ->
     ``(60, 27, 385, 331)``.
     """
     t = _as_tensor("xywh", xywh)
@@ -106,16 +106,16 @@ def map_parts_to_frame(
     """Map raw part keypoints into the ``size x size`` frame of the box-cropped image.
 
     part_xy: (N, P, 2) raw ``(x, y)`` of ``parts/part_locs.txt``; floats are truncated toward
-        zero first (``int(float(x))``, metrics.md "Inputs").
+        zero first (``int(float(x))``, docs/protocol/metrics.md "Inputs").
     boxes: (N, 4) integer ``(x1, y1, x2, y2)`` (see :func:`boxes_from_xywh`).
     visible: (N, P) bool (or 0/1) visibility flags.
 
     Formula of EvalProtoPNet ``get_corresponding_object_parts``:
     ``ratio_x = (x - x1) / (x2 - x1)``; ``px = int(size * ratio_x)`` (float64, ``int`` truncating
     toward zero, so a part 1 px left of the box maps to 0, not -1). This evaluation order
-    (ratio first) is the official code's; metrics.md writes ``int(224 * (x - x1) / (x2 - x1))``,
+    (ratio first) is the official code's; docs/protocol/metrics.md writes ``int(224 * (x - x1) / (x2 - x1))``,
     which differs in rare cases where the exact value is an integer (e.g. ``x - x1 = 61``,
-    width 224: code 60, literal formula 61). The code is the reference (metrics.md preamble).
+    width 224: code 60, literal formula 61). The code is the reference (docs/protocol/metrics.md preamble).
     """
     xy = _truncate_to_int(_as_tensor("part_xy", part_xy))
     if xy.dim() != 3 or xy.shape[2] != 2:
@@ -147,7 +147,7 @@ def map_parts_to_frame(
 def region_bounds(centres: Tensor, half_size: int = HALF_SIZE, size: int = FRAME_SIZE) -> Tensor:
     """Region of a prototype around its argmax ``(r, c)``: ``(..., 4)`` = ``(r1, r2, c1, c2)``.
 
-    metrics.md step 3 / EvalProtoPNet ``region_pred``: ``r1 = max(0, r - 36)``,
+    docs/protocol/metrics.md step 3 / EvalProtoPNet ``region_pred``: ``r1 = max(0, r - 36)``,
     ``r2 = min(224, r + 36)``, likewise for columns; both bounds inclusive (``in_bbox``).
     """
     r, c = centres[..., 0], centres[..., 1]
@@ -168,7 +168,7 @@ def part_vectors(
     """Part vector ``o`` of every (image, prototype): (N, J, P) bool.
 
     centres: (N, J, 2) argmax positions ``(row, col)`` in the frame.
-    metrics.md step 4 / EvalProtoPNet ``in_bbox((loc_y, loc_x), region_pred)``:
+    docs/protocol/metrics.md step 4 / EvalProtoPNet ``in_bbox((loc_y, loc_x), region_pred)``:
     ``o[p] = visible[p] and r1 <= py <= r2 and c1 <= px <= c2``.
     """
     if centres.dim() != 3 or centres.shape[2] != 2:

@@ -7,14 +7,14 @@ presence (the map's maximum), in each the image patch at the maximum, and which 
 inside that patch; the prototype's purity is the largest share of its k patches that contain one
 same part (``max_part mean_images [part in patch]``). The score is the mean over prototypes.
 
-Differences from PIP-Net (README, "Protocol deviations"):
+Differences from PIP-Net (docs/protocol/metrics.md):
 - prototypes here are class-specific, so a prototype's top-k images are drawn from the training
   images of its own class (PIP-Net: all training images; its prototypes are shared);
-- the maximum is located as for consistency (metrics.md "Shared core": bicubic upsampling to the
+- the maximum is located as for consistency (docs/protocol/metrics.md "Shared core": bicubic upsampling to the
   224 frame, first argmax) and the patch is the ``2 · half_size`` square around it with
   EvalProtoPNet's inclusive bounds (``parts.region_bounds``); PIP-Net maps the latent cell to a
   32 x 32 image patch, hence ``half_size = 16``;
-- only visible parts count (the part vector ``o`` of metrics.md).
+- only visible parts count (the part vector ``o`` of docs/protocol/metrics.md).
 """
 from __future__ import annotations
 

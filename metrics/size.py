@@ -6,7 +6,7 @@ and connected to its predicted class; the *global* size is the number of prototy
 non-zero weight to some class. QuanProto's "compactness" counts the same two quantities.
 
 Here both are read from ``prototype_contributions`` (what each prototype of a class adds to its
-logit), which every adapter provides (README, "Protocol deviations"):
+logit), which every adapter provides (docs/protocol/metrics.md):
 - ``size_local``: per test image, the prototypes of the predicted class whose contribution is at
   least ``tau`` times the largest one (PIP-Net: presence > 0.1 with a non-zero weight; a
   contribution is presence x weight, so τ = 0.1 is the same cut relative to the top prototype),

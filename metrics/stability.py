@@ -1,4 +1,4 @@
-"""Stability (%): metrics.md section "Stability".
+"""Stability (%): docs/protocol/metrics.md section "Stability".
 
 Official code: EvalProtoPNet ``util/eval_interpretability.py::evaluate_stability``: per
 prototype, the fraction of its class's test images whose whole part vector ``o`` is the same

@@ -16,7 +16,7 @@ STA = Metric("sta", text("Sta."))
 DIS = Metric("dis", text("Dis."))
 ACC = Metric("acc", text("Acc."))
 EXPLANATION_AND_ACC = (CON, STA, DIS, ACC)
-# the metrics beyond the paper (README, "Metrics beyond the paper"); explanation sizes are
+# the metrics beyond the paper (docs/protocol/metrics.md, "Metrics beyond the paper"); explanation sizes are
 # numbers of prototypes (smaller is easier to read), del is in percent points
 COMP = Metric("comp", text("Comp."))
 PURITY = Metric("purity", text("Purity"))

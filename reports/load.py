@@ -72,12 +72,12 @@ def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
     unchecked = [f"  {run_dir}: {why}" for run_dir, why in runs if why.startswith(UNVERIFIABLE)]
     notes = []
     if stale:
-        notes.append(f"{len(stale)} stale result(s) are included (README, \"Run identity and stale results\"); "
+        notes.append(f"{len(stale)} stale result(s) are included (docs/design/run-identity.md); "
                      "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric "
                      "code: `protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(stale))
     if unchecked:
         notes.append(f"{len(unchecked)} result(s) of own adapters are unverifiable: reading results never imports "
-                     "code a result names (README, \"Reading results never runs code\"):\n" + "\n".join(unchecked))
+                     "code a result names (docs/design/run-identity.md, \"Reading results never runs code\"):\n" + "\n".join(unchecked))
     return "\n".join(notes) or None
 
 

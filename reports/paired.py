@@ -8,7 +8,7 @@ difference averaged over the seeds; Student t over images); otherwise, and for t
 metrics, over seeds (paired Student t). Each row's interval and p come from one procedure, so the
 interval excludes 0 exactly when p < 1 − level; intervals are clipped to [−100, 100] and marked.
 The probability of improvement is over the runs' values (rliable's P(a > b)). All metrics here
-are higher-is-better percentages (metrics.md). The procedures: ``reports.stats``.
+are higher-is-better percentages (docs/protocol/metrics.md). The procedures: ``reports.stats``.
 """
 from __future__ import annotations
 

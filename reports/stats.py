@@ -1,8 +1,8 @@
 """The statistics of ``report --ci``, ``compare`` and ``--significance``: intervals, paired tests,
 Holm correction.
 
-Every number comes from scipy or statsmodels; this module only arranges the data (README,
-"Statistics", states each procedure, its assumptions and the n it needs). Every interval comes
+Every number comes from scipy or statsmodels; this module only arranges the data (docs/guides/statistics.md
+states each procedure, its assumptions and the n it needs). Every interval comes
 from the same procedure as its test, so an interval excludes 0 exactly when p < 1 − level:
 
 - :func:`seed_interval`: Student t interval of a mean over n ≥ 2 seeds (``scipy.stats.t``);
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-MIN_IMAGES = 30  # the image t-test's normal approximation of a mean of bounded values (README "Statistics")
+MIN_IMAGES = 30  # the image t-test's normal approximation of a mean of bounded values (docs/guides/statistics.md)
 MIN_SEEDS = 2  # a t interval needs a spread: n − 1 ≥ 1 degrees of freedom
 
 SEED_METHOD = "Student t interval over seeds"

@@ -11,7 +11,7 @@ named tensors the method returns.
 A live source (``cache = false``) reruns the trunk at every step, and a pass for the features
 would cost a whole extra trunk pass: its batches get their features as they are loaded instead
 (:class:`WithLiveFrozenFeatures`, on the prefetch thread towards CUDA), so that no training step
-computes them (the gate reads the device to size its eigenproblems: README, "Host syncs per
+computes them (the gate reads the device to size its eigenproblems: docs/guides/gpu.md, "Host syncs per
 training step").
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The stability metric's input perturbation (metrics.md, "Stability"): the noise added to each
+"""The stability metric's input perturbation (docs/protocol/metrics.md, "Stability"): the noise added to each
 normalised image of the noisy test view, the same for an image in any batch, order or run."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-#: metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
+#: docs/protocol/metrics.md, "Stability": clip(N(0, 0.2²), −0.25, 0.25) on the normalised image
 NOISE_STD = 0.2
 NOISE_CLIP = 0.25
 #: the stability perturbation of every run is drawn from this seed, not the run's: every method and
-#: seed is scored on the same perturbed images (paired comparisons; README "Protocol deviations")
+#: seed is scored on the same perturbed images (paired comparisons; docs/protocol/harness.md)
 STABILITY_NOISE_SEED = 0
 
 
@@ -23,7 +23,7 @@ def _noise_seed(seed: int, index: int) -> int:
 
 
 def stability_noise(shape: Sequence[int], *, seed: int, index: int) -> Tensor:
-    """The stability perturbation of image ``index`` (metrics.md): i.i.d. N(0, 0.2²) clipped to
+    """The stability perturbation of image ``index`` (docs/protocol/metrics.md): i.i.d. N(0, 0.2²) clipped to
     ±0.25, from a generator seeded by (seed, index), so it is the same in any batch or order."""
     generator = torch.Generator().manual_seed(_noise_seed(seed, index))
     return (torch.randn(tuple(shape), generator=generator) * NOISE_STD).clamp_(-NOISE_CLIP, NOISE_CLIP)

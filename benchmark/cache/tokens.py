@@ -15,7 +15,7 @@ entries of the demo data, float32 none). The final-norm
 ``block_input`` on the device, exactly as the trunk pass computes them
 (``FrozenTrunk.forward``: ``tokens = norm(x)[:, P:]`` with ``x`` the block input), so they differ
 from the live ones only by the storage rounding of ``block_input`` propagated through the
-norm (bound: README, "Token cache"). ``cache_dir = None`` gives the same interface computed live.
+norm (bound: docs/guides/token-cache.md). ``cache_dir = None`` gives the same interface computed live.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""protobench: train and evaluate part-prototype classifiers on frozen DINO trunks, grid by grid (make demo; see the README)."""
+"""protobench: train and evaluate part-prototype classifiers on frozen DINO trunks, grid by grid (make demo; see the README and docs/)."""
 from __future__ import annotations
 
 import argparse

@@ -17,7 +17,7 @@ from methods.registry import display_name_of
 from benchmark.run.store import RunDir
 
 METRICS = ("acc", "con", "sta", "dis", "comp")
-#: metrics.md (definitions) and evaluation.py; all in percent, higher is better
+#: docs/protocol/metrics.md (definitions) and evaluation.py; all in percent, higher is better
 LEGEND = {
     "acc": "top-1 test accuracy",
     "con": "consistency: prototypes whose peak region covers the same part in ≥ 80% of their class's test images",

@@ -74,7 +74,7 @@ def hf_cache_check() -> Check:
         return Check("hf cache", "ok", f"{where} ({source})")
     return Check("hf cache", "warn", f"{where} ({source}) does not exist",
                  "only grids with weights = 'hf-cache' need it: download the weights on a login node and export "
-                 "HF_HOME=<a shared folder> on login and compute nodes alike (README 'Real data')")
+                 "HF_HOME=<a shared folder> on login and compute nodes alike (docs/guides/real-data.md)")
 
 
 def slurm_check(required: bool) -> Check:
@@ -140,7 +140,7 @@ def weights_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
         try:
             found = resolve_weights(backbone_spec(backbone), weights)
         except ProtobenchError as err:  # its message says what to do
-            fix = "or export HF_HOME=<the shared cache that holds them> (README 'Real data')" \
+            fix = "or export HF_HOME=<the shared cache that holds them> (docs/guides/real-data.md)" \
                 if weights == "hf-cache" else ""
             checks.append(Check(name, "fail", str(err), fix))
         else:

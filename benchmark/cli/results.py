@@ -119,16 +119,16 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decimals", type=int, default=1, help="digits after the point (default: 1)")
     parser.add_argument("--ci", type=float, nargs="?", const=95.0, metavar="LEVEL",
                         help="every cell with its confidence interval over seeds (accuracy also over test images), "
-                             "at LEVEL percent (default 95); README 'Statistics'")
+                             "at LEVEL percent (default 95); docs/guides/statistics.md")
     parser.add_argument("--significance", type=float, nargs="?", const=0.05, metavar="ALPHA",
                         help="bold the best cell only where a paired test finds it better than the runner-up, and "
-                             "mark cells tied with the best (≈), at ALPHA (default 0.05); README 'Statistics'")
+                             "mark cells tied with the best (≈), at ALPHA (default 0.05); docs/guides/statistics.md")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
     add_check_adapters_argument(parser)
     parser.add_argument("--tuning", action="store_true",
                         help="per tuning cell: trials, default and best validation score, the chosen hyperparameters, "
-                             "and test accuracy default vs tuned with paired CI and p (README 'A fair comparison')")
+                             "and test accuracy default vs tuned with paired CI and p (docs/guides/tuning.md)")
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -303,7 +303,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    """Paired comparisons of the values of one key, cell by cell (README 'Statistics')."""
+    """Paired comparisons of the values of one key, cell by cell (docs/guides/statistics.md)."""
     from reports.load import load_runs
     from reports.paired import compare_levels, render_comparisons
     from reports.pivot import parse_where
@@ -339,7 +339,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training curves from each run's metrics.jsonl: one panel per loss term, one line per run")
     parser.add_argument("--cd", action="store_true",
                         help="a critical-difference diagram: mean ranks of the --hue values (default: method) over the "
-                             "blocks of the other keys, Friedman + Wilcoxon–Holm (README 'Statistics')")
+                             "blocks of the other keys, Friedman + Wilcoxon–Holm (docs/guides/statistics.md)")
     parser.add_argument("--x", metavar="DIM", help=f"x axis: one of {DIMENSIONS}, seed (default: J)")
     parser.add_argument("--y", type=_names, metavar="NAME",
                         help="the metric to plot (default: acc); with --curves, the quantities, comma-separated: "

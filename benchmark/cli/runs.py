@@ -138,7 +138,7 @@ def _summary(outcomes: list[Outcome]) -> int:
     for o in stale:
         print(f"stale, not re-run: {o.spec.run_id} {o.spec.label}: {o.detail}")
     if stale:
-        print(f"{len(stale)} run(s) of the grid have a stale result (README, \"Run identity and stale results\"); "
+        print(f"{len(stale)} run(s) of the grid have a stale result (docs/design/run-identity.md); "
               "run the same command with --rerun-stale to train them again")
     failed = [o for o in outcomes if o.failed]
     for o in failed:

@@ -13,7 +13,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     """Add ``tune`` to ``sub``."""
     p = sub.add_parser("tune", help="tune every method of a grid on the validation split, with the same budget each "
                                     "(one Optuna study per dataset × backbone × method × J × variant)")
-    p.add_argument("grid", help="grid TOML file (its [tuning] table: README, 'A fair comparison')")
+    p.add_argument("grid", help="grid TOML file (its [tuning] table: docs/guides/tuning.md)")
     p.add_argument("--trials", type=int, help="finished (complete or pruned) trials per cell, the same for every "
                                               "method (default: the grid's tuning.trials)")
     p.add_argument("--sampler", choices=["tpe", "random", "nsga2"], help="Optuna sampler (default: the grid's, tpe)")

@@ -1,4 +1,4 @@
-"""Datasets of the benchmark (protocol.md, "Datasets"): CUB-200-2011, the synthetic
+"""Datasets of the benchmark (docs/protocol/harness.md, "Datasets"): CUB-200-2011, the synthetic
 ``synthbirds`` (CUB layout), Stanford Dogs and Stanford Cars, with the shared evaluation
 preprocessing and the optional offline augmentation.
 

@@ -1,4 +1,4 @@
-"""The offline augmentation variant (protocol.md; the supplementary's ProtoPNet-style recipe).
+"""The offline augmentation variant (docs/protocol/harness.md; the supplementary's ProtoPNet-style recipe).
 
 ProtoPNet's ``img_aug.py`` (also EvalProtoPNet's ``util/img_aug.py``) runs three Augmentor
 pipelines over every box-cropped training image, 10 outputs each:
@@ -10,7 +10,7 @@ pipelines over every box-cropped training image, 10 outputs each:
 each followed by ``flip_left_right(probability=0.5)`` — 30 copies. The paper's supplementary
 describes 40 variants "using random rotation, skew, shear, and horizontal flip"; the suite
 reads that literally and adds a fourth block of 10 horizontally flipped copies (a protocol
-deviation listed in the README). This module reproduces that recipe
+docs/protocol/harness.md). This module reproduces that recipe
 in memory, each copy a deterministic function of ``(seed, index)``; every operation is a
 four-corner warp (``torchvision.transforms.v2.functional.perspective``, bicubic like
 Augmentor) that, as in Augmentor, keeps the output the input's size and free of empty
@@ -47,7 +47,7 @@ SKEW_MAGNITUDE = 0.2  # fraction of the longer side
 MAX_SHEAR = 10  # degrees
 FLIP_PROBABILITY = 0.5
 #: The augmented set is made once per dataset from this seed, whatever the run's seed: the official
-#: pipeline runs Augmentor once and every method and seed trains on the same copies (protocol.md),
+#: pipeline runs Augmentor once and every method and seed trains on the same copies (docs/protocol/harness.md),
 #: so all runs of a dataset share one augmented set and one token-cache entry.
 AUGMENTATION_SEED = 0
 

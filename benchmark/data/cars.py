@@ -1,4 +1,4 @@
-"""Reader of the Stanford Cars devkit layout (full images, accuracy only; protocol.md).
+"""Reader of the Stanford Cars devkit layout (full images, accuracy only; docs/protocol/harness.md).
 
 Layout under ``root`` (or ``root/stanford_cars``, torchvision's ``StanfordCars`` folder)::
 

@@ -85,9 +85,9 @@ class PartAnnotations:
 
     part_names          P names from ``parts/parts.txt``
     boxes               N×4 int64 ``(x1, y1, x2, y2)``: the ``bounding_boxes.txt`` floats truncated,
-                        ``x2 = x1 + w``, ``y2 = y1 + h`` (protocol.md)
+                        ``x2 = x1 + w``, ``y2 = y1 + h`` (docs/protocol/harness.md)
     part_xy             N×P×2 int64 raw image coordinates ``(int(float(x)), int(float(y)))``;
-                        0 where the part is invisible (metrics.md, "Inputs")
+                        0 where the part is invisible (docs/protocol/metrics.md, "Inputs")
     part_visible        N×P bool
     segmentation_paths  ``segmentations/<class_dir>/<file>.png`` when that file exists, else None
     """
@@ -103,7 +103,7 @@ class ImageDataset(torch.utils.data.Dataset):
     """One split of a dataset; item ``i`` is ``(3×S×S normalised image, label, i)``.
 
     CUB-format datasets (those with ``annotations``) are cropped to the annotation box before
-    the shared resize/normalise transform; Dogs and Cars use the full image (protocol.md).
+    the shared resize/normalise transform; Dogs and Cars use the full image (docs/protocol/harness.md).
     """
 
     def __init__(

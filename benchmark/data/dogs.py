@@ -1,4 +1,4 @@
-"""Reader of the official Stanford Dogs layout (full images, accuracy only; protocol.md).
+"""Reader of the official Stanford Dogs layout (full images, accuracy only; docs/protocol/harness.md).
 
 Layout under ``root`` (the three official tarballs extracted side by side)::
 

@@ -1,4 +1,4 @@
-"""Cheap content fingerprints of a dataset split (recorded in every result, architecture.md).
+"""Cheap content fingerprints of a dataset split (recorded in every result, docs/design/architecture.md).
 
 The hash covers the bytes of the annotation files and the (relative path, size) of every
 image and mask of the split, so it changes when annotations are edited or images are added,

@@ -1,4 +1,4 @@
-"""The one evaluation preprocessing shared by every dataset (protocol.md, "Datasets").
+"""The one evaluation preprocessing shared by every dataset (docs/protocol/harness.md, "Datasets").
 
 CUB-format images are cropped to the integer annotation box first; every image is then
 ``Resize((S, S))`` (aspect ratio not kept, PIL bilinear, torchvision's default),
@@ -25,7 +25,7 @@ Transform = Callable[[Image.Image], torch.Tensor]
 
 def model_transform(image_size: int, mean: tuple[float, float, float] = IMAGENET_MEAN,
                     std: tuple[float, float, float] = IMAGENET_STD) -> Transform:
-    """``Resize((S, S))`` (bilinear) → ``ToTensor`` → normalisation, as in protocol.md: ImageNet's
+    """``Resize((S, S))`` (bilinear) → ``ToTensor`` → normalisation, as in docs/protocol/harness.md: ImageNet's
     mean/std, or the trunk's (timm data config: CLIP, SigLIP) for ``timm:NAME`` backbones."""
     if image_size < 1:
         raise ProtobenchError(f"image_size must be a positive number of pixels, got {image_size}; pass e.g. 224.")

@@ -1,4 +1,4 @@
-"""The per-epoch validation score of a tuning trial (``tune --prune``, README "A fair comparison").
+"""The per-epoch validation score of a tuning trial (``tune --prune``, docs/guides/tuning.md).
 
 After each epoch the runner scores the method on the validation rows of the training split's
 token-cache entry (head only: the trunk's tokens come from the entry) and hands the accuracy to

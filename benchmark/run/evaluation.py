@@ -1,5 +1,5 @@
 """Evaluation of a trained method: accuracy on the test split and, on CUB-format datasets, the
-explanation metrics of ``metrics.md`` from ground-truth-class activation maps.
+explanation metrics of ``docs/protocol/metrics.md`` from ground-truth-class activation maps.
 
 One pass over the clean test tokens gives logits and maps (the appended block runs once per
 batch for both: :func:`benchmark.run.prediction.block_output_reused`); a second pass over the noised view (stability

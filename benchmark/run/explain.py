@@ -19,7 +19,7 @@ from benchmark.cache.tokens import TokenSource
 from benchmark.run.reevaluate import load_trained, run_cache_root
 from methods.base import PrototypeMethod
 
-DISPLAY_SIZE = 224  # the frame the maps are read in (metrics.md)
+DISPLAY_SIZE = 224  # the frame the maps are read in (docs/protocol/metrics.md)
 
 
 @dataclass
@@ -61,7 +61,7 @@ def patch_crop(image: np.ndarray, row: int, col: int, grid: tuple[int, int], con
 def nearest_training_patches(method: PrototypeMethod, train: TokenSource, classes: list[int], *,
                              batch_size: int, device: torch.device) -> dict[int, list[tuple[int, int, int, float]]]:
     """For every prototype of each class in ``classes``: the most activated (image, row, col) over the
-    training images of that class (the push rule of methods.md, applied for display only)."""
+    training images of that class (the push rule of docs/protocol/lineage.md, applied for display only)."""
     best: dict[int, list[tuple[int, int, int, float]]] = {}
     labels = train.labels
     for c in classes:

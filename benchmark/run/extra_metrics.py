@@ -1,4 +1,4 @@
-"""The metrics beyond the paper (README, "Metrics beyond the paper"): ``purity``, ``loc``,
+"""The metrics beyond the paper (docs/protocol/metrics.md, "Metrics beyond the paper"): ``purity``, ``loc``,
 ``size_local``, ``size_global`` and ``del``, each computed where its inputs exist.
 
 ``size_*`` and ``del`` read ``prototype_contributions`` and ``logits_without``, computed in the

@@ -1,6 +1,6 @@
 """What a finished run's result depends on, and whether the current code still gives it.
 
-Two things name a result (README, "Run identity and stale results"):
+Two things name a result (docs/design/run-identity.md):
 
 - the **run id** hashes the resolved configuration: every RunSpec field that shapes the
   result and the method's hyperparameters *with their defaults filled in*

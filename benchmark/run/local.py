@@ -44,7 +44,7 @@ def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *, retry_
     states = run_states(dirs, ask)
     todo, settled = [], []
     for spec, rd in zip(runs, dirs):
-        rd.remove_abandoned_temp_files()  # a killed writer's, done runs' included (README, "Faults")
+        rd.remove_abandoned_temp_files()  # a killed writer's, done runs' included (docs/guides/runs.md)
         state = states[rd.path]
         stale = stale_result(spec, rd)
         if stale is not None and not rerun_stale:

@@ -67,8 +67,8 @@ def run_data(prep: Prepared, cache_root: Path | None, progress: Progress) -> Run
         train: TokenSource = RowSubset(full, augmented_rows(split.train, len(full) // len(full_clean)))
     else:
         train = clean
-    # No stability-noise view: it would be another trunk pass over training images (README,
-    # "A fair comparison": trials are scored on accuracy and the noise-free metrics).
+    # No stability-noise view: it would be another trunk pass over training images (docs/guides/tuning.md:
+    # trials are scored on accuracy and the noise-free metrics).
     return RunData(train, clean if prep.augmented else None, dataset_rows(prep.train_set, split.train, "train"),
                    RowSubset(full_clean, split.validation), None,
                    dataset_rows(prep.train_set, split.validation, "validation"), split=split)

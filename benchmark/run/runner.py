@@ -173,7 +173,7 @@ def check_deterministic(spec: RunSpec, method: PrototypeMethod, device: torch.de
         raise ProtobenchError(
             f"run {spec.label}: deterministic = true cannot hold on CUDA for {spec.method!r}: "
             f"{', '.join(method.cuda_ops_without_deterministic_kernel)} has no deterministic kernel; "
-            "set deterministic = false (README, 'GPU: precision, speed, determinism')")
+            "set deterministic = false (docs/guides/gpu.md)")
 
 
 def check_device(spec: RunSpec) -> torch.device:

@@ -2,7 +2,7 @@
 
 ``runs/<grid>/<run_id>/{spec.json, checkpoint.pt, result.json, log.txt, metrics.jsonl, failure.json, .lock}``
 (a pruned tuning trial: ``pruned.json`` instead of ``result.json`` and ``checkpoint.pt``).
-A run is complete iff ``result.json`` exists and parses (architecture.md, rules of thumb).
+A run is complete iff ``result.json`` exists and parses (docs/design/architecture.md, rules of thumb).
 Files and folders are created with the user's umask, so a lab sharing a runs directory can
 read each other's results.
 """

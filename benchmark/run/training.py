@@ -292,8 +292,7 @@ def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimi
 
 @contextmanager
 def deterministic_algorithms(enabled: bool) -> Iterator[None]:
-    """``torch.use_deterministic_algorithms(True)`` for the run (README, "GPU: precision, speed,
-    determinism"): CUDA ops without a deterministic kernel then raise instead of varying. cuBLAS
+    """``torch.use_deterministic_algorithms(True)`` for the run (docs/guides/gpu.md): CUDA ops without a deterministic kernel then raise instead of varying. cuBLAS
     reads ``CUBLAS_WORKSPACE_CONFIG`` once, when it starts: importing ``benchmark`` sets it at
     process start (:data:`benchmark.CUBLAS_WORKSPACE`); a value without a deterministic workspace
     is refused here, before the run computes anything."""

@@ -1,4 +1,4 @@
-"""A grid's ``[tuning]`` table and its tuning cells (README, "A fair comparison").
+"""A grid's ``[tuning]`` table and its tuning cells (docs/guides/tuning.md).
 
 ```toml
 [tuning]

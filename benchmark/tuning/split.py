@@ -1,6 +1,6 @@
 """The validation split: a stratified, seeded subset of the training split's rows.
 
-Rule (README, "A fair comparison"): from each class, ``max(1, round(fraction · n_c))`` of its
+Rule (docs/guides/tuning.md): from each class, ``max(1, round(fraction · n_c))`` of its
 ``n_c`` training images go to validation (at most ``n_c − 1``: each class keeps a training
 image), picked by a NumPy ``Generator`` (PCG64) seeded with ``seed`` drawing a permutation per
 class in class order. The rows depend only on the training split's labels, the fraction and the

@@ -1,6 +1,6 @@
 """Rows of a split read by index: the validation split and train-minus-validation are views of
 the training split's token-cache entry and of its annotations, never a new trunk pass or a new
-cache entry (README, "A fair comparison")."""
+cache entry (docs/guides/tuning.md)."""
 from __future__ import annotations
 
 import copy

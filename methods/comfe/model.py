@@ -12,7 +12,7 @@ the composed soft assignments), not softmax logits; their argmax is the official
 
 Two views: the official batch is [view 1; view 2] of each image (meth:60-61). Cached tokens have
 no photometric pairs, so with ``views = 2`` the token batch is duplicated and the halves differ
-by the decoder's dropout (README, "Protocol deviations" → "ComFe"); ``views = 1`` trains on one
+by the decoder's dropout (docs/protocol/comfe.md); ``views = 1`` trains on one
 copy without ``patch_consistency``.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pieces shared by the ProtoPNet lineage (ProtoPNet, Deformable ProtoPNet, TesNet, EvalProtoPNet,
-MGProto): methods.md, "Shared ProtoPNet-lineage pieces".
+MGProto): docs/protocol/lineage.md.
 
 Conventions: tokens are B×N×K (N = H·W, row-major grid), prototypes P×K class-major (prototype
 ``p`` belongs to class ``p // J``), per-prototype maps B×P×N, pooled scores B×P. Everything here
@@ -67,7 +67,7 @@ def check_epochs_in_schedule(method: str, argument: str, epochs: Sequence[int], 
 
 # ---- the head's input: frozen tokens or the appended block's output ---------------------------
 def make_block(ctx: MethodContext, expanded: bool) -> nn.Module | None:
-    """The appended trainable block of protocol.md ("block expansion") when ``expanded``."""
+    """The appended trainable block of docs/protocol/harness.md ("block expansion") when ``expanded``."""
     return ctx.make_block() if expanded else None
 
 
@@ -105,7 +105,7 @@ def sampled_schedule(factor: EpochFactor, epochs: int, curve_epochs: int | None 
     ``curve_epochs``-epoch curve ``factor`` (official epoch k → multiplier): epoch k trains at
     ``factor(⌊(k + ½) · curve_epochs / epochs⌋)``, the official epoch at the centre of its share of
     the stage. This is how the offline-augmentation variant compresses a 20-epoch schedule to 5
-    (README, "Grids"); ``curve_epochs`` None (or ``epochs``) is the official curve itself. The
+    (docs/protocol/harness.md, "Grids"); ``curve_epochs`` None (or ``epochs``) is the official curve itself. The
     training loop steps the scheduler after each epoch, so LambdaLR's counter is the epoch index."""
     curve = epochs if curve_epochs is None else curve_epochs
     return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
@@ -244,7 +244,7 @@ def push_prototypes(data: TrainData, latent_and_scores: LatentAndScores, prototy
     return best
 
 
-# ---- the last-layer-only phase (methods.md: convex on fixed pooled similarities) --------------
+# ---- the last-layer-only phase (docs/protocol/lineage.md: convex on fixed pooled similarities) --------------
 def pooled_features(data: TrainData, pooled: PooledScores, batch_size: int = PASS_BATCH_SIZE) -> tuple[Tensor, Tensor]:
     """The B×P pooled scores the last layer reads, over all of ``data`` (the images the training
     epochs read: main.py's last-layer epochs iterate ``train_loader``), and the labels. The trunk

@@ -5,7 +5,7 @@ columns, 3 iterations), both through :func:`grouped_hard_assignment`. Both pass 
 maximise, not costs.
 
 The grouped form solves the problems of all classes of a batch at once without a host
-synchronisation (README, "Host syncs per training step"): the rows stay where they are, each
+synchronisation (docs/guides/gpu.md, "Host syncs per training step"): the rows stay where they are, each
 tagged with its problem, and every reduction over a problem's rows is a per-group reduction of
 fixed shape G×J (``scatter_reduce`` for maxima; for sums a one-hot matmul on CUDA, which is
 deterministic there, ``index_add_`` elsewhere), so no size is read from the device and no
@@ -111,7 +111,7 @@ def sinkhorn_log(
     ``tolerance``: iterate until the L1 error of every problem's column marginal
     (:func:`column_marginal_error`) is at most ``tolerance``, with ``iterations`` as the cap;
     ``None`` runs exactly ``iterations`` iterations. The test reads the device once per
-    iteration (README, "Host syncs per training step"); ``None`` reads nothing.
+    iteration (docs/guides/gpu.md, "Host syncs per training step"); ``None`` reads nothing.
     """
     if iterations < 1:
         raise ValueError(f"Sinkhorn needs at least one iteration, got {iterations}")

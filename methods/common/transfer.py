@@ -1,4 +1,4 @@
-"""Host tensors onto the device without a host synchronisation (README, "Host syncs per training step").
+"""Host tensors onto the device without a host synchronisation (docs/guides/gpu.md, "Host syncs per training step").
 
 A blocking ``.to("cuda")`` of a CPU tensor waits for the copy, and so for every kernel queued
 before it on the stream. From pinned memory with ``non_blocking=True`` the copy is queued like a

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from methods.common.precision import float32_island
 
-KERNEL = 2  # prototypes are D×2×2 (methods.md)
+KERNEL = 2  # prototypes are D×2×2 (docs/protocol/deformable_protopnet.md)
 DILATION = 2  # official run: prototype_dilation=2
 PADDING = 1  # official model.py: prototype_padding = (1, 1)
 NUM_PARTS = KERNEL * KERNEL
@@ -104,7 +104,7 @@ def subtractive_margin(activations: Tensor, wrong: Tensor, margin: float) -> Ten
 def within_class_orthogonality(prototypes: Tensor, per_class: int) -> Tensor:
     """``sqrt(Σ_c ‖P̂_c P̂_cᵀ − I‖_F²)``, P̂_c the (J·K)×D unit parts of class c's J prototypes
     (M×D×2×2 in, class-major). Official ``get_prototype_orthogonalities`` + ``torch.norm``, with
-    the groups taken per class (methods.md Decision; the official view groups consecutive blocks)."""
+    the groups taken per class (docs/protocol/deformable_protopnet.md Decision; the official view groups consecutive blocks)."""
     parts = unit_parts(prototypes).transpose(-1, -2)  # M×K×D
     num_prototypes, _, dim = parts.shape
     per_class_parts = parts.reshape(num_prototypes // per_class, per_class * NUM_PARTS, dim)

@@ -1,5 +1,5 @@
 """Deformable ProtoPNet (Donnelly et al., CVPR 2022; ``jdonnelly36/Deformable-ProtoPNet``) on a
-frozen trunk's tokens, as methods.md specifies.
+frozen trunk's tokens, as docs/protocol/deformable_protopnet.md specifies.
 
 Add-on ``Linear(D→D) → ReLU → Linear(D→D) → Sigmoid``; prototypes C·J × D × 2 × 2 read with
 dilation 2 and padding 1 at offsets from ``Conv(D→128, 4×4, pad 1) → ReLU → Conv(128→8, 2×2,
@@ -66,13 +66,13 @@ class DeformableProtoPNet(PrototypeMethod):
     ``incorrect_class_connection``: the fixed last-layer weight to other classes; ``push_epochs``:
     0-based global epochs after whose training a push runs; ``offset_channels`` and
     ``offset_init_std``: the offset net's hidden width and its N(0, std²) re-initialisation at the
-    start of joint training; ``expanded``: the head reads the appended block (protocol.md), which
+    start of joint training; ``expanded``: the head reads the appended block (docs/protocol/harness.md), which
     trains in the joint stage at ``block_lr``.
     """
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "add_on_lr": LogUniform(3e-4, 3e-2),
         "prototype_lr": LogUniform(3e-4, 3e-2),
@@ -144,7 +144,7 @@ class DeformableProtoPNet(PrototypeMethod):
         with torch.random.fork_rng(devices=[]):  # the initialisation is a function of ctx.seed alone
             torch.manual_seed(ctx.seed)
             self.add_on = make_add_on((dim, dim, dim))
-            # methods.md: prototypes uniform [0, 1), here C·J × D × 2 × 2
+            # docs/protocol/deformable_protopnet.md: prototypes uniform [0, 1), here C·J × D × 2 × 2
             self.prototypes = nn.Parameter(torch.rand(num_prototypes, dim, KERNEL, KERNEL))
             # official conv_offset with deformable_conv_hidden_channels=128: kernel (2+2)×(2+2) then 2×2,
             # both padding 1, so the offset map is H×W, aligned with the activation map

@@ -28,7 +28,7 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
 
-@float32_island  # the expanded form cancels to ≈ 0 at a close point: never in bf16 (README, GPU)
+@float32_island  # the expanded form cancels to ≈ 0 at a close point: never in bf16 (docs/guides/gpu.md)
 def squared_distances(x: Tensor, means: Tensor) -> Tensor:
     """``‖x_m − μ_j‖²`` for ``x`` …×M×d and ``means`` …×J×d → …×M×J (expanded form, clamped ≥ 0)."""
     sq = (x * x).sum(-1, keepdim=True) + (means * means).sum(-1).unsqueeze(-2) - 2.0 * x @ means.transpose(-1, -2)

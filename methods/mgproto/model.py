@@ -1,5 +1,5 @@
 """The MGProto adapter (Wang et al., "MGProto"; official code ``cwangrun/MGProto``) on a frozen
-trunk's tokens, as methods.md specifies.
+trunk's tokens, as docs/protocol/mgproto.md specifies.
 
 Add-on ``Linear(D→64) → Linear(64→64)`` then L2 normalisation (``add_on_layers_type =
 'regular'``); per class a J-component Gaussian mixture with σ = 1/√(2π), so ``log N = −π‖z−μ‖²``;
@@ -13,9 +13,9 @@ so the first EM updates every class enqueued since training began).
 Push with the unique-image constraint after the epochs in ``push_epochs``; prior-based pruning
 to ``prune_top_m`` prototypes per class after the last epoch when J is larger. The Proxy-Anchor
 auxiliary branch (a metric loss on a pooled trunk embedding) is off: on a frozen trunk it cannot
-reach the prototypes (methods.md **Decision**).
+reach the prototypes (docs/protocol/mgproto.md **Decision**).
 
-The 120-epoch official schedule is compressed to 20 epochs (methods.md **Decision**): every
+The 120-epoch official schedule is compressed to 20 epochs (docs/protocol/mgproto.md **Decision**): every
 official epoch milestone e is mapped to ⌈e·20/120⌉ — EM from 35 → 6, mining from 40 → 7, pushes
 at 100, 110 → 17, 19, and the joint optimiser's ×0.4 learning-rate steps at 30, 45, 60, 75, 90
 (main.py) → 5, 8, 10, 13, 15. All epochs are 0-based global indices.
@@ -81,7 +81,7 @@ def scaled_mine_levels(grid_positions: int) -> int:
 
 @register_method(NAME)
 class MGProto(PrototypeMethod):
-    """MGProto head (methods.md, "MGProto").
+    """MGProto head (docs/protocol/mgproto.md).
 
     Hyperparameters (official defaults, schedule compressed to 20 epochs): ``epochs`` length of
     the single joint stage; ``latent_dim`` add-on width; ``lr_add_on`` / ``add_on_weight_decay``
@@ -94,12 +94,12 @@ class MGProto(PrototypeMethod):
     ``em_diversity`` (weight of the mean pairwise ``exp(−‖μ_i − μ_j‖²)``) and ``prior_momentum``;
     ``push_epochs`` 0-based global epochs after which a push runs; ``prune_top_m`` prototypes kept
     per class by prior after training (only when J is larger); ``expanded`` runs the head on the
-    appended trainable block (protocol.md).
+    appended trainable block (docs/protocol/harness.md).
     """
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "lr_add_on": LogUniform(3e-4, 3e-2),
         "lr_block": LogUniform(1e-5, 1e-2),

@@ -1,4 +1,4 @@
-"""NPPP: non-parametric part prototypes with OT clustering (methods.md, "NPPP")."""
+"""NPPP: non-parametric part prototypes with OT clustering (docs/protocol/nppp.md)."""
 from methods.nppp.model import NPPP
 
 __all__ = ["NPPP"]

@@ -1,6 +1,6 @@
 """The NPPP adapter (Zhu et al., "Interpretable Image Classification via Non-parametric Part
 Prototype Learning", CVPR 2025; official code ``zijizhu/proto-non-param``) on the appended
-trainable block, as methods.md specifies.
+trainable block, as docs/protocol/nppp.md specifies.
 
 Prototypes are non-parametric buffers ``(C+1)×J×D`` (group C is the background); class scores are
 the max over the grid of the cosine between the block's normalised output tokens and the
@@ -46,7 +46,7 @@ FOREGROUND_FRACTION_RANGE: DiagnosticRange = (0.05, 0.9)
 
 @register_method(NAME)
 class NPPP(PrototypeMethod):
-    """NPPP head (methods.md, "NPPP").
+    """NPPP head (docs/protocol/nppp.md).
 
     Hyperparameters (official defaults, train.py / pnp.py): ``discovery_epochs`` /
     ``finetune_epochs`` the two stages; ``momentum`` γ of the prototype update; ``temperature`` of
@@ -60,7 +60,7 @@ class NPPP(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "temperature": Uniform(0.05, 1.0),
         "momentum": Uniform(0.9, 0.999),

@@ -14,7 +14,7 @@ stage 2 of ``epochs`` epochs: ``finetune`` (the first 3: W only, 2·CE) and ``jo
 step); at the start of stage-2 epochs 30 and the last it shrinks once more; after training,
 relevant prototypes never present above 0.1 on the training split are zeroed. The per-iteration
 cosine schedules are sampled at each epoch's centre and the classifier's Adam state restarts at
-``joint`` (README, "Protocol deviations", PIP-Net).
+``joint`` (docs/protocol/pipnet.md).
 
 Logits are the scoring sheet on inference-clamped pooled scores (the official prediction);
 activation maps of class c are the presences of its J highest-weighted prototypes, scaled by
@@ -77,7 +77,7 @@ class PIPNet(PrototypeMethod):
     Loss terms (``loss_weights``, train.py:40-49): ``align_pre`` (the pretraining alignment with
     its ramp e/E folded in, weight 1), ``tanh_pre`` (5), and in stage 2 ``align`` (5), ``tanh``
     (2), ``ce`` (2). ``view_dropout`` > 0 draws the two views as independent channel dropouts of
-    the head's input (not official: README, "PIP-Net"); 0 (default) aligns the view with itself.
+    the head's input (not official: docs/protocol/pipnet.md); 0 (default) aligns the view with itself.
     """
 
     display_name = "PIP-Net"

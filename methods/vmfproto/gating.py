@@ -1,4 +1,4 @@
-"""Label-free foreground gating on the frozen view (paper §3.2, methods.md "Gating").
+"""Label-free foreground gating on the frozen view (paper §3.2, docs/protocol/vmfproto.md).
 
 ``attention_pca`` (default, Eqs. attn_gating, refine_pca, fg_binary): the region
 R = {patches whose min-max-normalised CLS attention ≥ 0.5} (the top 25% by attention when
@@ -21,7 +21,7 @@ from methods.common.precision import float32_island
 GATING_VARIANTS: tuple[str, ...] = ("attention_pca", "pca", "attention", "none")
 #: the variants that read the CLS attention (a trunk without a CLS token, SigLIP, cannot run them)
 ATTENTION_GATES: frozenset[str] = frozenset({"attention_pca", "attention"})
-REGION_THRESHOLD = 0.5  # R: normalised attention ≥ 0.5 (methods.md)
+REGION_THRESHOLD = 0.5  # R: normalised attention ≥ 0.5 (docs/protocol/vmfproto.md)
 REGION_TOP_FRACTION = 0.25  # fallback R: the top 25% of patches by attention
 
 
@@ -122,7 +122,7 @@ def attention_region(attention: Tensor) -> Tensor:
     return torch.where((region.sum(-1) < 2).unsqueeze(-1), top, region)
 
 
-@float32_island  # eigh has no bf16 kernel on CUDA, and CUDA autocast does not widen it (README, GPU)
+@float32_island  # eigh has no bf16 kernel on CUDA, and CUDA autocast does not widen it (docs/guides/gpu.md)
 def foreground_scores(tokens: Tensor, attention: Tensor | None, variant: str) -> Tensor:
     """Foregroundness ``m ∈ [0, 1]`` per patch (Eq. fg_mask), B×N, for a gating ``variant``
     other than ``none``. ``tokens``: B×N×D frozen tokens; ``attention``: B×N CLS→patch (None

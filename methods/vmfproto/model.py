@@ -1,4 +1,4 @@
-"""The vMFProto adapter: vMF mixture prototypes on an appended block (paper §3, methods.md)."""
+"""The vMFProto adapter: vMF mixture prototypes on an appended block (paper §3, docs/protocol/vmfproto.md)."""
 from __future__ import annotations
 
 import math
@@ -62,7 +62,7 @@ class VMFProto(PrototypeMethod):
 
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (README, "A fair comparison")
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space = {
         "tau": Uniform(0.05, 1.0),
         "gamma": Uniform(0.9, 0.999),
@@ -220,7 +220,7 @@ class VMFProto(PrototypeMethod):
         return self.gate(batch)[0]
 
     # ---- scores ----------------------------------------------------------------------------
-    @float32_island  # log C_D(κ) ≈ −1.5e3 at D = 768: bf16's spacing there (8) would swamp κμᵀt (README, GPU)
+    @float32_island  # log C_D(κ) ≈ −1.5e3 at D = 768: bf16's spacing there (8) would swamp κμᵀt (docs/guides/gpu.md)
     def component_scores(self, tokens: Tensor) -> Tensor:
         """``s_{i,c,j} = log C_D(κ_cj) + κ_cj μ_cjᵀ t_i`` (Eq. ot_score) for every class, B×N×C×J."""
         mu, kappa = self.prototype_means(), self.kappa
@@ -358,8 +358,7 @@ class VMFProto(PrototypeMethod):
     def _init_from_patches(self, tokens: Tensor, mask: Tensor, labels: Tensor) -> None:
         """μ of each class seen for the first time ← J random distinct foreground patches of
         its images in this batch (cycled when it has fewer than J). Decided for every class on
-        the device (no host sync), so the random keys are drawn at every call (README, "Protocol
-        deviations")."""
+        the device (no host sync), so the random keys are drawn at every call (docs/protocol/vmfproto.md)."""
         present = torch.zeros_like(self.seen).index_fill_(0, labels, True)
         new = present & ~self.seen  # C
         patch_class = labels.repeat_interleave(tokens.shape[1])

@@ -1,7 +1,7 @@
 """The von Mises–Fisher normaliser ``log C_D(κ)`` with an exact gradient (pure torch, float64).
 
 Eq. (vmf_pdf): ``C_D(κ) = κ^{ν} / ((2π)^{D/2} I_ν(κ))`` with ``ν = D/2 − 1``, and
-``d/dκ log C_D(κ) = −I_{ν+1}(κ)/I_ν(κ) = −A_ν(κ)`` (methods.md).
+``d/dκ log C_D(κ) = −I_{ν+1}(κ)/I_ν(κ) = −A_ν(κ)`` (docs/protocol/vmfproto.md).
 
 How it is computed, for every κ ≥ 0 and D ≥ 2 (no branch on κ):
 
@@ -148,7 +148,7 @@ def log_normaliser_and_ratio(kappa: Tensor, dim: int) -> tuple[Tensor, Tensor]:
 
 
 class _LogVMFNormaliser(torch.autograd.Function):
-    """``log C_D(κ)`` with the exact derivative ``−A_ν(κ)`` (methods.md)."""
+    """``log C_D(κ)`` with the exact derivative ``−A_ν(κ)`` (docs/protocol/vmfproto.md)."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, kappa: Tensor, dim: int) -> Tensor:  # type: ignore[override]

@@ -1,6 +1,6 @@
 """The 5-epoch schedules of the offline-augmentation grid (cub_ablations.toml, variant offline_aug)
 sample each method's official 20-epoch learning-rate curve at the centres of their epochs
-(README, "Grids"). Each schedule is run through the harness's training loop (its optimiser and
+(docs/protocol/harness.md, "Grids"). Each schedule is run through the harness's training loop (its optimiser and
 scheduler, stepped as in a real run) on synthetic tokens, and the learning rate of every
 parameter group in every epoch is compared with a table worked out by hand below."""
 from pathlib import Path

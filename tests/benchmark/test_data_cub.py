@@ -60,7 +60,7 @@ def tiny_cub(tmp_path: Path) -> Path:
 
 
 def test_integer_box_matches_the_known_answers() -> None:
-    assert integer_box(60.0, 27.0, 325.0, 304.0) == (60, 27, 385, 331)  # metrics.md
+    assert integer_box(60.0, 27.0, 325.0, 304.0) == (60, 27, 385, 331)  # docs/protocol/metrics.md
     assert integer_box(60.7, 27.2, 325.9, 304.5) == (60, 27, 385, 331)  # each value truncated
 
 

@@ -1,5 +1,5 @@
 """Run identity: resolved hyperparameters name a run, the method's source fingerprint marks a
-result stale (benchmark/run/identity.py; README, "Run identity and stale results")."""
+result stale (benchmark/run/identity.py; docs/design/run-identity.md)."""
 from __future__ import annotations
 
 import importlib

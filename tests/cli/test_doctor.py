@@ -80,7 +80,7 @@ def test_disk_check_fails_when_the_caches_do_not_fit(tmp_path, monkeypatch):
     check = doctor.disk_check(grid, tmp_path / "cache")
     assert check.status == "fail" and "--cache-dir" in check.fix
     # CUB with ViT-B/14 at 224: 256 patches + 1 CLS, 768 wide, float16 block inputs, float32
-    # attention (protocol.md); 3 arrays of 3 entries, each with a .npy header of at most 128 bytes
+    # attention (docs/protocol/harness.md); 3 arrays of 3 entries, each with a .npy header of at most 128 bytes
     per_image = 257 * 768 * 2 + 256 * 4 + 8
     data = (5994 + 5794 + 5794) * per_image
     assert 0 < doctor.grid_cache_bytes(grid) - data <= 3 * 3 * 128

@@ -1,6 +1,6 @@
 """Every command the suite prints or documents runs as printed: the demo's "next:" lines (on two
-tiny finished runs), the README's command-line examples (parsed, and run where their inputs
-exist here), and `report` reads back the CSV that `export` wrote."""
+tiny finished runs), the command-line examples of the README and of every docs page (parsed, and
+run where their inputs exist here), and `report` reads back the CSV that `export` wrote."""
 import os
 import re
 import shlex
@@ -85,21 +85,32 @@ def test_the_prefix_is_what_the_shell_finds(tmp_path, monkeypatch):
     assert protobench_command() == f"{bin_dir / 'python'} -m benchmark.cli"  # a source tree, no install
 
 
-def readme_examples() -> list[str]:
-    """`protobench …` commands of the README's code blocks and inline code, without the
-    placeholders (… < [ | and upper-case words such as NAME) that mark a synopsis rather than an example."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    found = re.findall(r"^(?:\.venv/bin/)?(protobench [^#\n]*)", text, flags=re.M)
+def documented_pages() -> list[Path]:
+    """The README and every page of the docs site."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def documented_examples(text: str) -> list[str]:
+    """`protobench …` commands of a page's code blocks (after an optional `PYTHONPATH=…` and
+    `.venv/bin/`) and inline code, without the placeholders (… < [ | and upper-case words such as
+    NAME) that mark a synopsis rather than an example."""
+    found = re.findall(r"^(?:PYTHONPATH=\S+ )?(?:\.venv/bin/)?(protobench [^#\n]*)", text, flags=re.M)
     found += [c for c in re.findall(r"`(protobench [^`]*)`", text) if len(c.split()) > 2]  # not a bare name
     return sorted({c.strip() for c in found if not re.search(r"[…<\[|]|\b[A-Z][A-Z_]{2,}\b", c)})
 
 
-#: commands that train, need a GPU cluster or a missing dataset: parsed only
-PARSED_ONLY = ("run", "demo", "perf", "cancel", "evaluate", "figures", "doctor")
+def all_documented_examples() -> list[str]:
+    """The examples of the README and of every docs page."""
+    return sorted({c for page in documented_pages() for c in documented_examples(page.read_text(encoding="utf-8"))})
 
 
-def test_readme_examples_parse_and_run_where_their_inputs_exist(workdir, monkeypatch, capsys):
-    examples = readme_examples()
+#: commands that train, need a GPU cluster or a missing dataset: parsed only (``tune`` trains its
+#: trials; tests/cli/test_tune.py runs it and ``report --tuning`` on a finished study)
+PARSED_ONLY = ("run", "demo", "perf", "cancel", "evaluate", "figures", "doctor", "tune")
+
+
+def test_documented_examples_parse_and_run_where_their_inputs_exist(workdir, monkeypatch, capsys):
+    examples = all_documented_examples()
     assert len(examples) >= 10, examples
     monkeypatch.chdir(workdir)
     for name in ("reports", "benchmark", "slurm"):
@@ -116,10 +127,16 @@ def test_readme_examples_parse_and_run_where_their_inputs_exist(workdir, monkeyp
             continue
         paths = [a for a in argv[1:] if "/" in a and not a.startswith("-") and "=" not in a]
         inputs = [p for p in paths if not p.endswith((".tex", ".csv", ".pdf", ".png", ".json")) or Path(p).exists()]
-        if argv[0] in PARSED_ONLY or not all(Path(p).exists() for p in inputs):
+        if argv[0] in PARSED_ONLY or "--tuning" in argv or not all(Path(p).exists() for p in inputs):
             continue
         code, err = main(argv), capsys.readouterr().err
         # a paper layout on the workdir's synthbirds runs fills no cell: exit 1, saying so
         assert code == 0 or ("--layout" in argv and "no result fills any cell" in err), (example, err)
         ran.append(example)
     assert any(c.startswith("protobench report runs/") for c in ran) and any("plan" in c for c in ran), ran
+    # the demo page's next commands and the adding-a-method guide's own adapter
+    assert {"protobench report runs/demo", "protobench status runs/demo --json",
+            "protobench list example_adapter:CosinePrototypes"} <= set(ran), ran
+    # the sharing guide's commands, in its order (sorted: bundle, bundle verify, site)
+    assert {"protobench bundle runs/demo --checkpoints --out demo-bundle", "protobench bundle verify demo-bundle",
+            "protobench site demo-bundle --out demo-site"} <= set(ran), ran

@@ -1,6 +1,6 @@
 """The GPU path as CUDA runs it, checked on the CPU: bf16 precision as CUDA autocast applies it
 (tests/helpers/cuda_policy.py), the fp32 islands that keep bf16 results right, and the host syncs
-of a training step against each method's budget (README, "Host syncs per training step";
+of a training step against each method's budget (docs/guides/gpu.md, "Host syncs per training step";
 source: issue 23)."""
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_expanded_squared_distances_are_exact_at_a_pushed_patch_in_bf16(distance
 
 
 #: median host syncs per training step allowed for each method; every one not 0 is explained in
-#: README, "Host syncs per training step" (0 unless the README says why)
+#: docs/guides/gpu.md, "Host syncs per training step" (0 unless docs/guides/gpu.md says why)
 SYNC_BUDGET = {"protopnet": 0, "tesnet": 0, "evalprotopnet": 0, "deformable_protopnet": 0,
                "vmfproto": 0, "nppp": 0, "mgproto": 0, "pipnet": 0, "kmex": 0}
 

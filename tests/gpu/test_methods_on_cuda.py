@@ -3,7 +3,7 @@
 Every method through the harness on CUDA for two epochs; the same run twice gives the same
 metrics, exactly — or, for the methods whose CUDA kernels accumulate with atomics in an
 unspecified order (NPPP's ``index_add_``, Deformable ProtoPNet's ``grid_sample`` backward;
-README "Protocol deviations"), within TOLERANCE_NONDETERMINISTIC; bf16 within
+docs/protocol/harness.md), within TOLERANCE_NONDETERMINISTIC; bf16 within
 TOLERANCE_BF16 of fp32; a token cache built on the GPU equal to one built on the CPU within
 fp16 storage tolerance; ``perf --paper-scale`` on CUDA.
 

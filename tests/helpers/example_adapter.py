@@ -1,6 +1,6 @@
 """A minimal adapter outside the suite, named by import path (``example_adapter:CosinePrototypes``).
 
-The README's "Adding a method" section walks through this file: cosine prototypes on the frozen
+The docs' "Adding a method" guide (docs/guides/adding-a-method.md) walks through this file: cosine prototypes on the frozen
 tokens, max over the grid, summed per class.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A user trunk outside the suite, named by import path (``backbone = "example_trunk:tiny_vit"``).
 
-The README's "Bring your own trunk" paragraph walks through this file: a factory called like
+The docs' "Adding a trunk" guide (docs/guides/adding-a-trunk.md) walks through this file: a factory called like
 ``timm.create_model`` that returns a timm ``VisionTransformer``; tiny, random, no download.
 """
 from __future__ import annotations

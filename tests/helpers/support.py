@@ -62,7 +62,7 @@ def git(repo: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
-#: relative tolerance of "the same metrics" across processes (README "Running on a SLURM cluster",
+#: relative tolerance of "the same metrics" across processes (docs/guides/slurm.md,
 #: reproducibility): a job runs in a fresh process whose CPU thread pools (torch intra-op, MKL,
 #: OpenMP) are sized by its own host and cgroup, and MKL's dynamic threading may use fewer threads
 #: under load, so a float32 reduction can be split differently and round its last bit differently

@@ -1,4 +1,4 @@
-"""EvalProtoPNet adapter (methods.md, "EvalProtoPNet"): SDFA and the score aggregation on hand
+"""EvalProtoPNet adapter (docs/protocol/evalprotopnet.md): SDFA and the score aggregation on hand
 values, SDFA only after warm-up and only with early tokens, the schedule, and training on
 synthetic tokens."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ProtoPNet adapter (methods.md, "ProtoPNet"): the similarity on hand values, the schedule (pushes
+"""ProtoPNet adapter (docs/protocol/protopnet.md): the similarity on hand values, the schedule (pushes
 at the end of global epochs 10 and 19, each followed by the last-layer phase), the push inside the
 adapter, the expanded variant's parameter groups, argument checks, and training on synthetic tokens."""
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""methods.common.lineage: the ProtoPNet-lineage pieces (methods.md, "Shared ProtoPNet-lineage
-pieces"): add-on and last-layer initialisation, cluster/separation costs and masked L1 on hand
+"""methods.common.lineage: the ProtoPNet-lineage pieces (docs/protocol/lineage.md): add-on and last-layer initialisation, cluster/separation costs and masked L1 on hand
 examples, the push, and the last-layer-only phase on fixed features."""
 from __future__ import annotations
 

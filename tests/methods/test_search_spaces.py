@@ -31,7 +31,7 @@ class TunesEpochs(CosinePrototypes):
 
 
 # KMEx trains nothing (k-means on frozen embeddings; n_init/max_iter/tol only steer the solver):
-# it is tuned over nothing, one trial at its defaults (README "Protocol deviations", Tuning).
+# it is tuned over nothing, one trial at its defaults (docs/protocol/harness.md, "Tuning").
 TRAINING_FREE = {"kmex"}
 
 

@@ -1,4 +1,4 @@
-"""TesNet adapter (methods.md, "TesNet"): SubSep through the Gram identity against the brute-force
+"""TesNet adapter (docs/protocol/tesnet.md): SubSep through the Gram identity against the brute-force
 C×C×K×K value, its finite gradient, Orth and the projection on hand values, renormalisation after
 each step, the single push at epoch 10, and training on synthetic tokens."""
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_bilinear_float32_equals_torchs_generic_kernel_bit_for_bit(shape, thread
 
 @pytest.mark.parametrize(("cell", "peak"), [((1, 2), (41, 69)), ((0, 0), (0, 0)), ((7, 7), (210, 210))])
 def test_spec_known_bilinear_answers_hold_in_float32(cell: tuple[int, int], peak: tuple[int, int]) -> None:
-    """metrics.md "Known answers", bilinear one-hot 8x8 cells (41/42 tie in exact arithmetic)."""
+    """docs/protocol/metrics.md "Known answers", bilinear one-hot 8x8 cells (41/42 tie in exact arithmetic)."""
     maps = torch.zeros(1, 2, 8, 8)
     maps[0, 0][cell] = 1.0
     maps[0, 1, 3, 3] = 1.0

@@ -1,4 +1,4 @@
-"""metrics.maps: pooling, upsampling and the first row-major argmax (metrics.md "Shared core",
+"""metrics.maps: pooling, upsampling and the first row-major argmax (docs/protocol/metrics.md "Shared core",
 "Distinctiveness", "Grid resolution", "Known answers" / upsampling of one-hot maps)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from metrics import argmax_positions, peak_positions, pool_maps, select_topk_maps, upsample_maps
 
-# (mode, grid n, one-hot cell (row, col), expected argmax (row, col)) — metrics.md "Known answers"
+# (mode, grid n, one-hot cell (row, col), expected argmax (row, col)) — docs/protocol/metrics.md "Known answers"
 ONE_HOT_CASES = [
     ("bicubic", 8, (1, 2), (41, 69)),
     ("bicubic", 8, (0, 0), (4, 4)),

@@ -1,5 +1,5 @@
 """metrics.parts: part mapping into the 224 frame, regions, part vectors
-(metrics.md "Inputs", "Shared core" steps 3-4, "Known answers": part mapping and region)."""
+(docs/protocol/metrics.md "Inputs", "Shared core" steps 3-4, "Known answers": part mapping and region)."""
 from __future__ import annotations
 
 import numpy as np

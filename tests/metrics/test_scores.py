@@ -1,4 +1,4 @@
-"""Known answers of metrics.md for consistency, stability, distinctiveness, accuracy and
+"""Known answers of docs/protocol/metrics.md for consistency, stability, distinctiveness, accuracy and
 comprehensiveness, each derived by hand (see the comments), plus their boundary cases."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from metrics import (
 )
 
 P = 15
-BEAK, CROWN = 1, 4  # 0-based part ids of metrics.md's example
+BEAK, CROWN = 1, 4  # 0-based part ids of docs/protocol/metrics.md's example
 
 
 def _parts(per_image: list[dict[int, tuple[int, int]]]) -> PartGroundTruth:
@@ -53,7 +53,7 @@ def _one_hot_224(centres: list[list[tuple[int, int]]]) -> torch.Tensor:
     return maps
 
 
-# metrics.md consistency example: centres (100,100), (50,50), (200,200), (10,10)
+# docs/protocol/metrics.md consistency example: centres (100,100), (50,50), (200,200), (10,10)
 CENTRES = [(100, 100), (50, 50), (200, 200), (10, 10)]
 EXAMPLE = [
     {BEAK: (120, 90), CROWN: (150, 80)},  # region 64..136: beak in; crown x=150 > 136 out

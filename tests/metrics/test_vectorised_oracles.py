@@ -2,7 +2,7 @@
 
 1. A numpy re-implementation of ``cv2.resize(..., INTER_CUBIC)`` for upscaling (Keys kernel
    a = -0.75, half-pixel centres, border replicate) and of bilinear resizing, checked against
-   torch ``F.interpolate(align_corners=False)``: metrics.md step 1 claims agreement within 1e-5
+   torch ``F.interpolate(align_corners=False)``: docs/protocol/metrics.md step 1 claims agreement within 1e-5
    and the same argmax.
 2. A plain-loop evaluation written like the official code (per class, per prototype, per
    image, per part; EvalProtoPNet ``get_corresponding_object_parts`` / ``evaluate_*``, NPPP
@@ -107,7 +107,7 @@ def test_torch_upsampling_matches_numpy_oracle(n: int, mode: str) -> None:
     ours = peak_positions(t, mode)[:, 0]
     for k in range(maps.shape[0]):
         ref = _resize(maps[k].astype(np.float64), mode)
-        assert np.abs(up32[k].numpy() - ref).max() < 1e-5  # metrics.md: torch == cv2 within 1e-5
+        assert np.abs(up32[k].numpy() - ref).max() < 1e-5  # docs/protocol/metrics.md: torch == cv2 within 1e-5
         assert np.abs(up64[k].numpy() - ref).max() < 1e-12
         assert np.abs(ours_up[k].numpy() - ref).max() < 1e-12
         pos = _first_argmax(ref)

@@ -1,7 +1,7 @@
 """The published numbers (reports/paper/*.csv) regenerate the paper's tables and marks.
 
 The expected bold/underlined cells are written out by hand from the paper's LaTeX; a
-second test compares the whole tabular with ``../shared/paper/vmfproto.tex`` when present.
+second test compares the whole tabular with source (``PAPER_TEX``) when it lies beside the checkout.
 """
 from __future__ import annotations
 
