@@ -38,7 +38,6 @@ METHODS: tuple[tuple[str, Text], ...] = (
     ("evalprotopnet", text("EvalProtoPNet")),
     ("mgproto", text("MGProto")),
     ("nppp", text("NPPP")),
-    ("comfe", text("ComFe")),
     ("vmfproto", VMFPROTO),
 )
 BASELINES = METHODS[:5]
