@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.common.lineage import PASS_BATCH_SIZE, block_groups, head_input, head_reads, make_block
+from methods.common.lineage import PASS_BATCH_SIZE, block_groups, check_count, head_input, head_reads, make_block
 from methods.pipnet.functional import (
     align_loss,
     clamp_for_inference,
@@ -58,11 +58,6 @@ STAGE_TWO = ("finetune", "joint")
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(f"pipnet: {message}")
-
-
-def _count(name: str, value: object, minimum: int) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-             f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _positive(name: str, value: object) -> None:
@@ -115,12 +110,12 @@ class PIPNet(PrototypeMethod):
     ) -> None:
         super().__init__(ctx)
         prototypes = ctx.num_prototypes if num_prototypes is None else num_prototypes
-        _count("num_prototypes", prototypes, ctx.prototypes_per_class)
-        _count("pretrain_epochs", pretrain_epochs, 0)
-        _count("epochs", epochs, 1)
-        _count("finetune_epochs", finetune_epochs, 0)
+        check_count("pipnet", minimum=ctx.prototypes_per_class, num_prototypes=prototypes)
+        check_count("pipnet", pretrain_epochs=pretrain_epochs)
+        check_count("pipnet", minimum=1, epochs=epochs)
+        check_count("pipnet", finetune_epochs=finetune_epochs)
         _require(finetune_epochs <= epochs, f"finetune_epochs = {finetune_epochs} must be <= epochs = {epochs}")
-        _count("test_shrinks_per_epoch", test_shrinks_per_epoch, 0)
+        check_count("pipnet", test_shrinks_per_epoch=test_shrinks_per_epoch)
         for name, value in (("classifier_lr", classifier_lr), ("add_on_lr", add_on_lr), ("lr_block", lr_block)):
             _positive(name, value)
         _require(isinstance(view_dropout, (int, float)) and 0 <= view_dropout < 1,
