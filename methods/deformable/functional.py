@@ -61,7 +61,10 @@ def norm_preserving_sample(features: Tensor, positions: Tensor) -> Tensor:
     frac = (positions - low).unsqueeze(1)  # B×1×K×H'×W'×2
     corner = torch.arange(4, device=positions.device)  # built on the device: no host-to-device copy per step
     step = torch.stack([corner // 2, corner % 2], dim=-1).view(1, 4, 1, 1, 1, 2)  # (0,0), (0,1), (1,0), (1,1)
-    weights = torch.where(step == 1, frac, 1 - frac).prod(dim=-1)  # B×4×K×H'×W'
+    # B×4×K×H'×W': the row weight times the column weight (a product, not .prod(dim=-1): prod's
+    # CUDA backward counts the zeros on the host, a sync in every step; the same two-factor product)
+    pair = torch.where(step == 1, frac, 1 - frac)
+    weights = pair[..., 0] * pair[..., 1]
     corners = low.unsqueeze(1) + step  # B×4×K×H'×W'×2, integer (row, col)
     # grid_sample's align_corners=False maps grid unit p to (2p + 1) / size − 1, x first
     grid = torch.stack([(2 * corners[..., 1] + 1) / width, (2 * corners[..., 0] + 1) / height], dim=-1) - 1

@@ -264,7 +264,8 @@ class MGProto(PrototypeMethod):
             latent = self.latent(batch)
             positions = log_density(latent, self.means[batch.labels]).argmax(dim=1)
         self.memory.push(*unique_top1_features(latent, positions, batch.labels))
-        self.em_pending[batch.labels] = True
+        # index_fill_, not `[labels] = True`, whose CPU-made value is copied to CUDA (a sync per step)
+        self.em_pending.index_fill_(0, batch.labels, True)
         if self._em_decision[1]:
             self.expectation_maximisation()
             self.em_first_epoch.copy_(torch.where(self.em_first_epoch < 0, epoch, self.em_first_epoch))

@@ -37,8 +37,8 @@ def momentum_sum_update(prototypes: Tensor, tokens: Tensor, groups: Tensor, assi
     num_groups, per_group, dim = prototypes.shape
     sums = torch.zeros(num_groups * per_group, dim, dtype=prototypes.dtype, device=prototypes.device)
     sums.index_add_(0, groups * per_group + assignments, tokens.to(prototypes.dtype))
-    present = torch.zeros(num_groups, dtype=torch.bool, device=prototypes.device)
-    present[groups] = True
+    # index_fill_, not `present[groups] = True`, whose CPU-made value is copied to CUDA (a sync per step)
+    present = torch.zeros(num_groups, dtype=torch.bool, device=prototypes.device).index_fill_(0, groups, True)
     updated = momentum * prototypes + (1.0 - momentum) * sums.view(num_groups, per_group, dim)
     return torch.where(present[:, None, None], updated, prototypes)
 

@@ -15,6 +15,7 @@ mode the paper attributes to NPPP), and another linear-algebra backend may pick 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from methods.common.precision import float32_island
@@ -24,9 +25,16 @@ SIGN_RULES: tuple[str, ...] = ("native", "attention")
 
 
 @float32_island  # qr/svd have no bf16 kernel on CUDA, and CUDA autocast does not widen them
-def first_principal_component(x: Tensor, niter: int, generator: torch.Generator) -> Tensor:
+def first_principal_component(x: Tensor, niter: int, generator: torch.Generator, *,
+                              backend_sign: bool = True) -> Tensor:
     """Coordinates ``U[:, 0]`` of the M rows of ``x`` (M×D) on the first left singular vector of
-    the column-centred ``x``, as ``torch.pca_lowrank(x, q=1, center=True, niter=niter)[0][:, 0]``."""
+    the column-centred ``x``, as ``torch.pca_lowrank(x, q=1, center=True, niter=niter)[0][:, 0]``.
+
+    The closing SVD (Halko et al. Alg. 5.1) factorises the 1×D matrix ``b = qᵀa``, whose SVD is
+    ``[σ] · ‖b‖ · σb/‖b‖`` with σ = ±1 the backend's sign convention (LAPACK: −sign(b₁)); it sets
+    nothing but σ. ``backend_sign=False`` returns the same vector with σ = +1 and no SVD, for
+    callers that fix the sign themselves: on CUDA ``torch.linalg.svd`` reads cuSOLVER's status on
+    the host, a sync per call."""
     a = x.to(torch.promote_types(x.dtype, torch.float32))
     a = a - a.mean(dim=0, keepdim=True)
     wide = a.shape[0] < a.shape[1]  # torch._lowrank works on the tall orientation
@@ -37,6 +45,8 @@ def first_principal_component(x: Tensor, niter: int, generator: torch.Generator)
     for _ in range(niter):
         q = torch.linalg.qr(a.mT @ q).Q
         q = torch.linalg.qr(a @ q).Q
+    if not backend_sign:
+        return F.normalize(a.mT @ q, dim=0)[:, 0] if wide else q[:, 0]  # bᵀ/‖b‖ or q: σ = +1
     u, _, vh = torch.linalg.svd(q.mT @ a, full_matrices=False)
     return (vh.mT if wide else q @ u)[:, 0]
 
@@ -53,7 +63,8 @@ def pca_foreground(raw: Tensor, attention: Tensor, *, threshold: float, niter: i
     if sign not in SIGN_RULES:
         raise ValueError(f"unknown sign rule {sign!r}; choose one of {', '.join(SIGN_RULES)}")
     b, n, d = raw.shape
-    u = first_principal_component(raw.reshape(b * n, d), niter, generator).view(b, n)
+    # the attention rule sets the sign itself: no SVD (no host sync on CUDA)
+    u = first_principal_component(raw.reshape(b * n, d), niter, generator, backend_sign=sign == "native").view(b, n)
     if sign == "attention":
         attn = attention.to(u.dtype)
         covariance = ((u - u.mean()) * (attn - attn.mean())).sum()

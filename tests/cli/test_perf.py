@@ -58,7 +58,8 @@ def test_paper_scale_preset_is_the_papers_setting() -> None:
         assert (spec.backbone, spec.weights, spec.prototypes_per_class, spec.batch_size) == \
             ("dinov2_vitb14", "random", 5, 128)
         assert spec.dataset_args["classes"] == 200  # C = 200 heads
-        assert split_images(spec, "train") == 200  # one training image per class: nothing CUB-sized
+        # one training image per class (nothing CUB-sized); KMEx clusters J per class into J prototypes
+        assert split_images(spec, "train") == 200 * (spec.prototypes_per_class if spec.method == "kmex" else 1)
 
 
 def two_method_grid(root: Path) -> object:

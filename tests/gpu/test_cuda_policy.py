@@ -120,6 +120,25 @@ def test_the_sync_counter_sees_reads_and_data_dependent_shapes_but_not_host_only
     assert counter.count == 5, dict(counter.where)
 
 
+#: NPPP's default sign rule ("native", the official pca_lowrank sign) takes it from an SVD, and
+#: torch.linalg.svd reads cuSOLVER's status on the host: one sync per step, which the next test
+#: pins; the "attention" rule sets the sign itself and computes no SVD.
+SYNC_FREE_SETTINGS = {"nppp": {"sign": "attention"}}
+
+
+@pytest.mark.gpu
+def test_nppp_native_sign_is_the_one_sync_and_the_attention_rule_has_none() -> None:
+    from methods.nppp.foreground import first_principal_component
+    x = torch.randn(64, 16, device="cuda")
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        first_principal_component(x, 2, torch.Generator().manual_seed(0), backend_sign=False)
+        with pytest.raises(RuntimeError, match="synchronizing"):
+            first_principal_component(x, 2, torch.Generator().manual_seed(0), backend_sign=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(TWO_EPOCHS))
 def test_no_training_step_synchronises_on_cuda(name: str) -> None:
@@ -129,7 +148,7 @@ def test_no_training_step_synchronises_on_cuda(name: str) -> None:
     cuda = torch.device("cuda")
     synthetic = SyntheticTokens(num_classes=3, images_per_class=4, dim=16)
     torch.manual_seed(0)
-    method = build_method(name, synthetic.context(2), **TWO_EPOCHS[name])
+    method = build_method(name, synthetic.context(2), **TWO_EPOCHS[name], **SYNC_FREE_SETTINGS.get(name, {}))
     source = with_frozen_features(synthetic, method.frozen_features, batch_size=6, device=cuda)
     steps = []
 
@@ -145,4 +164,4 @@ def test_no_training_step_synchronises_on_cuda(name: str) -> None:
             train(method, source, seed=0, batch_size=6, device=cuda, checkpoint_path=None, log=quiet, prefetch=0)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert len(steps) == 4
+    assert len(steps) == (2 if name in ONE_EPOCH else 4)  # epochs × 2 batches

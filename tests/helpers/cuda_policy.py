@@ -10,7 +10,12 @@
   scalar (``item``, ``int``, ``bool``: ``_local_scalar_dense``) and ops whose output shape depends
   on the data (``nonzero``, boolean-mask indexing, ``unique``, ``repeat_interleave`` with tensor
   counts and no ``output_size``, ``masked_select``). A host-to-device copy of a Python list
-  (``torch.tensor([...], device=...)``) is invisible on a CPU: none is left in a step (grep).
+  (``torch.tensor([...], device=...)``) or of a Python scalar assigned by indexing
+  (``x[index] = True``) is invisible on a CPU: none is left in a step (grep). So is a backward
+  formula that branches on a dispatch mode: with any mode on, autograd takes ``prod``'s
+  zero-safe backward, while a plain CUDA run counts the zeros on the host (FunctionsManual
+  ``prod_backward``). ``tests/gpu/test_cuda_policy.py`` runs CUDA's own sync detector on a GPU
+  (H100, 2026-11-27: it found both in Deformable ProtoPNet and MGProto, which this count passed).
 """
 from __future__ import annotations
 

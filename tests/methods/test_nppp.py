@@ -87,6 +87,23 @@ def test_seeded_pca_is_torch_pca_lowrank_with_the_same_draws(shape: tuple[int, i
     assert torch.allclose(ours, u[:, 0], atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(60, 8), (5, 12)])  # tall (q), wide (bᵀ/‖b‖)
+def test_component_without_the_svd_is_pca_lowrank_s_up_to_the_backend_sign(shape: tuple[int, int]) -> None:
+    signs = set()
+    for seed in range(8):
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+        signed = first_principal_component(x, 10, torch.Generator().manual_seed(7))
+        unsigned = first_principal_component(x, 10, torch.Generator().manual_seed(7), backend_sign=False)
+        torch.manual_seed(7)
+        u = torch.pca_lowrank(x, q=1, center=True, niter=10)[0][:, 0]  # the oracle, with its SVD
+        sigma = torch.sign(signed @ unsigned).item()
+        assert torch.allclose(sigma * unsigned, u, atol=1e-6)
+        if shape[0] > shape[1]:
+            assert torch.equal(sigma * unsigned, signed)  # q · (±1): the same floats
+        signs.add(sigma)
+    assert signs == {-1.0, 1.0}, "LAPACK's sign follows the data, so both occur"
+
+
 def _two_part_batch() -> tuple[torch.Tensor, torch.Tensor]:
     """Raw tokens of 4 images × 10 patches: 3 attended patches along one direction, 7 along another."""
     g = torch.Generator().manual_seed(0)
