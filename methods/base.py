@@ -175,6 +175,9 @@ class PrototypeMethod(nn.Module, ABC):
     reads: frozenset[str] = TOKEN_FIELDS
     #: CUDA ops the method uses that have no deterministic kernel (``deterministic = true`` refuses it)
     cuda_ops_without_deterministic_kernel: tuple[str, ...] = ()
+    #: whether each class's training images are clustered into its J prototypes (KMEx): a run
+    #: with fewer than J training images in a class is refused before any compute
+    clusters_each_class: bool = False
     #: the tunable hyperparameters and their ranges (methods/space.py), each holding the paper's
     #: default; ``{}``: the method is tuned over nothing (``protobench tune`` says so)
     search_space: ClassVar[dict[str, Dimension]] = {}

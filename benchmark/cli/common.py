@@ -3,12 +3,14 @@ options of grid-reading commands, the grid overrides they make, and where runs a
 from __future__ import annotations
 
 import argparse
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
 from benchmark.grid import OptionValue, parse_set_options, parse_sweep_options
+from benchmark.output_file import write_output
 from benchmark.run.own_code import EVERY_ADAPTER, NO_IMPORTS, AdapterImports
 from benchmark.run.store import default_cache_root
 
@@ -36,6 +38,14 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def emit(text: str, out: str | Path | None) -> None:
+    """A command's text output: to ``out`` whole or not at all (``write_output``), else to stdout."""
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_output(out, text.encode("utf-8"))
 
 
 def grid_overrides(args: argparse.Namespace) -> dict[str, object]:

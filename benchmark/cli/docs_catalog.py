@@ -17,7 +17,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from benchmark.cli.docs_cli import _cell, cli_reference
+from benchmark.cli.docs_cli import cli_reference, table_cell
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,24 +103,18 @@ def grid_keys() -> str:
     lines = ["| key | type | default | changes the run id | what it is |", "|---|---|---|---|---|"]
     for f in fields(RunSpec):
         in_id = "no (operational)" if f.name in OPERATIONAL_FIELDS else "yes"
-        lines.append(f"| `{f.name}` | `{_cell(f.type)}` | {_cell(_default(f))} | {in_id} | {_cell(comments.get(f.name, ''))} |")
+        lines.append(f"| `{f.name}` | `{table_cell(f.type)}` | {table_cell(_default(f))} | {in_id} | {table_cell(comments.get(f.name, ''))} |")
     lines += ["", "Top-level keys of a grid file: " + ", ".join(f"`{k}`" for k in GRID_KEYS) + ".", ""]
     return "\n".join(lines)
 
 
 # ---- methods -----------------------------------------------------------------------------------
 
-def _dimension_text(dimension: Any) -> str:
-    """A search-space dimension as the tuning code describes it (``methods.space.describe``)."""
-    from methods.space import describe
-
-    return describe(dimension)
-
-
 def method_section(name: str) -> str:
     """One registered method: display name, class, source, hyperparameters with defaults and,
     where the adapter declares a ``search_space``, the range each one is tuned over."""
     from methods.registry import get_method_class, method_display_name, method_hyperparameters
+    from methods.space import describe
 
     cls = get_method_class(name)
     space = getattr(cls, "search_space", None) or {}
@@ -135,9 +129,9 @@ def method_section(name: str) -> str:
     lines += [head, "|---|---|" + ("---|" if space else "")]
     for key, default in params.items():
         shown = "required" if default is inspect.Parameter.empty else f"`{default!r}`"
-        row = f"| `{key}` | {_cell(shown)} |"
+        row = f"| `{key}` | {table_cell(shown)} |"
         if space:
-            row += f" {_cell(_dimension_text(space[key])) if key in space else ''} |"
+            row += f" {table_cell(describe(space[key])) if key in space else ''} |"
         lines.append(row)
     lines.append("")
     return "\n".join(lines)

@@ -11,14 +11,14 @@ import copy
 from collections.abc import Iterator
 
 
-def _cell(text: object) -> str:
+def table_cell(text: object) -> str:
     """``text`` inside a markdown table cell: pipes escaped, newlines folded."""
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def _code(text: str) -> str:
     """Inline code that may hold backticks or pipes (a table cell)."""
-    return f"<code>{_cell(text).replace('<', '&lt;').replace('>', '&gt;')}</code>"
+    return f"<code>{table_cell(text).replace('<', '&lt;').replace('>', '&gt;')}</code>"
 
 
 def subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[tuple[str, argparse.ArgumentParser, str]]:
@@ -81,8 +81,8 @@ def command_section(name: str, parser: argparse.ArgumentParser, summary: str) ->
     if actions:
         lines += ["| argument | what it does | choices |", "|---|---|---|"]
         for action in actions:
-            lines.append(f"| {_code(_argument_name(action))} | {_cell(_expanded_help(parser, action))} | "
-                         f"{_cell(_choices(action))} |")
+            lines.append(f"| {_code(_argument_name(action))} | {table_cell(_expanded_help(parser, action))} | "
+                         f"{table_cell(_choices(action))} |")
         lines.append("")
     nested = [full for full, _, _ in subcommands(parser, name)]
     if nested:
@@ -99,8 +99,8 @@ def cli_reference(parser: argparse.ArgumentParser | None = None) -> str:
         parser = build_parser()
     commands = list(subcommands(parser))
     lines = ["| command | what it does |", "|---|---|"]
-    lines += [f"| [`{name}`](#protobench-{name.replace(' ', '-')}) | {_cell(summary)} |" for name, _, summary in commands]
+    lines += [f"| [`{name}`](#protobench-{name.replace(' ', '-')}) | {table_cell(summary)} |" for name, _, summary in commands]
     lines += ["", "Options of `protobench` itself:", ""]
-    lines += [f"- `{_argument_name(a)}`: {_cell(_expanded_help(parser, a))}" for a in documented_actions(parser)]
+    lines += [f"- `{_argument_name(a)}`: {table_cell(_expanded_help(parser, a))}" for a in documented_actions(parser)]
     lines.append("")
     return "\n".join(lines) + "\n" + "\n".join(command_section(name, sub, summary) for name, sub, summary in commands)

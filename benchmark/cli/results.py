@@ -23,11 +23,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmark.cli.common import add_check_adapters_argument, adapter_imports
+from benchmark.cli.common import add_check_adapters_argument, adapter_imports, emit
 from benchmark.errors import ProtobenchError
 from benchmark.run.identity import staleness
 from benchmark.run.own_code import EVERY_ADAPTER
-from benchmark.output_file import write_output
 from benchmark.run.store import RunDir
 from reports.layouts import get_layout, list_layouts
 
@@ -157,10 +156,7 @@ def run_report(args: argparse.Namespace) -> int:
         from reports.tuning import read_summaries, render_tuning
 
         text = render_tuning(frame, read_summaries([Path(p) for p in args.runs_dirs]), (args.ci or 95.0) / 100)
-        if args.out is not None:
-            write_output(args.out, text.encode("utf-8"))
-        else:
-            print(text, end="")
+        emit(text, args.out)
         return 0
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
@@ -169,10 +165,7 @@ def run_report(args: argparse.Namespace) -> int:
         frame, layout, args.fmt, against=against, decimals=args.decimals, method_macro=args.method_macro,
         level=None if args.ci is None else args.ci / 100, significance=args.significance,
     )
-    if args.out is not None:
-        write_output(args.out, report.text.encode("utf-8"))
-    else:
-        sys.stdout.write(report.text)
+    emit(report.text, args.out)
     if report.interval_note and args.fmt == "csv":
         print(report.interval_note, file=sys.stderr)
     if report.missing and args.layout is None:
@@ -320,10 +313,7 @@ def run_compare(args: argparse.Namespace) -> int:
         frame = frame.assign(method=frame["method"].map(lambda m: shown.get(m, m)))
     comparisons = compare_levels(frame, args.by, baseline=baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
-    if args.out is not None:
-        write_output(args.out, text.encode("utf-8"))
-    else:
-        sys.stdout.write(text)
+    emit(text, args.out)
     return 0
 
 

@@ -12,9 +12,9 @@ from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
-from benchmark.method_lookup import stand_in_method
+from benchmark.method_lookup import get_method_class, stand_in_method
 from benchmark.run.identity import discard_stale, stale_result
-from benchmark.run.runner import check_data, check_device, execute_run, load_trunk
+from benchmark.run.runner import check_data, check_device, check_images_per_class, execute_run, load_trunk
 from benchmark.run.states import AskScheduler, run_states
 from benchmark.run.store import RunBusy, RunDir
 
@@ -71,7 +71,8 @@ def preflight(runs: list[RunSpec]) -> None:
     """Every user error before any training, so a bad grid fails at once rather than hours in:
     each method built with its ``method_args`` on a stand-in context, every dataset's
     annotations read and every image decoded (:func:`benchmark.data.check_images`), the number
-    of prototypes against the dataset's classes, every trunk's weights loaded."""
+    of prototypes against the dataset's classes (and against each class's training images for a
+    method that clusters them), every trunk's weights loaded."""
     seen_data: dict[tuple[str, str, int], int] = {}  # → number of classes
     seen_trunks: set[tuple[str, str, str]] = set()
     for spec in runs:
@@ -81,6 +82,8 @@ def preflight(runs: list[RunSpec]) -> None:
         if data_key not in seen_data:
             seen_data[data_key] = check_data(spec)
         check_prototype_count(spec, seen_data[data_key])
+        if get_method_class(spec.method).clusters_each_class:
+            check_images_per_class(spec)
         trunk_key = (spec.backbone, spec.weights, repr(sorted(spec.backbone_args.items())))
         if trunk_key not in seen_trunks:
             seen_trunks.add(trunk_key)

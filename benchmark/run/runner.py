@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from benchmark.backbones import FrozenTrunk, backbone_spec, create_backbone
@@ -70,6 +71,19 @@ def check_data(spec: RunSpec) -> int:
     check_images(train)
     check_images(load_split(spec, "test"))
     return train.num_classes
+
+
+def check_images_per_class(spec: RunSpec) -> None:
+    """A method that clusters each class's training images into its J prototypes (KMEx) needs
+    J of them in every class of the training split the run reads (annotations only)."""
+    train = load_split(spec, "train")
+    counts = np.bincount(train.labels, minlength=train.num_classes)
+    fewest = int(counts.argmin())
+    if counts[fewest] < spec.prototypes_per_class:
+        raise ProtobenchError(
+            f"run {spec.label}: {spec.method} clusters each class's training images into J = "
+            f"{spec.prototypes_per_class} prototypes, but class {train.class_names[fewest]!r} has "
+            f"{counts[fewest]}; use J ≤ {counts.min()} or more training images per class")
 
 
 def cache_build_workers(spec: RunSpec) -> int:

@@ -34,21 +34,26 @@ def check_arg(ok: bool, method: str, argument: str, expected: str, value: object
         raise ValueError(f"{method}: {argument} must be {expected}, got {value!r}")
 
 
+def _is_number(value: object) -> bool:
+    """An int or float, not a bool (``True`` is an int to Python, not a learning rate)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_positive(method: str, **values: float) -> None:
     for argument, value in values.items():
-        check_arg(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+        check_arg(_is_number(value) and math.isfinite(value) and value > 0,
                   method, argument, "a finite number > 0", value)
 
 
 def check_non_negative(method: str, **values: float) -> None:
     for argument, value in values.items():
-        check_arg(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0,
+        check_arg(_is_number(value) and math.isfinite(value) and value >= 0,
                   method, argument, "a finite number >= 0", value)
 
 
 def check_finite(method: str, **values: float) -> None:
     for argument, value in values.items():
-        check_arg(isinstance(value, (int, float)) and math.isfinite(value), method, argument, "a finite number", value)
+        check_arg(_is_number(value) and math.isfinite(value), method, argument, "a finite number", value)
 
 
 def check_count(method: str, *, minimum: int = 0, **values: int) -> None:

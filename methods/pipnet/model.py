@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.common.lineage import PASS_BATCH_SIZE, block_groups, check_count, head_input, head_reads, make_block
+from methods.common.lineage import (PASS_BATCH_SIZE, block_groups, check_count, check_positive, head_input, head_reads,
+                                    make_block)
 from methods.pipnet.functional import (
     align_loss,
     clamp_for_inference,
@@ -58,11 +59,6 @@ STAGE_TWO = ("finetune", "joint")
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(f"pipnet: {message}")
-
-
-def _positive(name: str, value: object) -> None:
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"),
-             f"{name} must be a finite number > 0, got {value!r}")
 
 
 @register_method("pipnet")
@@ -116,8 +112,7 @@ class PIPNet(PrototypeMethod):
         check_count("pipnet", finetune_epochs=finetune_epochs)
         _require(finetune_epochs <= epochs, f"finetune_epochs = {finetune_epochs} must be <= epochs = {epochs}")
         check_count("pipnet", test_shrinks_per_epoch=test_shrinks_per_epoch)
-        for name, value in (("classifier_lr", classifier_lr), ("add_on_lr", add_on_lr), ("lr_block", lr_block)):
-            _positive(name, value)
+        check_positive("pipnet", classifier_lr=classifier_lr, add_on_lr=add_on_lr, lr_block=lr_block)
         _require(isinstance(view_dropout, (int, float)) and 0 <= view_dropout < 1,
                  f"view_dropout must be in [0, 1), got {view_dropout!r}")
         _require(isinstance(bias, bool), f"bias must be true or false, got {bias!r}")

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from benchmark.cli import build_parser
-from benchmark.cli.docs_catalog import METRIC_MODULES, _dimension_text, grid_keys, method_section, methods_reference, metric_keys, metrics_reference
-from benchmark.cli.docs_cli import _cell, cli_reference, documented_actions, subcommands
+from benchmark.cli.docs_catalog import METRIC_MODULES, grid_keys, method_section, methods_reference, metric_keys, metrics_reference
+from benchmark.cli.docs_cli import cli_reference, documented_actions, subcommands, table_cell
 from benchmark.config import RunSpec
 from benchmark.spec_fields import OPERATIONAL_FIELDS
 from methods import contract
 from methods.registry import get_method_class, list_methods, method_hyperparameters
-from methods.space import LogUniform
+from methods.space import LogUniform, describe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,12 +98,10 @@ def test_a_declared_search_space_appears_beside_the_defaults(monkeypatch):
     section = method_section("protopnet")
     assert "| hyperparameter | default | search space |" in section
     row = next(line for line in section.splitlines() if line.startswith("| `add_on_lr` |"))
-    assert row.count("|") == 4 and row.split("|")[3].strip() == _cell(_dimension_text(dimension)) != "", row
+    assert row.count("|") == 4 and row.split("|")[3].strip() == table_cell(describe(dimension)) != "", row
 
 
 def test_every_declared_search_space_is_in_the_methods_reference():
-    from methods.space import describe
-
     text = methods_reference()
     declared = {n: get_method_class(n).search_space for n in list_methods() if getattr(get_method_class(n), "search_space", None)}
     assert {"pipnet", "comfe", "vmfproto"} <= set(declared)
@@ -111,7 +109,7 @@ def test_every_declared_search_space_is_in_the_methods_reference():
         section = method_section(name)
         assert section in text
         for key, dimension in space.items():
-            assert any(line.startswith(f"| `{key}` |") and line.split("|")[3].strip() == _cell(describe(dimension))
+            assert any(line.startswith(f"| `{key}` |") and line.split("|")[3].strip() == table_cell(describe(dimension))
                        for line in section.splitlines()), (name, key)
 
 
@@ -162,6 +160,12 @@ def test_every_shell_example_is_one_a_test_runs(capsys):
             assert command.split()[1] in targets, (page, line)
         elif command.startswith("python -m methods.contract "):
             assert contract.main(command.split()[3:]) == 0, (page, line, capsys.readouterr().out)
+        elif command.startswith("python -m pytest "):  # plugins of tests/helpers (tests/test_maxdiff_plugin.py runs them)
+            words = command.split()[3:]
+            plugins = [words[i + 1] for i, word in enumerate(words) if word == "-p"]
+            paths = [w for i, w in enumerate(words) if not w.startswith("-") and (i == 0 or words[i - 1] != "-p")]
+            assert plugins and all((REPO / "tests" / "helpers" / f"{name}.py").is_file() for name in plugins), (page, line)
+            assert paths and all((REPO / path).exists() for path in paths), (page, line)
         else:
             unknown.append((page, line))
     assert unknown == [], "a shell example no test runs; add it to this test or to test_printed_commands"

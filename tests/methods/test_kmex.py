@@ -11,10 +11,14 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 
+from benchmark.cli import main
+from benchmark.grid import load_grid
+from benchmark.run.runner import check_images_per_class
 from methods.base import TokenBatch, TrainData
 from methods.kmex import kmeans_per_class
 from methods.registry import build_method
 from methods.testing import SyntheticTokens, SyntheticTrainData
+from tiny_grid import write_tiny_grid
 
 J = 3
 
@@ -194,3 +198,16 @@ def test_a_class_with_fewer_images_than_j_is_refused_by_name() -> None:
         method.on_stage_start(method.stages()[0], 0, SyntheticTrainData(source))
     with pytest.raises(ValueError, match="n_init"):
         _method(source, n_init=0)
+
+
+def test_a_run_with_fewer_training_images_than_j_in_a_class_is_refused_before_compute(tmp_path, capsys) -> None:
+    """The harness knows KMEx clusters each class (``clusters_each_class``): ``protobench run``
+    refuses J = 3 on 2 training images per class after reading the annotations, before any trunk
+    pass or run directory; J = 2 passes that check."""
+    grid = write_tiny_grid(tmp_path / "kmex.toml", "kmex", tmp_path / "synthbirds", device="cpu", method="kmex",
+                           dataset_args={"classes": 3, "images_per_class": 4, "seed": 0}, prototypes_per_class=3)
+    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "clusters each class's training images into J = 3 prototypes" in err and "has 2" in err, err
+    assert "use J ≤ 2" in err and not (tmp_path / "runs").exists()
+    check_images_per_class(load_grid(grid).runs[0].with_overrides(prototypes_per_class=2))
