@@ -24,10 +24,18 @@ test: $(STAMP)
 # projection from them, each written to $(GPU_CHECK_OUT)/ even when a step before it failed; a
 # summary of the steps ends it, and it fails if any step did. DEVICE=cpu: the dry run CI makes
 # (same commands and files, the gpu tests skipped, a tiny paper-scale shape).
+# GPU_PYTHON=/path/to/python: use that interpreter as it is, without the venv (a GPU node
+# without network whose environment has torch and timm; the steps run from this checkout).
 GPU_CHECK_OUT ?= gpu-check
 DEVICE ?= cuda
+GPU_PYTHON ?=
+ifeq ($(GPU_PYTHON),)
 gpu-check: $(STAMP)
 	$(BIN)/python -m benchmark.cli.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
+else
+gpu-check:
+	$(GPU_PYTHON) -m benchmark.cli.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
+endif
 
 # The docs site (docs/, mkdocs.yml): strict, so a broken link, anchor or snippet, or a reference
 # generator that fails, stops the build. The reference pages are generated from the code here.

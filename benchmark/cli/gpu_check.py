@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,12 @@ from pathlib import Path
 
 
 DEVICES = ("cuda", "cpu")
+#: where the ``gpu`` tests live (tests/gpu/test_gpu_check_command.py keeps it complete): collecting
+#: only these, the check needs no optional test dependency (optuna, POT, submitit, mkdocs)
+GPU_TEST_PATHS = ("tests/gpu", "tests/benchmark/test_prefetch.py", "tests/metrics/test_explanation_metrics.py")
+#: the checkout, put on every step's PYTHONPATH: an interpreter without the package installed
+#: (``make gpu-check GPU_PYTHON=…`` on a machine without network) runs the steps from it
+CHECKOUT = Path(__file__).resolve().parents[2]
 #: ``--device cpu``: the paper-scale preset on a tiny trunk and dataset (seconds on a CPU)
 DRY_RUN_PERF = ["--set", "backbone_args={depth = 1, embed_dim = 48, num_heads = 2}",
                 "--set", "dataset_args={classes = 8, images_per_class = 12, seed = 0}",
@@ -61,16 +68,23 @@ def gpu_check_steps(device: str, out: Path, python: str = sys.executable) -> lis
     perf = [*cli, "perf", "--paper-scale", "--device", device, "--runs-dir", str(out / "runs"),
             "--out", str(out / "perf-paper-scale.json"), *(DRY_RUN_PERF if device == "cpu" else [])]
     return [
-        Step("gpu tests", [python, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rs",
-                           "--junitxml", str(out / "pytest-gpu.xml")], "pytest-gpu.txt", "pytest-gpu.xml"),
+        Step("gpu tests", [python, "-m", "pytest", "-m", "gpu", *GPU_TEST_PATHS, "-q", "-p", "no:cacheprovider",
+                           "-rs", "--junitxml", str(out / "pytest-gpu.xml")], "pytest-gpu.txt", "pytest-gpu.xml",
+             cwd=CHECKOUT),
         # in OUT: the preset generates its synthbirds under ./data/, apart from any other set
         Step("perf --paper-scale", perf, "perf-paper-scale.txt", "perf-paper-scale.json", cwd=out),
         Step("plan cub_main", [*cli, "plan", "benchmark/grids/cub_main.toml", "--perf", str(out / "perf-paper-scale.json")],
-             "plan-cub_main.txt", "plan-cub_main.txt"),
+             "plan-cub_main.txt", "plan-cub_main.txt", cwd=CHECKOUT),
         # the FLOPs model's projection (H100), to compare with the measured one above
         Step("plan cub_main (model)", [*cli, "plan", "benchmark/grids/cub_main.toml"],
-             "plan-cub_main-model.txt", "plan-cub_main-model.txt"),
+             "plan-cub_main-model.txt", "plan-cub_main-model.txt", cwd=CHECKOUT),
     ]
+
+
+def step_environment() -> dict[str, str]:
+    """This process's environment with the checkout first on ``PYTHONPATH``."""
+    paths = [str(CHECKOUT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def run_steps(steps: list[Step], out: Path, *, echo=print) -> list[StepResult]:  # noqa: ANN001
@@ -83,8 +97,8 @@ def run_steps(steps: list[Step], out: Path, *, echo=print) -> list[StepResult]: 
         started = time.perf_counter()
         with open(out / step.log, "wb") as log:
             try:
-                code = subprocess.run(step.command, stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=step.cwd).returncode
+                code = subprocess.run(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
+                                      env=step_environment()).returncode
             except OSError as err:  # the command itself could not start
                 log.write(f"gpu-check: {step.name} did not start: {err}\n".encode())
                 code = 127

@@ -4,12 +4,14 @@ the CPU dry run has the same steps and files as the CUDA check."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmark.cli.gpu_check import DRY_RUN_PERF, Step, gpu_check_steps, main, run_steps, summarise
+from benchmark.cli.gpu_check import (CHECKOUT, DRY_RUN_PERF, GPU_TEST_PATHS, Step, gpu_check_steps, main, run_steps,
+                                     step_environment, summarise)
 
 
 def _write(name: str, code: int) -> list[str]:
@@ -49,3 +51,21 @@ def test_the_cuda_check_refuses_a_machine_without_cuda(tmp_path: Path, capsys, m
     assert "DEVICE=cpu" in capsys.readouterr().err and not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="unknown gpu-check device 'tpu'"):
         gpu_check_steps("tpu", tmp_path)
+
+
+def test_every_gpu_test_is_in_the_paths_the_check_collects() -> None:
+    """The check collects GPU_TEST_PATHS only (so it needs no optional test dependency): a file
+    marking a test `gpu` anywhere else would never run on a GPU."""
+    marking = {path.relative_to(CHECKOUT).as_posix() for path in (CHECKOUT / "tests").rglob("test_*.py")
+               if "mark.gpu" in path.read_text(encoding="utf-8")}
+    assert len(marking) >= 6
+    outside = [f for f in sorted(marking) if not any(f == path or f.startswith(path + "/") for path in GPU_TEST_PATHS)]
+    assert outside == [], f"add them to benchmark.cli.gpu_check.GPU_TEST_PATHS: {outside}"
+
+
+def test_the_steps_run_from_the_checkout_with_it_on_the_python_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert step_environment()["PYTHONPATH"].split(os.pathsep) == [str(CHECKOUT), "/elsewhere"]
+    steps = gpu_check_steps("cpu", tmp_path)
+    assert (CHECKOUT / "benchmark" / "grids" / "cub_main.toml").is_file()
+    assert all(s.cwd == CHECKOUT for s in steps if not s.name.startswith("perf"))
