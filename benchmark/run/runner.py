@@ -83,7 +83,7 @@ def check_images_per_class(spec: RunSpec) -> None:
         raise ProtobenchError(
             f"run {spec.label}: {spec.method} clusters each class's training images into J = "
             f"{spec.prototypes_per_class} prototypes, but class {train.class_names[fewest]!r} has "
-            f"{counts[fewest]}; use J ≤ {counts.min()} or more training images per class")
+            f"{counts[fewest]}; use J ≤ {counts[fewest]} or more training images per class")
 
 
 def cache_build_workers(spec: RunSpec) -> int:
