@@ -29,7 +29,7 @@ from sklearn.cluster import KMeans
 from torch import Tensor
 
 from methods.base import MethodContext, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.common.lineage import PASS_BATCH_SIZE, own_class_mask
+from methods.common.lineage import PASS_BATCH_SIZE, check_count, check_non_negative, own_class_mask
 from methods.registry import register_method
 
 #: ε of the soft similarity (utils/common.py ``BBOX_fwd``: ``log(dist + 1e-4)``)
@@ -83,11 +83,8 @@ class KMEx(PrototypeMethod):
 
     def __init__(self, ctx: MethodContext, *, n_init: int = 10, max_iter: int = 300, tol: float = 1e-4) -> None:
         super().__init__(ctx)
-        for name, value in (("n_init", n_init), ("max_iter", max_iter)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"kmex: {name} must be an integer >= 1, got {value!r}")
-        if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 <= tol < float("inf"):
-            raise ValueError(f"kmex: tol must be a finite number >= 0, got {tol!r}")
+        check_count("kmex", minimum=1, n_init=n_init, max_iter=max_iter)
+        check_non_negative("kmex", tol=tol)
         self.n_init, self.max_iter, self.tol = n_init, max_iter, float(tol)
         self.loss_weights = {"inertia": 1.0}
         # placeholders until clustering replaces them (drawn from torch's seeded RNG like other heads' init)
