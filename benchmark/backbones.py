@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from benchmark.attention import AppendedBlock, cls_attention
 from benchmark.errors import ProtobenchError
+from benchmark.trunks import ALIASES, trunk_declaration
 
 __all__ = [
     "BACKBONES",
@@ -124,17 +125,8 @@ class BackboneSpec:
 
 
 #: docs/protocol/harness.md, table "Backbones (timm, frozen)": the six keys it lists, aliases of their timm names
-BACKBONES: dict[str, BackboneSpec] = {
-    spec.key: spec
-    for spec in (
-        BackboneSpec("dinov2_vits14", "vit_small_patch14_dinov2.lvd142m"),
-        BackboneSpec("dinov2_vitb14", "vit_base_patch14_dinov2.lvd142m"),
-        BackboneSpec("dinov2_vits14_reg4", "vit_small_patch14_reg4_dinov2.lvd142m"),
-        BackboneSpec("dinov2_vitb14_reg4", "vit_base_patch14_reg4_dinov2.lvd142m"),
-        BackboneSpec("dinov3_vits16", "vit_small_patch16_dinov3.lvd1689m"),
-        BackboneSpec("dinov3_vitb16", "vit_base_patch16_dinov3.lvd1689m"),
-    )
-}
+#: (declared without timm in benchmark/trunks.py)
+BACKBONES: dict[str, BackboneSpec] = {key: BackboneSpec(key, trunk.timm_name) for key, trunk in ALIASES.items()}
 _ALIAS_OF_TIMM_NAME = {spec.timm_name: spec for spec in BACKBONES.values()}
 _UNKNOWN_HINT = (f"use one of {', '.join(BACKBONES)} or 'timm:NAME' with a timm VisionTransformer or Eva model "
                  "(`protobench list backbones PATTERN` lists them)")
@@ -144,8 +136,9 @@ def backbone_spec(name: str) -> BackboneSpec:
     """The registry entry of an alias or of ``"timm:NAME"``. ``NAME`` without a pretrained tag
     takes timm's default tag, and a name whose model an alias creates gives that alias, so one
     trunk always has one key (and runs on it one run id)."""
-    if name in BACKBONES:
-        return BACKBONES[name]
+    declared = _declared(name)
+    if declared is not None:
+        return declared
     if ":" in name and not name.startswith(TIMM_PREFIX):
         return _user_trunk_spec(name)
     if not name.startswith(TIMM_PREFIX):
@@ -168,6 +161,18 @@ def backbone_spec(name: str) -> BackboneSpec:
                               f"'{architecture}*'`.") from None
     canonical = f"{architecture}.{cfg.tag}" if cfg is not None and cfg.tag else architecture
     return _ALIAS_OF_TIMM_NAME.get(canonical) or BackboneSpec(TIMM_PREFIX + canonical, canonical)
+
+
+def _declared(name: str) -> BackboneSpec | None:
+    """An alias, or a trunk an installed package declares (entry point ``protobench.backbones``)."""
+    try:
+        found = trunk_declaration(name)
+    except ValueError as err:  # a clash or a broken package: one message naming it
+        raise ProtobenchError(str(err)) from None
+    if found is None:
+        return None
+    trunk, provider = found
+    return BACKBONES[name] if provider.builtin else BackboneSpec(name, name, factory=trunk.factory)
 
 
 def _import_factory(path: str) -> Any:

@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
+from benchmark.data.declared import DATASETS
 from benchmark.errors import ProtobenchError
-from benchmark.run.own_code import is_own_code
 from benchmark.spec_fields import identity_fields
 
-DATASET_NAMES = ("cub", "synthbirds", "dogs", "cars")
-CUB_FORMAT_DATASETS = ("cub", "synthbirds")
+DATASET_NAMES = tuple(DATASETS)  # benchmark/data/declared.py
+CUB_FORMAT_DATASETS = tuple(name for name, d in DATASETS.items() if d.cub_layout)
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
 STORAGE_DTYPES = ("float16", "float32")
+PRECISIONS = ("fp32", "tf32", "bf16")  # methods.common.precision.PRECISIONS, spelt here without torch (a test keeps them equal)
 EVALUATION_SPLITS = ("test", "validation")  # what a run is scored on (validation: a tuning trial)  # token-cache storage (benchmark/cache/tokens.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
@@ -178,7 +179,7 @@ def build_run_spec(values: dict[str, Any], *, where: str, import_trunk: bool = T
     for required in ("dataset", "backbone", "method", "prototypes_per_class"):
         if required not in values:
             raise ProtobenchError(f"{where}: missing required key {required!r}")
-    recorded = not import_trunk and is_own_code(values["backbone"])  # an own trunk's key as recorded
+    recorded = not import_trunk  # reading a result: its trunk's key as recorded (canonical when it ran)
     spec = RunSpec(**{**values, "backbone": values["backbone"] if recorded else
                       canonical_backbone(values["backbone"], where=where)})
     validate_run_spec(spec, where=where, import_trunk=import_trunk)
@@ -189,6 +190,13 @@ def canonical_backbone(name: str, *, where: str) -> str:
     """One key per trunk (``benchmark.backbones.backbone_spec``): ``"timm:NAME"`` of an alias's
     model becomes the alias, a timm name without a tag gets timm's default tag, so a trunk named
     either way gives one run id."""
+    from benchmark.trunks import trunk_declaration
+
+    try:
+        if trunk_declaration(name) is not None:  # an alias or an installed package's trunk: no timm
+            return name
+    except ValueError as err:
+        raise ProtobenchError(f"{where}: {err}") from None
     from benchmark.backbones import backbone_spec
 
     try:
@@ -211,17 +219,12 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
     from benchmark.method_lookup import validate_method_args
     from benchmark.tuning.split import check_rule
-    from methods.common.precision import PRECISIONS
 
     def bad(msg: str) -> ProtobenchError:
         return ProtobenchError(f"{where}: {msg}")
 
     if spec.dataset not in DATASET_NAMES:
         raise bad(f"unknown dataset {spec.dataset!r}; choose one of {', '.join(DATASET_NAMES)}")
-    canonical = spec.backbone if not import_trunk and is_own_code(spec.backbone) else \
-        canonical_backbone(spec.backbone, where=where)
-    if canonical != spec.backbone:
-        raise bad(f"backbone {spec.backbone!r} is not in its canonical form {canonical!r}")
     if spec.prototypes_per_class < 1:
         raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
     if spec.prototypes_per_class > MAX_PROTOTYPES:
@@ -265,4 +268,8 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
     if spec.evaluation_split == "validation" and spec.tuned:
         raise bad("a tuning trial (evaluation_split = 'validation') cannot also be a tuned run (tuned = {...})")
     check_rule(spec.validation_fraction, spec.validation_seed, where)
+    # last: a timm name or an own trunk's factory is imported to canonicalise it
+    canonical = spec.backbone if not import_trunk else canonical_backbone(spec.backbone, where=where)
+    if canonical != spec.backbone:
+        raise bad(f"backbone {spec.backbone!r} is not in its canonical form {canonical!r}")
     validate_method_args(spec.method, spec.method_args)

@@ -103,9 +103,9 @@ def cache_group(spec: RunSpec) -> tuple[str, ...]:
 def share_early_token_caches(runs: list[RunSpec]) -> tuple[RunSpec, ...]:
     """When a run needs an early block's tokens (EvalProtoPNet's SDFA), every run on the same
     trunk and data stores them too, so the whole group reads one cache entry per split and view."""
-    from benchmark.method_lookup import get_method_class
+    from benchmark.method_lookup import declaration
 
-    needing = {trunk_and_data(r) for r in runs if get_method_class(r.method).needs_early_tokens}
+    needing = {trunk_and_data(r) for r in runs if declaration(r.method).needs_early_tokens}
     return tuple(r.with_overrides(cache_early_tokens=True) if trunk_and_data(r) in needing else r for r in runs)
 
 

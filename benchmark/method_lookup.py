@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmark.errors import ProtobenchError
 from methods import registry
-from methods.base import MethodContext, PrototypeMethod
+from methods.declaration import MethodDeclaration
+from methods.plugins import Provider
+
+if TYPE_CHECKING:
+    from methods.base import MethodContext, PrototypeMethod
 
 
 @contextmanager
@@ -22,6 +26,18 @@ def refusals_as_user_errors() -> Iterator[None]:
         yield
     except (ValueError, TypeError) as err:
         raise ProtobenchError(str(err)) from err
+
+
+def declaration(name: str) -> MethodDeclaration:
+    """What a method declares (methods/declaration.py): no model code for a registry key."""
+    with refusals_as_user_errors():
+        return registry.declaration(name)
+
+
+def method_provider(name: str) -> Provider:
+    """The suite, or the installed distribution, that provides a registry key."""
+    with refusals_as_user_errors():
+        return registry.method_provider(name)
 
 
 def get_method_class(name: str) -> type[PrototypeMethod]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from methods.base import TOKEN_FIELDS, PrototypeMethod, Stage, set_trainable
-from methods.registry import build_method, get_method_class, method_hyperparameters
+from methods.registry import build_method, declaration, get_method_class, method_display_name, method_hyperparameters
 from methods.space import space_problems
 from methods.testing import SyntheticTokens, SyntheticTrainData
 
@@ -51,6 +51,33 @@ def check_constructor(name: str, source: SyntheticTokens, J: int) -> None:
     method = _build(name, source, J, 0)
     _require(isinstance(method, PrototypeMethod), f"{name}: must subclass methods.base.PrototypeMethod")
     _require(bool(method.loss_weights), f"{name}: set self.loss_weights (term → coefficient) in __init__")
+
+
+def check_declaration(name: str, source: SyntheticTokens, J: int) -> None:
+    """The declaration readers use without torch equals the adapter class: the same hyperparameters
+    in the constructor's order with equal defaults, each default valid under its declared kind and
+    range, and the same display name, flags and search space (the drift check)."""
+    decl = declaration(name)
+    cls = get_method_class(name)
+    signature = method_hyperparameters(cls)
+    _require(list(decl.hyperparameters) == list(signature),
+             f"{name}: the declaration lists hyperparameters {list(decl.hyperparameters)}, the constructor "
+             f"{list(signature)}; make methods/specs/{name}.py (or the package's declaration) list the constructor's")
+    for key, default in signature.items():
+        declared = decl.hyperparameters[key].default
+        _require(type(declared) is type(default) and declared == default,
+                 f"{name}: {key} defaults to {default!r} in the constructor and to {declared!r} in the declaration")
+    problems = decl.problems()
+    _require(not problems, f"{name}: its declaration: " + "; ".join(problems))
+    for attribute in ("clusters_each_class", "needs_early_tokens", "search_space"):
+        _require(getattr(decl, attribute) == getattr(cls, attribute),
+                 f"{name}: {attribute} is {getattr(cls, attribute)!r} on the class and {getattr(decl, attribute)!r} "
+                 "in the declaration")
+    _require(decl.display_name == method_display_name(cls),
+             f"{name}: the class is labelled {method_display_name(cls)!r}, the declaration {decl.display_name!r}")
+    _require(":" in name or decl.adapter == f"{cls.__module__}:{cls.__qualname__}",
+             f"{name}: the declaration's adapter {decl.adapter!r} is not where the class is defined "
+             f"({cls.__module__}:{cls.__qualname__})")
 
 
 def check_search_space(name: str, source: SyntheticTokens, J: int) -> None:
@@ -224,6 +251,7 @@ def check_reads(name: str, source: SyntheticTokens, J: int) -> None:
 
 CHECKS: tuple[Callable[[str, SyntheticTokens, int], None], ...] = (
     check_constructor,
+    check_declaration,
     check_search_space,
     check_outputs,
     check_prototype_switch_off,

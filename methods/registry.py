@@ -1,8 +1,13 @@
-"""Method registry and the one factory, ``build_method`` (timm's ``create_model`` pattern).
+"""The method registry and the one factory, ``build_method`` (timm's ``create_model`` pattern).
 
-A method is named by its registry key (``"vmfproto"``) or, for adapters that live outside
-the suite, by an import path ``"package.module:ClassName"``. A name or hyperparameter the
-registry refuses raises Python's own exceptions (ValueError, TypeError: scikit-learn's parameter
+A method is named by its registry key (``"vmfproto"``) or, for adapters that live outside the
+suite, by an import path ``"package.module:ClassName"``. Every registry key has a
+:class:`~methods.declaration.MethodDeclaration`, read without torch: the suite's own from
+``methods/specs/<name>.py``, an installed package's from the entry-point group
+``protobench.methods`` (methods/plugins.py). Names, display names, hyperparameters, defaults,
+ranges, flags and search spaces come from the declaration; the adapter class (and torch) is
+imported only to build the method, to train or evaluate. A name or hyperparameter the registry
+refuses raises Python's own exceptions (ValueError, TypeError: scikit-learn's parameter
 validation does the same), their messages naming the thing and the fix; the harness turns them
 into its user-facing error (``benchmark.method_lookup``).
 """
@@ -15,91 +20,164 @@ import json
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from methods.base import MethodContext, PrototypeMethod
+from methods.declaration import Hyperparameter, MethodDeclaration
+from methods.plugins import BUILTIN, Provider, check_clashes, discovered
 from methods.common.values import check_type
 
-M = TypeVar("M", bound=type[PrototypeMethod])
+if TYPE_CHECKING:
+    from methods.base import MethodContext, PrototypeMethod
 
-_REGISTRY: dict[str, type[PrototypeMethod]] = {}
+M = TypeVar("M", bound=type)
 
-# Modules whose import fills the registry with the suite's own methods.
-_BUILTIN_MODULES: tuple[str, ...] = (
-    "methods.vmfproto", "methods.protopnet", "methods.deformable", "methods.tesnet", "methods.evalprotopnet",
-    "methods.mgproto", "methods.nppp", "methods.pipnet", "methods.kmex", "methods.comfe",
+#: the suite's own methods: each declared in ``methods/specs/<name>.py``
+BUILTIN_METHODS: tuple[str, ...] = (
+    "vmfproto", "protopnet", "deformable_protopnet", "tesnet", "evalprotopnet",
+    "mgproto", "nppp", "pipnet", "kmex", "comfe",
 )
+PLUGIN_GROUP = "protobench.methods"
+
+_CLASSES: dict[str, type] = {}  # registry key → its adapter class, once imported
 
 
 def register_method(name: str) -> Callable[[M], M]:
-    """Class decorator: ``@register_method("vmfproto")``."""
+    """Class decorator on an adapter: ``@register_method("vmfproto")`` names the class by its key."""
 
     def decorate(cls: M) -> M:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
+        if name in _CLASSES and _CLASSES[name] is not cls:
             raise ValueError(f"method name {name!r} is registered twice")
         cls.name = name
-        _REGISTRY[name] = cls
+        _CLASSES[name] = cls
         return cls
 
     return decorate
 
 
-def _load_builtins() -> None:
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
+@lru_cache(maxsize=None)
+def _builtin_declaration(name: str) -> MethodDeclaration:
+    return importlib.import_module(f"methods.specs.{name}").DECLARATION
+
+
+def _plugins() -> dict[str, tuple[MethodDeclaration, Provider]]:
+    """The methods installed packages declare (``protobench.methods``), checked against the
+    built-ins: a clash is refused naming both distributions (methods/plugins.py)."""
+    return discovered(PLUGIN_GROUP, BUILTIN_METHODS, MethodDeclaration)
 
 
 def list_methods() -> list[str]:
-    """Registry keys of the suite's methods, sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    """Registry keys: the suite's methods and those installed packages declare, sorted."""
+    return sorted({*BUILTIN_METHODS, *_plugins()})
+
+
+def method_provider(name: str) -> Provider:
+    """Who provides a registry key: the suite itself, or an installed distribution (name, version)."""
+    if name in BUILTIN_METHODS:
+        return BUILTIN
+    plugins = _plugins()
+    if name not in plugins:
+        raise _unknown(name)
+    return plugins[name][1]
+
+
+def _unknown(name: str) -> ValueError:
+    known = list_methods()
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ValueError(f"unknown method {name!r}{hint}; choose one of {', '.join(known)}, install a package that "
+                      "declares it (entry point 'protobench.methods'), or give an import path "
+                      "'package.module:ClassName'")
+
+
+def declaration(name: str) -> MethodDeclaration:
+    """What a method declares. A registry key reads its declaration without importing any model
+    code; an import path ``package.module:Class`` imports the class (the user named it) and
+    describes it from its constructor and attributes (:meth:`MethodDeclaration.of_class`)."""
+    if ":" in name:
+        return declaration_of_class(get_method_class(name), name)
+    if name in BUILTIN_METHODS:
+        return builtin_declaration(name)
+    plugins = _plugins()
+    if name not in plugins:
+        raise _unknown(name)
+    return plugins[name][0]
+
+
+def builtin_declaration(name: str) -> MethodDeclaration:
+    """A built-in method's declaration, after refusing an installed package that claims its name."""
+    check_clashes(PLUGIN_GROUP, BUILTIN_METHODS)
+    return _builtin_declaration(name)
+
+
+def declaration_of_class(cls: type, name: str) -> MethodDeclaration:
+    """An import-path adapter described from its class: its constructor's keyword arguments with
+    their defaults (a range only where a default implies one: none), its attributes."""
+    hyperparameters = {key: Hyperparameter(_kind_of(default), default)
+                       for key, default in method_hyperparameters(cls).items()}
+    return MethodDeclaration(name=name, display_name=method_display_name(cls), adapter=name,
+                             hyperparameters=hyperparameters, search_space=dict(getattr(cls, "search_space", {})),
+                             clusters_each_class=bool(getattr(cls, "clusters_each_class", False)),
+                             needs_early_tokens=bool(getattr(cls, "needs_early_tokens", False)))
+
+
+def _kind_of(default: Any) -> str:
+    if default is None or default is inspect.Parameter.empty:
+        return "any"
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, (list, tuple)):
+        return "str-list" if default and all(isinstance(v, str) for v in default) else "int-list"
+    return {int: "int", float: "float", str: "str"}.get(type(default), "any")
 
 
 def get_method_class(name: str) -> type[PrototypeMethod]:
-    """Resolve a registry key or a ``package.module:Class`` import path."""
+    """The adapter class of a registry key (its declaration's ``adapter``) or of an import path
+    ``package.module:Class``: this imports the model code, and torch."""
+    from methods.base import PrototypeMethod
+
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(
-                f"method {name!r} could not be imported ({err}); give an importable "
-                "'package.module:ClassName' whose module is on PYTHONPATH"
-            ) from err
-        except SyntaxError as err:  # the adapter's module does not parse: where, not a traceback
-            raise ValueError(f"method {name!r}: {err.filename}, line {err.lineno}: {err.msg}; fix that line of "
-                             "the adapter's module") from None
-        if not (isinstance(cls, type) and issubclass(cls, PrototypeMethod)):
-            raise TypeError(f"method {name!r} is not a subclass of methods.base.PrototypeMethod")
-        return cls
-    _load_builtins()
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return _import_class(name, name, PrototypeMethod)
+    decl = declaration(name)
+    if name not in _CLASSES:
+        cls = _import_class(decl.adapter, name, PrototypeMethod)
+        _CLASSES.setdefault(name, cls)
+    return _CLASSES[name]
+
+
+def _import_class(path: str, name: str, base: type) -> type:
+    module_name, _, attr = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
         raise ValueError(
-            f"unknown method {name!r}{hint}; choose one of {', '.join(sorted(_REGISTRY))} "
-            "or give an import path 'package.module:ClassName'"
-        )
-    return _REGISTRY[name]
+            f"method {name!r} could not be imported ({err}); give an importable "
+            "'package.module:ClassName' whose module is on PYTHONPATH"
+        ) from err
+    except SyntaxError as err:  # the adapter's module does not parse: where, not a traceback
+        raise ValueError(f"method {name!r}: {err.filename}, line {err.lineno}: {err.msg}; fix that line of "
+                         "the adapter's module") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"method {name!r} is not a subclass of methods.base.PrototypeMethod")
+    return cls
 
 
-def method_display_name(cls: type[PrototypeMethod]) -> str:
-    """The label reports show for a method: its ``display_name``, else its class name."""
-    return cls.display_name or cls.__name__
+def method_display_name(cls: type) -> str:
+    """The label reports show for an adapter class: its ``display_name``, else its class name."""
+    return getattr(cls, "display_name", None) or cls.__name__
 
 
 def display_name_of(method: str, recorded: str | None = None) -> str:
-    """The one label of a method in every output (status, tables, legends, figures, export): the
-    adapter's ``display_name`` (:func:`method_display_name`); for an import path that no longer
-    imports, the name its result recorded, else its class name."""
+    """The one label of a method in every output (status, tables, legends, figures, export): its
+    declared display name, read without model code; for an import path, the class's (imported:
+    the user named it), else the name its result recorded, else its class name."""
     try:
-        return method_display_name(get_method_class(method))
+        return declaration(method).display_name
     except (ValueError, TypeError):
         return recorded or method.rpartition(":")[2]
 
 
-def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
-    """Keyword hyperparameters of an adapter with their defaults (everything after ``ctx``)."""
+def method_hyperparameters(cls: type) -> dict[str, Any]:
+    """Keyword hyperparameters of an adapter class with their defaults (everything after ``ctx``)."""
     params = inspect.signature(cls.__init__).parameters
     return {
         n: p.default
@@ -108,30 +186,37 @@ def method_hyperparameters(cls: type[PrototypeMethod]) -> dict[str, Any]:
     }
 
 
+def declared_defaults(name: str) -> dict[str, Any]:
+    """Hyperparameter → default of a method, from its declaration (no model code for a registry key)."""
+    return {key: hp.default for key, hp in declaration(name).hyperparameters.items()
+            if hp.default is not inspect.Parameter.empty}
+
+
 def resolved_method_args(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Every hyperparameter the method runs with: its defaults with ``overrides`` applied, as
-    JSON values (a tuple default reads as a list), so a default the code changes is another
+    """Every hyperparameter the method runs with: its declared defaults with ``overrides`` applied,
+    as JSON values (a tuple default reads as a list), so a default the code changes is another
     configuration (:meth:`benchmark.config.RunSpec.identity`)."""
-    defaults = {k: v for k, v in method_hyperparameters(get_method_class(name)).items()
-                if v is not inspect.Parameter.empty}
-    return json.loads(json.dumps({**defaults, **overrides}, sort_keys=True, default=str))
+    return json.loads(json.dumps({**declared_defaults(name), **overrides}, sort_keys=True, default=str))
 
 
 def validate_method_args(name: str, overrides: dict[str, Any]) -> None:
-    """Fail before any compute when a grid gives a hyperparameter the method does not take, or
-    one of the wrong type or range (:func:`check_hyperparameter`)."""
-    cls = get_method_class(name)
-    known = method_hyperparameters(cls)
-    unknown = sorted(set(overrides) - set(known))
+    """Fail before any compute, and without model code for a registry key, when a grid gives a
+    hyperparameter the method does not take, or one of the wrong type or outside its declared
+    range (:func:`check_hyperparameter`, then :meth:`Hyperparameter.problem`)."""
+    declared = declaration(name).hyperparameters
+    unknown = sorted(set(overrides) - set(declared))
     if unknown:
-        close = [m for key in unknown for m in difflib.get_close_matches(key, list(known), n=1)]
+        close = [m for key in unknown for m in difflib.get_close_matches(key, list(declared), n=1)]
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ValueError(
             f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}{hint}; "
-            f"valid ones are: {', '.join(sorted(known)) or '(none)'}"
+            f"valid ones are: {', '.join(sorted(declared)) or '(none)'}"
         )
     for key, value in overrides.items():
-        check_hyperparameter(name, key, value, known[key])
+        check_hyperparameter(name, key, value, declared[key].default)
+        problem = declared[key].problem(value)
+        if problem is not None:
+            raise ValueError(f"method {name!r} method_args: {key} = {value!r} {problem}")
 
 
 def _expected_type(default: Any) -> type | tuple[type, ...] | None:
@@ -171,6 +256,7 @@ def _stand_in(name: str, method_args: str, prototypes_per_class: int, has_cls_at
               backbone: str) -> PrototypeMethod:
     import torch
 
+    from methods.base import MethodContext
     from methods.testing import TinyAppendedBlock
 
     dim = 32

@@ -205,17 +205,64 @@ def test_reports_and_the_floor_name_no_torch() -> None:
     assert not named
 
 
-def test_report_runs_with_torch_unimportable() -> None:
-    """`protobench report RUNS` in a process where ``import torch`` fails: the table is printed, and
-    the staleness check says it could not ask the method code."""
-    runs = REPO / "tests" / "reports" / "fixtures" / "runs" / "cub_main"
-    script = ("import sys; sys.modules['torch'] = None\n"  # every `import torch` now raises ImportError
-              "from benchmark.cli import main\n"
-              f"code = main(['report', {str(runs)!r}])\n"
-              "assert sys.modules['torch'] is None, 'torch was loaded'\n"
+FIXTURE_RUNS = REPO / "tests" / "reports" / "fixtures" / "runs" / "cub_main"
+J0_GRID = """
+name = "j0"
+[defaults]
+dataset = "synthbirds"
+backbone = "dinov2_vits14"
+method = "vmfproto"
+prototypes_per_class = 0
+"""
+BAD_ARG_GRID = J0_GRID.replace("prototypes_per_class = 0", "prototypes_per_class = 3\nmethod_args = { tau = 3.0 }")
+#: the training stack: none of it may load for a reading command or a refused grid
+STACK = ("torch", "torchvision", "timm")
+
+
+def _cli(argv: list[str], *, blocked: bool, cwd: Path) -> tuple[int, str, str, list[str]]:
+    """Exit status, stdout, stderr of ``protobench ARGV`` in a fresh process, and which of the
+    training stack it loaded; ``blocked``: every import of the stack raises ImportError."""
+    # a finder that refuses the stack (not sys.modules[name] = None: libraries such as scipy's
+    # array-api layer read sys.modules["torch"] and would fail on the None itself)
+    block = ("class Refuse:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             f"        if name.partition('.')[0] in {STACK!r}: raise ImportError('blocked: ' + name)\n"
+             "sys.meta_path.insert(0, Refuse())\n")
+    script = ("import sys\n" + (block if blocked else "")
+              + "from benchmark.cli import main\n"
+              f"code = main({argv!r})\n"
+              f"loaded = [n for n in {STACK!r} if sys.modules.get(n) is not None]\n"
+              "print('LOADED', loaded, file=sys.stderr)\n"
               "sys.exit(code)\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "| Method" in done.stdout and "vMFProto" in done.stdout
-    assert "not checked against the current method code" in done.stderr
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    err, _, loaded = done.stderr.rpartition("LOADED ")
+    return done.returncode, done.stdout, err, loaded.strip()
+
+
+@pytest.mark.parametrize("argv", [
+    ["report", str(FIXTURE_RUNS)],
+    ["report", str(FIXTURE_RUNS), "--format", "latex"],
+    ["compare", str(FIXTURE_RUNS), "--by", "method"],
+    ["status", str(FIXTURE_RUNS)],
+    ["status", str(FIXTURE_RUNS), "--json"],
+    ["list", "methods"],
+    ["run", "j0.toml"],
+    ["plan", "j0.toml"],
+    ["tune", "j0.toml", "--trials", "2"],
+    ["run", "bad_arg.toml"],
+], ids=lambda argv: " ".join(a if "/" not in a else Path(a).name for a in argv))
+def test_reading_and_validation_load_no_torch_and_say_the_same_without_it(argv: list[str], tmp_path: Path) -> None:
+    """The floor, run as a user runs it: the reading commands and grid validation import no torch,
+    torchvision or timm (the registry reads the methods' declarations), and print exactly the same
+    with the training stack importable and with it blocked."""
+    (tmp_path / "j0.toml").write_text(J0_GRID)
+    (tmp_path / "bad_arg.toml").write_text(BAD_ARG_GRID)
+    free = _cli(argv, blocked=False, cwd=tmp_path)
+    assert free[3] == "[]", f"{argv[0]} loaded {free[3]}"
+    assert _cli(argv, blocked=True, cwd=tmp_path) == free
+    if any(a.endswith(".toml") for a in argv):
+        assert free[0] == 2 and ("J) = 0 must be ≥ 1" in free[2] or "tau = 3.0" in free[2]), free[2]
+    else:
+        assert free[0] == 0, free[2]

@@ -66,9 +66,9 @@ def _listing(pattern: str | None, sections: tuple[str, ...]) -> dict[str, object
     """What ``protobench list`` shows, each section filtered by ``pattern`` (a case-insensitive
     substring or shell glob of the name); a pattern with ':' names a method by import path.
     Backbones: the aliases, and every ``timm:NAME`` trunk when a pattern or the section is given."""
-    from benchmark.backbones import BACKBONES, list_backbones
-    from benchmark.method_lookup import get_method_class
-    from methods.registry import list_methods, method_hyperparameters
+    from benchmark.method_lookup import declaration
+    from benchmark.trunks import ALIASES, installed_trunks
+    from methods.registry import list_methods
 
     wildcard = pattern is not None and any(c in pattern for c in "*?[")
 
@@ -79,13 +79,17 @@ def _listing(pattern: str | None, sections: tuple[str, ...]) -> dict[str, object
 
     methods = [pattern] if pattern and ":" in pattern else [m for m in list_methods() if keep(m)]
     grids = sorted(p.name for p in resources.files("benchmark").joinpath("grids").iterdir() if p.name.endswith(".toml"))
-    if pattern is None and sections != ("backbones",):
-        backbones = {k: spec.timm_name for k, spec in sorted(BACKBONES.items())}
+    if pattern is None and sections != ("backbones",):  # no timm import: the declared trunks
+        backbones = {k: trunk.timm_name for k, trunk in sorted(ALIASES.items())}
     else:
+        from benchmark.backbones import list_backbones
+
         backbones = dict(list_backbones(None if pattern is None else pattern.lower() if wildcard
                                         else f"*{pattern.lower()}*"))
+    backbones.update({k: f"{trunk.factory} (from {provider.label()})" for k, (trunk, provider)
+                      in sorted(installed_trunks().items()) if keep(k)})
     return {
-        "methods": {m: method_hyperparameters(get_method_class(m)) for m in methods},
+        "methods": {m: declaration(m).defaults() for m in methods},
         "backbones": backbones,
         "datasets": [d for d in DATASET_NAMES if keep(d)],
         "grids": [g for g in grids if keep(g)],

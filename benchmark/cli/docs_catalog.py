@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.cli.docs_cli import cli_reference, table_cell
+from benchmark.data.declared import DATASETS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,12 +37,7 @@ METRIC_MODULES: dict[str, str] = {
 }
 
 #: dataset name → the module that reads it
-DATASET_MODULES: dict[str, str] = {
-    "cub": "benchmark.data.cub",
-    "synthbirds": "benchmark.data.synthbirds",
-    "dogs": "benchmark.data.dogs",
-    "cars": "benchmark.data.cars",
-}
+DATASET_MODULES: dict[str, str] = {name: d.reader for name, d in DATASETS.items()}  # benchmark/data/declared.py
 
 
 def _source_link(module: str) -> str:
@@ -178,9 +174,7 @@ def datasets_reference() -> str:
 
     parts = []
     for name in DATASET_NAMES:
-        module = DATASET_MODULES.get(name)
-        if module is None:
-            raise KeyError(f"dataset {name!r} has no reader in benchmark/cli/docs_catalog.py DATASET_MODULES")
+        module = DATASET_MODULES[name]
         parts += [f"## `{name}`", "", f"Read by {_source_link(module)}.", "", _quoted(_docstring(module)), ""]
         if name == "synthbirds":
             parts += ["Generation arguments (`dataset_args`) and their defaults: "

@@ -74,11 +74,11 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    grid = load_grid(args.grid, overrides=grid_overrides(args))  # a refused grid costs no torch import
     from benchmark.cli.plan_tables import print_plan
     from benchmark.estimates.costs import load_perf, model_costs
     from benchmark.estimates.plan import make_plan
 
-    grid = load_grid(args.grid, overrides=grid_overrides(args))
     if args.only:
         grid = dataclasses.replace(grid, runs=tuple(select_runs(grid, args.only)))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()

@@ -93,10 +93,10 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    grid = load_grid(args.grid, overrides=grid_overrides(args))  # a refused grid costs no torch import
     from benchmark.run.local import run_local
     from benchmark.cli.status_table import print_status
 
-    grid = load_grid(args.grid, overrides=grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
     runs_root = runs_root_of(args, grid.runs_dir)
     runs = _with_hyperparameters(grid, runs, runs_root, getattr(args, "hyperparameters", None))

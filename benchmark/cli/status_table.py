@@ -13,7 +13,6 @@ from rich.table import Table
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.estimates.workload import run_epochs
 from benchmark.progress import output_console
 from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.identity import rescoring, staleness
@@ -24,6 +23,16 @@ from methods.registry import display_name_of
 from reports.layouts import display_name
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
+
+
+def _total_epochs(spec: dict) -> int | None:
+    """A running run's epochs in all (its method's stages: model code, so torch); None where the
+    training stack does not import (a login node reading a cluster's runs)."""
+    try:
+        from benchmark.estimates.workload import run_epochs
+    except ImportError:
+        return None
+    return run_epochs(RunSpec.from_json(spec, import_trunk=False))
 
 
 def _fmt(value: object) -> str:
@@ -105,8 +114,9 @@ def running_progress(rd: RunDir, spec: dict[str, Any], holder: str | None,
         records = read_epoch_log(rd.metrics_path)
         epoch = records[-1]["epoch"] if records else 0
         method = spec.get("method")
-        if isinstance(method, str) and adapters.allows(method):
-            parts.append(f"epoch {epoch}/{run_epochs(RunSpec.from_json(spec, import_trunk=False))}")
+        total = _total_epochs(spec) if isinstance(method, str) and adapters.allows(method) else None
+        if total is not None:
+            parts.append(f"epoch {epoch}/{total}")
         else:
             parts.append(f"epoch {epoch}")
     except ProtobenchError:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 from benchmark.cli.common import add_grid_options, add_only_option, cache_root_of, grid_overrides, runs_root_of
@@ -40,15 +41,15 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.heartbeat_seconds) and args.heartbeat_seconds > 0):
+        raise ProtobenchError(f"--heartbeat-seconds {args.heartbeat_seconds} must be a finite number > 0")
+    if args.workers < 1:
+        raise ProtobenchError(f"--workers {args.workers} must be ≥ 1")
+    grid = load_grid(args.grid, overrides=grid_overrides(args))  # a refused grid costs no torch import
     from benchmark.tuning.config import describe_space, tuning_cells, tuning_config
     from benchmark.tuning.study import check_existing_studies, describe_pruner, pruner
     from benchmark.tuning.workers import TuneJob, tuning_root
 
-    if args.heartbeat_seconds <= 0:
-        raise ProtobenchError(f"--heartbeat-seconds {args.heartbeat_seconds} must be > 0")
-    if args.workers < 1:
-        raise ProtobenchError(f"--workers {args.workers} must be ≥ 1")
-    grid = load_grid(args.grid, overrides=grid_overrides(args))
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
     config = tuning_config(grid, trials=args.trials, sampler=args.sampler, prune=args.prune)
     if config.trials is None:

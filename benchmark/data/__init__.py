@@ -1,6 +1,8 @@
 """Datasets of the benchmark (docs/protocol/harness.md, "Datasets"): CUB-200-2011, the synthetic
 ``synthbirds`` (CUB layout), Stanford Dogs and Stanford Cars, with the shared evaluation
-preprocessing and the optional offline augmentation.
+preprocessing and the optional offline augmentation. Importing the package loads nothing: each
+name below loads its module on first use, so ``benchmark.data.synthbirds`` (numpy, PIL) and
+``benchmark.data.declared`` read without torch.
 
     >>> from benchmark.data import generate_synthbirds, load_dataset
     >>> root = generate_synthbirds("data/synthbirds", classes=10, images_per_class=30, seed=0)
@@ -9,46 +11,22 @@ preprocessing and the optional offline augmentation.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import importlib
+from typing import Any
 
-from benchmark.config import DATASET_NAMES as DATASETS
-from benchmark.data.augment import AUGMENTATION_SEED, OfflineAugmentedDataset
-from benchmark.data.cars import read_cars
-from benchmark.data.cub import read_cub
-from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images, check_split
-from benchmark.data.dogs import read_dogs
-from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS, ensure_synthbirds, generate_synthbirds
-from benchmark.errors import ProtobenchError
-
-_READERS: dict[str, Callable[[Path, str, int], ImageDataset]] = {
-    "cub": lambda root, split, size: read_cub(root, split, name="cub", image_size=size),
-    "synthbirds": lambda root, split, size: read_cub(root, split, name="synthbirds", image_size=size),
-    "dogs": lambda root, split, size: read_dogs(root, split, image_size=size),
-    "cars": lambda root, split, size: read_cars(root, split, image_size=size),
+#: public name → the module that defines it (PEP 562: loaded on first use)
+_HOMES = {
+    "AUGMENTATION_SEED": "benchmark.data.augment", "OfflineAugmentedDataset": "benchmark.data.augment",
+    "ImageDataset": "benchmark.data.dataset", "PartAnnotations": "benchmark.data.dataset",
+    "check_images": "benchmark.data.dataset", "SYNTHBIRDS_DEFAULTS": "benchmark.data.synthbirds",
+    "ensure_synthbirds": "benchmark.data.synthbirds", "generate_synthbirds": "benchmark.data.synthbirds",
+    "DATASETS": "benchmark.data.loading", "load_dataset": "benchmark.data.loading",
 }
 
-
-def load_dataset(name: str, root: str | Path, split: str, *, image_size: int = 224) -> ImageDataset:
-    """Read split ``"train"`` or ``"test"`` of dataset ``name`` (one of :data:`DATASETS`) from ``root``."""
-    if name not in _READERS:
-        raise ProtobenchError(f"Unknown dataset {name!r}; use one of {', '.join(DATASETS)}.")
-    check_split(name, split)
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise ProtobenchError(f"Dataset root {root} for {name} is not a folder; pass the folder the dataset was extracted to.")
-    return _READERS[name](root, split, image_size)
+__all__ = sorted(_HOMES)
 
 
-__all__ = [
-    "AUGMENTATION_SEED",
-    "DATASETS",
-    "ImageDataset",
-    "OfflineAugmentedDataset",
-    "PartAnnotations",
-    "SYNTHBIRDS_DEFAULTS",
-    "check_images",
-    "ensure_synthbirds",
-    "generate_synthbirds",
-    "load_dataset",
-]
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'benchmark.data' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.data.augment import AUGMENTATION_SEED
 from benchmark.estimates.workload import augmentation_factor, split_images, trunk_macs
-from benchmark.method_lookup import get_method_class
+from benchmark.method_lookup import declaration
 
 
 # ---- the plan --------------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     is the fixed ``STABILITY_NOISE_SEED``'s, one entry per trunk and dataset."""
     if not spec.cache:
         return []
-    early = spec.cache_early_tokens or get_method_class(spec.method).needs_early_tokens
+    early = spec.cache_early_tokens or declaration(spec.method).needs_early_tokens
     trunk = (spec.backbone, spec.weights_id or spec.weights, json.dumps(spec.backbone_args, sort_keys=True),
              spec.dataset, spec.data_root, json.dumps(spec.dataset_args, sort_keys=True), spec.image_size,
              spec.cache_dtype)

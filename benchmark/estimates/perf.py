@@ -35,7 +35,7 @@ from benchmark.backbones import FrozenTrunk
 from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.grid import GridSpec, parse_grid
-from benchmark.method_lookup import get_method_class
+from benchmark.method_lookup import declaration
 from benchmark.run.evaluation import evaluate
 from benchmark.run.runner import Prepared, prepare
 from benchmark.run.timing import WARMUP_BATCHES, head_forward, image_batches, interleaved_seconds, timed
@@ -56,7 +56,7 @@ def paper_scale_grid(overrides: dict[str, Any] | None = None) -> GridSpec:
     clusters each class's training images into its J prototypes (``clusters_each_class``: KMEx)
     runs on 200 × 2J images of its own."""
     per_class = 5
-    clustering = [m for m in PAPER_SCALE_METHODS if get_method_class(m).clusters_each_class]
+    clustering = [m for m in PAPER_SCALE_METHODS if declaration(m).clusters_each_class]
     others = [m for m in PAPER_SCALE_METHODS if m not in clustering]
     document = {
         "name": "perf_paper_scale",

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec
+from benchmark.data.declared import DATASETS
 from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.method_lookup import stand_in_method
 
 
 # Official split sizes (train, test).
-SPLIT_IMAGES = {"cub": (5994, 5794), "dogs": (12000, 8580), "cars": (8144, 8041)}
+SPLIT_IMAGES = {name: d.split_images for name, d in DATASETS.items() if d.classes}  # the official sizes
 
 def augmentation_factor(augmentation: str) -> int:
     """Training images per original image (offline40: every operation × copies_per_op copies)."""
@@ -47,7 +48,7 @@ def run_epochs(spec: RunSpec) -> int:
 # ---- per-epoch costs -------------------------------------------------------------------------
 # Widths of the registry's trunks (timm: vit_small embed_dim 384, vit_base 768) and class counts
 # of the official datasets, for scaling a measurement to another run's shape.
-DATASET_CLASSES = {"cub": 200, "dogs": 120, "cars": 196}
+DATASET_CLASSES = {name: d.classes for name, d in DATASETS.items() if d.classes}
 
 @dataclass(frozen=True)
 class Shape:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import UnreadableRunFile, atomic_write_checked, parse_run_json
-from benchmark.run.training import EpochRecord
+
+if TYPE_CHECKING:
+    from benchmark.run.training import EpochRecord
 
 TENSORBOARD_INSTALL = "pip install 'protobench[tensorboard]'"
 
@@ -88,6 +90,7 @@ def export_tensorboard(run_dirs: list[Path], out: Path) -> list[Path]:
     stands for every run below it. Returns the event folders written. A folder written before is
     rewritten from the first epoch (``purge_step``), so exporting again adds no duplicates."""
     from benchmark.run.store import curve_files
+    from benchmark.run.training import EpochRecord
 
     summary_writer_class()  # the missing package named before any file is read
     written = []

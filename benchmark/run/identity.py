@@ -26,7 +26,6 @@ import ast
 import hashlib
 import importlib.util
 import shutil
-import sys
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_own_method, unverifiable_reason
+from benchmark.run.own_code import UNVERIFIABLE, NO_IMPORTS, AdapterImports, is_own_method, unverifiable_reason
 from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
@@ -42,18 +41,31 @@ METRICS_PACKAGE = "metrics"  # every score of a result.json is computed there
 # Modules of ``methods`` that adapters import but that compute nothing a result holds: the
 # registry (names, argument checks), its stand-in block, the contract checks, diagnostics.
 HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.contract", "methods.diagnostics",
-                              "methods.space"})  # space: the ranges a tuner searches, not the method
+                              "methods.space", "methods.declaration", "methods.plugins"})  # space: the ranges a
+# tuner searches, not the method; declaration, plugins and the declarations themselves: what readers read
+DECLARATION_PACKAGE = "methods.specs"
+SUITE_DISTRIBUTION = "protobench"  # methods.plugins.BUILTIN's distribution: the suite's own methods
 
 
 def _module_file(name: str) -> Path | None:
-    """The source file of module ``name`` (None: not found, or no Python source)."""
+    """The source file of module ``name`` (None: not found, or no Python source), found on disk
+    without importing it or its parent packages (a package's ``__init__`` may import torch: the
+    fingerprint of a result is read the same with and without it)."""
+    top, _, rest = name.partition(".")
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(top)  # a top-level name is located, never executed
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    if spec is None:
         return None
-    return Path(spec.origin)
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for location in spec.submodule_search_locations or ():
+        base = Path(location).joinpath(*rest.split("."))
+        for candidate in (base.parent / f"{base.name}.py", base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def _imported_modules(module: str, path: Path) -> set[str]:
@@ -84,15 +96,15 @@ def _package_modules(package: str) -> list[str]:
             for p in sorted(init.parent.rglob("*.py"))]
 
 
-def method_source_files(cls: type) -> dict[str, Path]:
-    """Module name → source file of every module that defines ``cls``'s method: its own module,
-    the rest of its package when it lives in one (``methods.mgproto``; the suite's ``methods``
-    itself is no adapter's package), and what those import, transitively, from ``methods`` or
-    from the adapter's top-level package."""
-    module = cls.__module__
+def method_source_files(module: str, method: str) -> dict[str, Path]:
+    """Module name → source file of every module that defines the method whose adapter class
+    lives in ``module`` (``method``: its name, for the message): that module, the rest of its
+    package when it lives in one (``methods.mgproto``; the suite's ``methods`` itself is no
+    adapter's package), and what those import, transitively, from ``methods`` or from the
+    adapter's top-level package. Read from disk: nothing is imported."""
     path = _module_file(module)
     if path is None:
-        raise ProtobenchError(f"the source of method {module}:{cls.__qualname__} cannot be found, so its "
+        raise ProtobenchError(f"the source of method {method!r} (module {module}) cannot be found, so its "
                               "fingerprint cannot be taken; load it from a .py file on PYTHONPATH")
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     followed = {SUITE_METHODS_PACKAGE, module.partition(".")[0]}
@@ -100,13 +112,17 @@ def method_source_files(cls: type) -> dict[str, Path]:
     files: dict[str, Path] = {}
     while todo:
         name = todo.pop()
-        if name in files or name in HARNESS_MODULES or name.partition(".")[0] not in followed:
+        if name in files or _is_harness_module(name) or name.partition(".")[0] not in followed:
             continue
         file = _module_file(name)
         if file is not None:
             files[name] = file
             todo.extend(_imported_modules(name, file) - set(files))
     return dict(sorted(files.items()))
+
+
+def _is_harness_module(name: str) -> bool:
+    return name in HARNESS_MODULES or name.startswith(DECLARATION_PACKAGE + ".")
 
 
 def _source_digest(files: dict[str, Path]) -> str:
@@ -120,10 +136,12 @@ def _source_digest(files: dict[str, Path]) -> str:
 
 @lru_cache(maxsize=None)
 def method_fingerprint(method: str) -> str:
-    """The :func:`_source_digest` of :func:`method_source_files`."""
-    from benchmark.method_lookup import get_method_class
+    """The :func:`_source_digest` of :func:`method_source_files`: a registry key's adapter module
+    comes from its declaration (no model code imported), an import path's from its class."""
+    from benchmark.method_lookup import declaration, get_method_class
 
-    return _source_digest(method_source_files(get_method_class(method)))
+    module = get_method_class(method).__module__ if is_own_method(method) else declaration(method).adapter_module
+    return _source_digest(method_source_files(module, method))
 
 
 @lru_cache(maxsize=None)
@@ -149,18 +167,44 @@ def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
     method = spec.get("method")
     if isinstance(method, str) and not adapters.allows(method):
         return unverifiable_reason(method, result, run_dir)
+    provided = recorded_provider(result)
     try:
         current = RunSpec.from_json(spec, import_trunk=False)
         fingerprint = method_fingerprint(current.method)
     except ProtobenchError as err:
         if isinstance(method, str) and is_own_method(method):  # an import path, not a code change
             return unverifiable_reason(method, result, run_dir, f"adapter not importable: {err}")
+        if provided is not None:  # an installed package's method, not installed here
+            return (f"{UNVERIFIABLE} (method {method!r} came from {provided}, which is not installed here: "
+                    f"pip install {provided.replace(' ', '==')} to check it)")
         return f"cannot check against the current code ({err})"
     if current.run_id != result.get("run_id"):
         return f"the method's defaults changed (its spec is now run {current.run_id})"
     if fingerprint != recorded:
-        return "the method's code changed since it ran"
+        installed = current_provider(current.method)
+        moved = f" ({provided} when it ran, {installed} now)" if provided and installed and provided != installed else ""
+        return "the method's code changed since it ran" + moved
     return None
+
+
+def recorded_provider(result: dict[str, Any]) -> str | None:
+    """``"dist version"`` of the installed package that provided a result's method, None for the
+    suite's own method, an import path, or an earlier result that did not record it."""
+    provider = result.get("method_provider")
+    if isinstance(provider, dict) and isinstance(provider.get("distribution"), str) \
+            and provider.get("distribution") != SUITE_DISTRIBUTION:
+        return f"{provider['distribution']} {provider.get('version', '?')}"
+    return None
+
+
+def current_provider(method: str) -> str | None:
+    """``"dist version"`` of the installed package that provides ``method`` now (None: the suite's own)."""
+    from benchmark.method_lookup import method_provider
+
+    if is_own_method(method):  # an import path: its adapter_paths name it, no distribution
+        return None
+    provider = method_provider(method)
+    return None if provider.builtin else provider.label()
 
 
 def rescoring(result: dict[str, Any]) -> str | None:
@@ -176,15 +220,8 @@ def rescoring(result: dict[str, Any]) -> str | None:
 def result_judge(adapters: AdapterImports = NO_IMPORTS) -> Callable[[dict[str, Any], Path | None], str | None]:
     """The reading commands' verdict on one result (``result``, its run directory): why the
     current code no longer gives it (:func:`staleness`: retrain first, or "unverifiable …" for an
-    own adapter's), else why to rescore it (:func:`rescoring`), None when it is current. Where the
-    suite's methods do not import (a machine without torch reading results), only the metric code
-    is checked, and one line on stderr says so."""
-    try:
-        import methods.registry  # noqa: F401 - staleness resolves a suite method's result there
-    except ImportError as err:
-        print(f"note: results are not checked against the current method code, which does not import "
-              f"here ({err}); only their metric scoring is", file=sys.stderr)
-        return lambda result, run_dir: rescoring(result)
+    own adapter's), else why to rescore it (:func:`rescoring`), None when it is current. A suite
+    or installed method's result is judged from its declaration and source files, without torch."""
     return lambda result, run_dir: (staleness(result, adapters=adapters, run_dir=run_dir) or rescoring(result))
 
 

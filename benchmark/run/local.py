@@ -12,7 +12,7 @@ from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
-from benchmark.method_lookup import get_method_class, stand_in_method
+from benchmark.method_lookup import declaration, stand_in_method
 from benchmark.run.identity import discard_stale, stale_result
 from benchmark.run.runner import check_data, check_device, check_images_per_class, execute_run, load_trunk
 from benchmark.run.states import AskScheduler, run_states
@@ -82,7 +82,7 @@ def preflight(runs: list[RunSpec]) -> None:
         if data_key not in seen_data:
             seen_data[data_key] = check_data(spec)
         check_prototype_count(spec, seen_data[data_key])
-        if get_method_class(spec.method).clusters_each_class:
+        if declaration(spec.method).clusters_each_class:
             check_images_per_class(spec)
         trunk_key = (spec.backbone, spec.weights, repr(sorted(spec.backbone_args.items())))
         if trunk_key not in seen_trunks:

@@ -141,3 +141,23 @@ def resolve_device(name: str) -> torch.device:
 
 def provenance(device: torch.device) -> dict[str, Any]:
     return {"code_version": code_version(), "packages": package_versions(), "device": device_description(device)}
+
+
+def providers(method: str, backbone: str) -> dict[str, dict[str, str]]:
+    """Who provided a run's method and trunk: ``method_provider`` (always: the suite, or the
+    installed distribution of an entry point ``protobench.methods``) and ``backbone_provider``
+    (a trunk of an installed package only), each ``{"distribution", "version"}``; an import path
+    is recorded by its ``adapter_paths`` instead. Readers compare them (benchmark/run/identity.py)."""
+    from benchmark.method_lookup import method_provider
+    from benchmark.run.own_code import is_own_method
+    from benchmark.trunks import trunk_declaration
+
+    found: dict[str, dict[str, str]] = {}
+    if not is_own_method(method):
+        provider = method_provider(method)
+        found["method_provider"] = ({"distribution": "protobench", "version": metadata.version("protobench")}
+                                    if provider.builtin else provider.to_json())
+    trunk = trunk_declaration(backbone) if ":" not in backbone else None
+    if trunk is not None and not trunk[1].builtin:
+        found["backbone_provider"] = trunk[1].to_json()
+    return found

@@ -30,7 +30,7 @@ from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.own_code import own_code_paths
-from benchmark.run.provenance import provenance, resolve_device
+from benchmark.run.provenance import provenance, providers, resolve_device
 from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
 from benchmark.run.timing import inference_throughput, live_trunk_epoch_seconds
@@ -373,6 +373,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         # fingerprint of its source files (benchmark/run/identity.py: a later edit reads stale)
         "method_hyperparameters": resolved_method_args(spec.method, spec.method_args),
         "method_fingerprint": method_fingerprint(spec.method),
+        **providers(spec.method, spec.backbone),  # the suite or the installed package behind each
         "metrics_fingerprint": metrics_fingerprint(),  # the metric code that scored it
         **evaluated.summary,
         "diagnostics": diagnostics,

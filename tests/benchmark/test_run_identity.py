@@ -115,11 +115,11 @@ def test_an_earlier_versions_result_reads_stale(tmp_path: Path, capsys: pytest.C
 
 
 def test_the_fingerprint_covers_a_suite_adapters_package_and_what_it_imports_from_methods() -> None:
-    files = method_source_files(get_method_class("mgproto"))
+    files = method_source_files("methods.mgproto.model", "mgproto")  # its declaration's adapter module
     assert {"methods.mgproto.model", "methods.mgproto.memory", "methods.mgproto.push", "methods.base",
             "methods.common.precision"} <= set(files)
     assert "methods.registry" not in files and not any(m.startswith("torch") for m in files)
-    assert set(method_source_files(get_method_class("example_adapter:CosinePrototypes"))) == {
+    assert set(method_source_files(get_method_class("example_adapter:CosinePrototypes").__module__, "own")) == {
         "example_adapter", "methods.base"}
 
 

@@ -1,0 +1,52 @@
+"""ProtoPNet (``protopnet``): what it declares, read without torch (methods/declaration.py)."""
+from methods.declaration import MethodDeclaration, choice, count, epochs, flag, non_negative, optional_count, positive, real
+from methods.space import LogUniform, Uniform
+
+DECLARATION = MethodDeclaration(
+    name="protopnet",
+    display_name="ProtoPNet",
+    adapter="methods.protopnet:ProtoPNet",
+    hyperparameters={
+        "prototype_dim": count(128, minimum=1),
+        "warm_epochs": count(5),
+        "joint_epochs": count(15),
+        "add_on_lr": positive(0.003),
+        "prototype_lr": positive(0.003),
+        "add_on_weight_decay": non_negative(0.001),
+        "joint_lr_step": count(5, minimum=1),
+        "joint_lr_gamma": positive(0.1),
+        "joint_lr_curve_epochs": optional_count(1),
+        "push_epochs": epochs((10, 19)),
+        "last_layer_epochs": count(20),
+        "last_layer_lr": positive(0.0001),
+        "last_layer_batch_size": count(128, minimum=1),
+        "clst_weight": real(0.8),
+        "sep_weight": real(-0.08),
+        "l1_weight": real(0.0001),
+        "similarity": choice('l2', ('l2', 'cosine')),
+        "block_lr": positive(0.0001),
+        "block_weight_decay": non_negative(0.001),
+        "expanded": flag(False),
+    },
+    search_space={
+        "add_on_lr": LogUniform(0.0003, 0.03),
+        "prototype_lr": LogUniform(0.0003, 0.03),
+        "last_layer_lr": LogUniform(1e-05, 0.001),
+        "block_lr": LogUniform(1e-05, 0.01),
+        "joint_lr_gamma": Uniform(0.05, 0.5),
+        "clst_weight": Uniform(0.1, 2.0),
+        "sep_weight": Uniform(-0.5, 0.0),
+        "l1_weight": LogUniform(1e-05, 0.001),
+    },
+    references=(
+        "Chen et al., This Looks Like That, NeurIPS 2019",
+        "official code: cfchen-duke/ProtoPNet",
+        "cosine head: Willard, Moffett et al., arXiv 2406.14675 (ProtoPNeXt)",
+        "docs/protocol/protopnet.md",
+    ),
+    # the settings reported by name (benchmark/grids/cub_ablations.toml, cub_rivals.toml)
+    variants={
+        "cosine": {'similarity': 'cosine'},
+        "expanded": {'expanded': True},
+    },
+)

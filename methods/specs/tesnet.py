@@ -1,0 +1,52 @@
+"""TesNet (``tesnet``): what it declares, read without torch (methods/declaration.py)."""
+from methods.declaration import MethodDeclaration, count, epochs, flag, non_negative, optional_count, positive, real
+from methods.space import LogUniform, Uniform
+
+DECLARATION = MethodDeclaration(
+    name="tesnet",
+    display_name="TesNet",
+    adapter="methods.tesnet:TesNet",
+    hyperparameters={
+        "basis_dim": count(64, minimum=1),
+        "warm_epochs": count(5),
+        "joint_epochs": count(15),
+        "add_on_lr": positive(0.003),
+        "basis_lr": positive(0.003),
+        "add_on_weight_decay": non_negative(0.001),
+        "joint_lr_step": count(5, minimum=1),
+        "joint_lr_gamma": positive(0.1),
+        "joint_lr_curve_epochs": optional_count(1),
+        "push_epochs": epochs((10,)),
+        "last_layer_epochs": count(20),
+        "last_layer_lr": positive(0.0001),
+        "last_layer_batch_size": count(128, minimum=1),
+        "clst_weight": real(0.8),
+        "sep_weight": real(-0.08),
+        "l1_weight": real(0.0001),
+        "orth_weight": real(0.0001),
+        "subsep_weight": real(-1e-07),
+        "block_lr": positive(0.0001),
+        "block_weight_decay": non_negative(0.001),
+        "expanded": flag(False),
+    },
+    search_space={
+        "add_on_lr": LogUniform(0.0003, 0.03),
+        "basis_lr": LogUniform(0.0003, 0.03),
+        "last_layer_lr": LogUniform(1e-05, 0.001),
+        "block_lr": LogUniform(1e-05, 0.01),
+        "joint_lr_gamma": Uniform(0.05, 0.5),
+        "clst_weight": Uniform(0.1, 2.0),
+        "sep_weight": Uniform(-0.5, 0.0),
+        "orth_weight": LogUniform(1e-05, 0.001),
+        "subsep_weight": Uniform(-1e-05, 0.0),
+    },
+    references=(
+        "Wang et al., TesNet, ICCV 2021",
+        "official code: JackeyWang96/TesNet",
+        "docs/protocol/tesnet.md",
+    ),
+    # the settings reported by name (benchmark/grids/cub_ablations.toml, cub_rivals.toml)
+    variants={
+        "expanded": {'expanded': True},
+    },
+)

@@ -1,0 +1,99 @@
+"""Methods and trunks installed packages declare (entry points ``protobench.methods`` and
+``protobench.backbones``): found by name like built-ins, and every name clash refused naming both
+distributions. The distributions here are metadata folders on ``sys.path``, as pip leaves them."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from methods import plugins, registry
+from methods.declaration import MethodDeclaration
+
+SPEC = '''from methods.declaration import MethodDeclaration, positive
+DECLARATION = MethodDeclaration(name="{name}", display_name="{label}", adapter="{module}_model:Head",
+                                hyperparameters={{"lr": positive(0.1)}})
+'''
+
+
+def _distribution(site: Path, dist: str, version: str, group: str, entries: dict[str, str]) -> None:
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()))
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.clear_cache()
+    yield tmp_path
+    plugins.clear_cache()
+    for name in [m for m in sys.modules if m.startswith("lab_")]:
+        del sys.modules[name]
+
+
+def test_an_installed_method_is_named_like_a_built_in(site: Path) -> None:
+    (site / "lab_a_spec.py").write_text(SPEC.format(name="lab_proto", label="Lab proto", module="lab_a"))
+    _distribution(site, "lab-a", "1.2.0", "protobench.methods", {"lab_proto": "lab_a_spec:DECLARATION"})
+    assert "lab_proto" in registry.list_methods() and "vmfproto" in registry.list_methods()
+    assert isinstance(registry.declaration("lab_proto"), MethodDeclaration)
+    assert registry.display_name_of("lab_proto") == "Lab proto"
+    assert registry.method_provider("lab_proto").label() == "lab-a 1.2.0"
+    assert registry.method_provider("vmfproto").builtin
+    assert registry.resolved_method_args("lab_proto", {}) == {"lr": 0.1}
+    with pytest.raises(ValueError, match=r"lr = -1\.0 is a learning rate and must be > 0"):
+        registry.validate_method_args("lab_proto", {"lr": -1.0})
+    with pytest.raises(TypeError, match=r"lr = .x. must be of type int or float"):
+        registry.validate_method_args("lab_proto", {"lr": "x"})
+    with pytest.raises(ValueError, match=r"unknown method 'lab_prot' \(did you mean 'lab_proto'\?\)"):
+        registry.declaration("lab_prot")
+
+
+def test_a_package_that_names_a_built_in_is_refused_naming_both(site: Path) -> None:
+    (site / "lab_b_spec.py").write_text(SPEC.format(name="vmfproto", label="Not vMFProto", module="lab_b"))
+    _distribution(site, "lab-b", "0.3", "protobench.methods", {"vmfproto": "lab_b_spec:DECLARATION"})
+    for call in (lambda: registry.declaration("vmfproto"), registry.list_methods):
+        with pytest.raises(ValueError, match=r"'vmfproto' of lab-b 0\.3 clashes with the built-in 'vmfproto' "
+                                             r"of protobench"):
+            call()
+
+
+def test_two_packages_declaring_one_name_are_refused_naming_both(site: Path) -> None:
+    for dist in ("lab-c", "lab-d"):
+        module = dist.replace("-", "_")
+        (site / f"{module}_spec.py").write_text(SPEC.format(name="shared", label=dist, module=module))
+        _distribution(site, dist, "1.0", "protobench.methods", {"shared": f"{module}_spec:DECLARATION"})
+    with pytest.raises(ValueError, match=r"'shared' is declared by two installed distributions, lab-[cd] 1\.0 and "
+                                         r"lab-[cd] 1\.0"):
+        registry.list_methods()
+
+
+def test_an_entry_point_that_is_no_declaration_is_refused_naming_it(site: Path) -> None:
+    (site / "lab_e_spec.py").write_text("DECLARATION = 42\n")
+    _distribution(site, "lab-e", "2.0", "protobench.methods", {"lab_e": "lab_e_spec:DECLARATION"})
+    with pytest.raises(ValueError, match=r"'lab_e' = 'lab_e_spec:DECLARATION' of lab-e 2\.0 is a int, not a "
+                                         r"MethodDeclaration"):
+        registry.declaration("lab_e")
+
+
+def test_a_trunk_package_that_names_an_alias_is_refused_and_its_own_trunk_is_found(site: Path) -> None:
+    from benchmark.config import canonical_backbone
+    from benchmark.errors import ProtobenchError
+    from benchmark.trunks import TrunkDeclaration, trunk_declaration
+
+    (site / "lab_trunk.py").write_text(
+        "from benchmark.trunks import TrunkDeclaration\n"
+        "TRUNK = TrunkDeclaration('lab_vit', patch_size=16, width=192, prefix_tokens=1, depth=4, "
+        "factory='lab_trunk_model:create')\n")
+    _distribution(site, "lab-trunk", "0.1", "protobench.backbones", {"lab_vit": "lab_trunk:TRUNK"})
+    found = trunk_declaration("lab_vit")
+    assert found is not None and isinstance(found[0], TrunkDeclaration) and found[1].label() == "lab-trunk 0.1"
+    assert canonical_backbone("lab_vit", where="grid") == "lab_vit"  # its name is its key: no timm import
+
+    _distribution(site, "lab-alias", "0.2", "protobench.backbones", {"dinov2_vits14": "lab_trunk:TRUNK"})
+    plugins.clear_cache()
+    with pytest.raises(ProtobenchError, match=r"'dinov2_vits14' of lab-alias 0\.2 clashes with the built-in"):
+        canonical_backbone("dinov2_vits14", where="grid")
