@@ -279,6 +279,7 @@ class FrozenTrunk(nn.Module):
         self.has_cls_token: bool = model.cls_token is not None
         self.depth: int = len(model.blocks)
         patch = int(model.patch_embed.patch_size[0])
+        check_patch_multiple(spec.key, image_size, patch)  # the model as built, backbone_args included
         self.grid: tuple[int, int] = (image_size // patch, image_size // patch)
         self.weights_checksum: str = state_dict_checksum(model)
         self.eval()
@@ -390,6 +391,15 @@ def resolve_weights(spec: BackboneSpec, weights: str | os.PathLike[str] | None) 
     return path
 
 
+def check_patch_multiple(key: str, image_size: int, patch_size: int) -> None:
+    """The patch grid must tile the image: ``image_size`` a multiple of the trunk's patch size."""
+    if image_size % patch_size:
+        raise ProtobenchError(
+            f"image_size {image_size} is not a multiple of the patch size {patch_size} of {key}; "
+            f"use e.g. {patch_size * max(1, image_size // patch_size)}."
+        )
+
+
 def create_backbone(
     key: str, *, weights: str | os.PathLike[str] | None = None, image_size: int = 224, **overrides: object
 ) -> FrozenTrunk:
@@ -401,11 +411,8 @@ def create_backbone(
     ``"random"`` → no weights (tests, demo). ``overrides`` go to ``timm.create_model``.
     """
     spec = backbone_spec(key)
-    if image_size % spec.patch_size:
-        raise ProtobenchError(
-            f"image_size {image_size} is not a multiple of the patch size {spec.patch_size} of {key}; "
-            f"use e.g. {spec.patch_size * (image_size // spec.patch_size)}."
-        )
+    if spec.factory is None:  # a factory's patch size may come from backbone_args: checked on its model
+        check_patch_multiple(key, image_size, spec.patch_size)
     weights_file = resolve_weights(spec, weights)
     kwargs = dict(img_size=image_size, num_classes=0, **overrides)
     if spec.factory is not None:

@@ -283,6 +283,10 @@ def _number(path: Path | str, data: Mapping[str, object], section: str, key: str
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _malformed(path, f"{_field(section, key)} must be a number or null, got {value!r}")
+    low, high = METRIC_RANGES.get(key, (-math.inf, math.inf)) if section == "metrics" else (-math.inf, math.inf)
+    if not (math.isfinite(value) and low <= value <= high):  # 1e999 parses as inf: never a table cell or a plot
+        span = f" in [{low:g}, {high:g}]" if math.isfinite(high) else ""
+        raise _malformed(path, f"{_field(section, key)} = {value!r} is not a finite number{span}")
     return float(value)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from reports.cell_text import markdown_cell
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
 from reports.table import CellView, HeaderCell, RowView, TableView, caption_text, interval_text
@@ -35,16 +36,11 @@ def render_markdown(table: TableView) -> str:
             lines.append(_row(layout, item, table.interval_note is not None))
     n_values = layout.n_columns - len(layout.label_align)
     align = [_ALIGN[a] for a in layout.label_align] + ["center"] * n_values
-    grid = tabulate([[_cell_text(c) for c in line] for line in lines], headers=[_cell_text(c) for c in header_rows[0]],
+    grid = tabulate([[markdown_cell(c) for c in line] for line in lines], headers=[markdown_cell(c) for c in header_rows[0]],
                     tablefmt="github", colalign=align, disable_numparse=True)
     note = f"\n{table.interval_note}\n" if table.interval_note else ""
     return f"{_caption(table)}\n\n{grid}\n{note}"
 
-
-def _cell_text(cell: str) -> str:
-    """A table cell with ``|`` escaped (GitHub-flavoured markdown), so a label holding one (an
-    adapter's display_name) cannot split its row."""
-    return cell.replace("|", r"\|")
 
 
 def _caption(table: TableView) -> str:

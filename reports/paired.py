@@ -21,6 +21,7 @@ import pandas as pd
 from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError
 from reports.aggregate import seed_correctness
+from reports.cell_text import markdown_cell
 from reports.columns import KEY_COLUMNS, difference_range
 from reports.stats import (Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
@@ -171,7 +172,7 @@ def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, de
             return "–"
         return f"[{number(c.ci_low)}, {number(c.ci_high)}]" + (CLIPPED_MARK if c.clipped else "")
 
-    lines = [[c.cell, c.metric, c.a, c.b, f"{c.difference:+.{decimals}f}", ci(c), p(c.p_value), p(c.p_holm),
+    lines = [[*map(markdown_cell, (c.cell, c.metric, c.a, c.b)), f"{c.difference:+.{decimals}f}", ci(c), p(c.p_value), p(c.p_holm),
               f"{c.prob_improvement:.2f}", str(c.n_seeds), "–" if c.n_images is None else str(c.n_images), c.test]
              for c in comparisons]
     headers = ["cell", "metric", "a", "b", "a − b", f"{100 * level:g}% CI", "p", "p (Holm)", "P(a>b)", "seeds",

@@ -13,7 +13,6 @@ from safetensors.torch import load_file, save_file
 from benchmark.errors import ProtobenchError
 from benchmark.run.checkpoint import load_checkpoint
 
-HEAD_FILE = "head.safetensors"
 #: joins the keys of a nested state entry (a module's ``get_extra_state`` dict of tensors, e.g. an
 #: RNG state) into one safetensors name; parameter names never hold it (they join with ".")
 NESTED = "::"

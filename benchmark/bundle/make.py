@@ -7,23 +7,26 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark.bundle.card import CARD_FILE, model_card
-from benchmark.bundle.head import HEAD_FILE, write_head
-from benchmark.bundle.manifest import write_manifest
+from benchmark.bundle.manifest import HEAD_FILE, MANIFEST_FILE, write_manifest
 from benchmark.errors import ProtobenchError
+from benchmark.output_file import within
 from benchmark.run.store import LOG_FILE, METRICS_FILE, RECORD_FILES, RESULT_FILE, SPEC_FILE, RunDir, find_run_dirs
 
 #: the files of a run a bundle carries (where present); no checkpoint.pt (a pickle), no lock, no job files
 BUNDLED_FILES = (SPEC_FILE, RESULT_FILE, METRICS_FILE, *RECORD_FILES, LOG_FILE)
+#: the folder a bundle is built in beside --out, named by the building process (a killed build's is
+#: removed by the next bundle of the same --out)
+STAGING = ".{name}.bundling-{pid}"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -59,14 +62,52 @@ def _finished_runs(inputs: Sequence[Path]) -> list[tuple[RunDir, dict[str, Any]]
     return [runs[key] for key in sorted(runs)]
 
 
-def _archive(folder: Path, out: Path) -> None:
-    """A reproducible ``.tar.gz`` of ``folder``: sorted entries, zero times and owners, files 0644."""
+def _bundled_files(rd: RunDir) -> list[str]:
+    """The :data:`BUNDLED_FILES` a run has; a link that leads out of the run folder is refused
+    (a bundle never copies an outside file, e.g. a log linked to a private key)."""
+    present = []
+    for name in BUNDLED_FILES:
+        path = rd.path / name
+        if not (path.is_file() or path.is_symlink()):
+            continue
+        if not within(path, rd.path):
+            raise ProtobenchError(f"{path} is a link to a file outside the run folder; a bundle copies no outside "
+                                  "file: replace the link with the file, or remove it")
+        present.append(name)
+    return present
+
+
+def _remove_abandoned(out: Path) -> None:
+    """Staging folders of earlier builds of ``out`` whose process is gone (killed mid-build)."""
+    prefix = STAGING.format(name=out.name, pid="")
+    for folder in out.parent.glob(prefix + "*"):
+        pid = folder.name.removeprefix(prefix).removesuffix(".tar.gz")
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                folder.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _archive(folder: Path, out: Path, name: str) -> None:
+    """A reproducible ``.tar.gz`` of ``folder`` (its entries under ``name``/): sorted entries, zero
+    times and owners, files 0644."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(folder.rglob("*")):
             if not path.is_file():
                 continue
-            info = tarfile.TarInfo(f"{out.name.removesuffix('.tar.gz')}/{path.relative_to(folder).as_posix()}")
+            info = tarfile.TarInfo(f"{name}/{path.relative_to(folder).as_posix()}")
             info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
             with path.open("rb") as handle:
                 tar.addfile(info, handle)
@@ -86,15 +127,21 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
         if without:
             raise ProtobenchError(f"{len(without)} run(s) have no checkpoint.pt to take the head from: "
                                   f"{', '.join(without[:5])}; bundle without --checkpoints, or leave them out")
+    copied = [(rd, result, _bundled_files(rd)) for rd, result in runs]  # every link refused before writing
+    if checkpoints:  # the head is read from checkpoint.pt: torch, only here
+        from benchmark.bundle.head import write_head
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    _remove_abandoned(out)
+    staging = out.parent / STAGING.format(name=out.name, pid=os.getpid())
+    partial = out.parent / (staging.name + ".tar.gz")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
     try:
-        for rd, result in runs:
+        for rd, result, names in copied:
             target = staging / str(result["grid"]) / str(result["run_id"])
             target.mkdir(parents=True)
-            for file in BUNDLED_FILES:
-                if (rd.path / file).is_file():
-                    shutil.copyfile(rd.path / file, target / file)
+            for file in names:
+                shutil.copyfile(rd.path / file, target / file)
             if checkpoints:
                 write_head(rd.checkpoint_path, target / HEAD_FILE, metadata={
                     "format": "protobench-head-1", "method": str(result["spec"]["method"]),
@@ -102,16 +149,17 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
                     "weights_checksum": str((result.get("provenance") or {}).get("weights_checksum"))})
         card = model_card([r for _, r in runs], license=license, checkpoints=checkpoints, name=name or out.name)
         (staging / CARD_FILE).write_text(card, encoding="utf-8")
-        for path in staging.rglob("*"):  # mkdtemp's 0700 and safetensors' 0600 would keep co-authors out
+        for path in staging.rglob("*"):  # a umask's 0700 and safetensors' 0600 would keep co-authors out
             path.chmod(0o755 if path.is_dir() else 0o644)
         staging.chmod(0o755)
         write_manifest(staging)
-        files = sum(1 for p in staging.rglob("*") if p.is_file())
-        _archive(staging, archive)
+        files = sum(1 for p in staging.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)  # as verify counts
+        _archive(staging, partial, out.name)
+        partial.rename(archive)
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        archive.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise
     return Bundled(folder=out, archive=archive, runs=len(runs), files=files)
 

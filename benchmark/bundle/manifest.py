@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from benchmark.errors import ProtobenchError
 
 MANIFEST_FILE = "SHA256SUMS"
+HEAD_FILE = "head.safetensors"  # a run's trained head in a bundle (benchmark/bundle/head.py, --checkpoints)
 _CHUNK = 1 << 20
 #: what commands write into a bundle when they read it as a runs directory, outside the manifest:
 #: ``evaluate``'s evaluations/ of a run and the token cache ``evaluate`` builds beside the grids
@@ -35,9 +36,11 @@ def write_manifest(root: Path) -> Path:
 @dataclass
 class Verification:
     """What ``bundle verify`` found: files whose hash differs, listed files that are absent, files
-    the manifest does not list (a run added after bundling), and local outputs it leaves aside."""
+    the manifest does not list (a run added after bundling), symbolic links (never part of a
+    bundle, whatever they point to: refused, not followed), and local outputs it leaves aside."""
 
     checked: int = 0
+    links: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unlisted: list[str] = field(default_factory=list)
@@ -45,7 +48,7 @@ class Verification:
 
     @property
     def ok(self) -> bool:
-        return not (self.changed or self.missing or self.unlisted)
+        return not (self.links or self.changed or self.missing or self.unlisted)
 
 
 def _listed(root: Path) -> dict[str, str]:
@@ -53,8 +56,16 @@ def _listed(root: Path) -> dict[str, str]:
     if not path.is_file():
         raise ProtobenchError(f"{root} is not a bundle: it has no {MANIFEST_FILE}; make one with "
                               "`protobench bundle RUNS_DIR --out DIR`")
+    if path.is_symlink():
+        raise ProtobenchError(f"{path} is a symbolic link; a bundle holds no links, so it cannot be trusted: "
+                              "ask for it again")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtobenchError(f"{path} is not a text manifest (not UTF-8): the bundle was altered or damaged, so "
+                              "it cannot be trusted; ask for it again") from None
     listed: dict[str, str] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         digest, sep, name = line.partition("  ")
         parts = PurePosixPath(name).parts
         if (not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name
@@ -74,15 +85,18 @@ def verify_bundle(root: Path) -> Verification:
     """Check every file the manifest lists against its hash, and that no other file was added."""
     listed = _listed(root)
     result = Verification()
+    result.links = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_symlink())
     for name, digest in listed.items():
         path = root / name
+        if name in result.links or any(name.startswith(link + "/") for link in result.links):
+            continue  # a link (or a path through one) is never read
         if not path.is_file():
             result.missing.append(name)
             continue
         result.checked += 1
         if sha256_of(path) != digest:
             result.changed.append(name)
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST_FILE):
         name = path.relative_to(root).as_posix()
         if name not in listed:
             (result.local if _is_local_output(name) else result.unlisted).append(name)

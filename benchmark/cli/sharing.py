@@ -70,7 +70,8 @@ def _verify(args: argparse.Namespace) -> int:
         raise ProtobenchError("usage: protobench bundle verify DIR (one bundle folder, no other option)")
     root = Path(args.runs_dirs[1])
     found = verify_bundle(root)
-    for what, names in (("changed (hash differs)", found.changed), ("missing", found.missing),
+    for what, names in (("a symbolic link (a bundle holds none)", found.links),
+                        ("changed (hash differs)", found.changed), ("missing", found.missing),
                         ("not in the manifest", found.unlisted)):
         for name in names:
             print(f"{root / name}: {what}", file=sys.stderr)
@@ -78,8 +79,9 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"{len(found.local)} file(s) written here by commands that read the bundle (evaluations/, "
               ".token-cache/) are not part of it")
     if not found.ok:
-        print(f"bundle {root} FAILED verification: {len(found.changed)} changed, {len(found.missing)} missing, "
-              f"{len(found.unlisted)} unlisted file(s); do not trust it, ask for it again", file=sys.stderr)
+        print(f"bundle {root} FAILED verification: {len(found.links)} link(s), {len(found.changed)} changed, "
+              f"{len(found.missing)} missing, {len(found.unlisted)} unlisted file(s); do not trust it, ask for it "
+              "again", file=sys.stderr)
         return 1
     print(f"bundle {root}: all {found.checked} file(s) match SHA256SUMS")
     return 0
@@ -93,7 +95,7 @@ def cmd_site(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     frame = mark_stale(load_runs(args.runs_dirs, parse_where(args.where), csv=False), adapter_imports(args))
-    built = build_site(frame, args.out, compare_keys=args.compare)
+    built = build_site(frame, args.out, compare_keys=args.compare, inputs=args.runs_dirs)
     print(f"wrote {built.pages} page(s), {built.bytes / 2**20:.1f} MiB, to {args.out} in "
           f"{time.perf_counter() - started:.1f} s; open {args.out / 'index.html'}")
     return 0

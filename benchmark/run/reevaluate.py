@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.bundle.head import HEAD_FILE, read_head
+from benchmark.bundle.head import read_head
+from benchmark.bundle.manifest import HEAD_FILE
 from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError

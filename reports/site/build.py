@@ -6,7 +6,6 @@ the index differs between two builds only in its build timestamp."""
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -16,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
+from benchmark.output_file import within
 from reports.columns import KEY_COLUMNS
 from reports.pivot import METRICS, display_names
 from reports.site import plots
@@ -23,8 +23,8 @@ from reports.site.comparepage import compare_page
 from reports.site.html import PLOTLY_JS, SITE_CSS, SITE_JS, esc, figure, page, table
 from reports.site.overview import COLUMNS, FILTERED, downloads, overview
 from reports.site.runpage import page_name, run_page
+from reports.site.writer import check_out, replace_site
 
-SITE_MARKER = ".protobench-site"  # a folder holding it may be rebuilt in place; any other non-empty one is refused
 PLOTTED = ("acc", "con", "sta", "dis", "comp")
 DEFAULT_COMPARED = ("method", "J")  # comparison pages without --compare: those of these keys that vary
 
@@ -89,20 +89,11 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str) -> tuple[st
     return page("protobench results", body, depth=0, plots=True, nav=nav, footer=footer), files
 
 
-def _prepare_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ProtobenchError(f"--out {out} is a file; give a folder for the site")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / SITE_MARKER).is_file():
-            raise ProtobenchError(f"--out {out} is a non-empty folder that is not a protobench site; give an empty "
-                                  "or new folder (a previous site is rebuilt in place)")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-
-
 def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | None = None,
-               built: str | None = None) -> BuiltSite:
-    """Write the site of ``frame`` to ``out``; ``built``: the footer's timestamp (default: now, UTC)."""
+               built: str | None = None, inputs: Sequence[Path] = ()) -> BuiltSite:
+    """Write the site of ``frame`` to ``out``; ``built``: the footer's timestamp (default: now, UTC);
+    ``inputs``: the runs folders it was read from, which ``out`` may neither be, hold nor lie in
+    (reports/site/writer.py: nothing the suite did not write is ever deleted)."""
     import plotly.offline
 
     if frame["source"].astype(str).str.endswith(".csv").any() or frame["run_dir"].isna().any():
@@ -112,9 +103,9 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
         raise ProtobenchError(f"--compare {', '.join(unknown)}: compare along one of {', '.join(KEY_COLUMNS)}")
     compared = (list(dict.fromkeys(compare_keys)) if compare_keys
                 else [key for key in DEFAULT_COMPARED if frame[key].nunique() > 1])
-    _prepare_out(out)
+    check_out(out, [*inputs, *{Path(str(d)) for d in frame["run_dir"]}])
     built = built or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    files: dict[str, bytes] = {SITE_MARKER: b"protobench results site\n"}
+    files: dict[str, bytes] = {}
     assets = resources.files("reports.site") / "assets"
     files[f"assets/{PLOTLY_JS}"] = plotly.offline.get_plotlyjs().encode("utf-8")
     files[f"assets/{SITE_JS}"] = (assets / SITE_JS).read_bytes()
@@ -125,15 +116,17 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
     names = display_names(frame)
     taken: set[str] = set()
     listing = []
-    copies: dict[str, Path] = {}
     for row in frame.sort_values("source").itertuples(index=False):
         name = page_name(row.grid, row.run_id, taken)
         method = names.get(str(row.method), str(row.method))
         label = f"{method} · {row.dataset} · {row.backbone} · J={row.J} · {row.variant} · seed {row.seed}"
         run = run_page(Path(row.source), name, stale=row.stale, label=label)
         files[f"runs/{name}"] = run.html.encode("utf-8")
+        if not within(Path(row.source), Path(row.source).parent):
+            raise ProtobenchError(f"{row.source} is a link out of its run folder; the site copies no file from "
+                                  "outside the runs it shows: replace the link with the file")
         files[f"runs/{name.removesuffix('.html')}.result.json"] = Path(row.source).read_bytes()
-        copies.update({f"runs/{n}": p for n, p in run.images.items()})
+        files.update({f"runs/{n}": p.read_bytes() for n, p in run.images.items()})
         link = f'<a href="runs/{esc(name)}">{esc(row.grid)}/{esc(row.run_id)}</a>'
         listing.append((link, method, row.dataset, row.backbone, row.J, row.variant, row.seed, row.acc,
                         "stale" if isinstance(row.stale, str) else ""))
@@ -146,11 +139,7 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
         files[f"compare-{key}.html"] = html.encode("utf-8")
         if csv is not None:
             files[f"compare-{key}.csv"] = csv
-    for name, data in sorted(files.items()):
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_bytes(data)
-    for name, path in sorted(copies.items()):
-        shutil.copyfile(path, out / name)
+    replace_site(out, files)  # every input read: only now is an older site replaced
     written = [p for p in out.rglob("*") if p.is_file()]
     return BuiltSite(pages=sum(p.suffix == ".html" for p in written), bytes=sum(p.stat().st_size for p in written),
                      files=len(written))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import ProtobenchError
+from benchmark.output_file import within
 from benchmark.run.records import read_records
 from benchmark.run.store import METRICS_FILE
 from reports.curves import read_curve
@@ -71,7 +72,8 @@ def _distributions(run_dir: Path) -> str:
 
 
 def _gallery(run_dir: Path, stem: str) -> tuple[str, dict[str, Path]]:
-    pngs = sorted((run_dir / FIGURES_DIR).glob("*.png")) if (run_dir / FIGURES_DIR).is_dir() else []
+    pngs = sorted(p for p in (run_dir / FIGURES_DIR).glob("*.png") if within(p, run_dir)) \
+        if (run_dir / FIGURES_DIR).is_dir() else []  # a link out of the run is never copied
     if not pngs:
         return ("<p>No explanation gallery yet: <code>protobench figures " + esc(run_dir) + " --out "
                 + esc(run_dir / FIGURES_DIR) + "</code> draws the \u201cthis looks like that\u201d panels of a few "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark import data as data_module
+from benchmark.data import loading as data_module
 from benchmark.data import DATASETS, generate_synthbirds, load_dataset
 from benchmark.data import bird_classes, synthbirds
 from benchmark.data.cub import ANNOTATION_FILES

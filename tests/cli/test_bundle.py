@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmark.bundle.head import HEAD_FILE, read_head
+from benchmark.bundle.head import read_head
+from benchmark.bundle.manifest import HEAD_FILE
 from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of
 from benchmark.cli import main
 from benchmark.run.checkpoint import load_checkpoint

@@ -158,6 +158,9 @@ def test_every_shell_example_is_one_a_test_runs(capsys):
             continue
         if command.startswith("make "):
             assert command.split()[1] in targets, (page, line)
+        elif command.startswith("pip install ./"):  # the guide's plugin package: tests/cli/test_plugin_package.py
+            from plugin_package import DISTRIBUTION  # installs it with pip and runs it
+            assert command.split()[2] == f"./{DISTRIBUTION}", (page, line)
         elif command.startswith("python -m methods.contract "):
             assert contract.main(command.split()[3:]) == 0, (page, line, capsys.readouterr().out)
         elif command.startswith("python -m pytest "):  # plugins of tests/helpers (tests/test_maxdiff_plugin.py runs them)

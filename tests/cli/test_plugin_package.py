@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plugin_package import DISTRIBUTION, METHOD, VERSION, write_plugin_package
+from plugin_package import DISTRIBUTION, METHOD, PYPROJECT, SPEC, VERSION, write_plugin_package
 from tiny_grid import write_adapter_grid
 
 from methods import plugins
@@ -61,6 +63,23 @@ def test_an_installed_method_runs_by_name_and_reads_as_verified(installed: None,
     status = _protobench("status", "runs/custom", "--json", cwd=tmp_path)
     (record,) = json.loads(status.stdout)
     assert record["state"] == "done" and record["stale"] is None and record["rescore"] is None, record
+
+
+def test_the_guides_package_is_this_one_and_its_commands_run(installed: None) -> None:
+    """docs/guides/adding-a-method.md shows this package's pyproject and declaration, and its
+    commands run once the package is installed."""
+    guide = (REPO / "docs" / "guides" / "adding-a-method.md").read_text(encoding="utf-8")
+    section = guide.split("## Publishing a method as a package")[1].split("\n## ")[0]
+    toml, python, bash = re.findall(r"^```\w+\n(.*?)^```", section, re.M | re.S)
+    shown = lambda block: [l.split("  #")[0].rstrip() for l in block.splitlines() if l and not l.startswith("#")]  # noqa: E731
+    assert all(line in PYPROJECT.splitlines() for line in shown(toml)), toml
+    assert all(line.strip() in {l.strip() for l in SPEC.splitlines()} for line in shown(python)), python
+    commands = [line for line in shown(bash) if line.startswith("protobench ")]
+    assert len(commands) == 2
+    for command in commands:
+        done = _protobench(*shlex.split(command)[1:], cwd=REPO)
+        assert done.returncode == 0, (command, done.stderr)
+        assert METHOD in done.stdout or "runs" in done.stdout, done.stdout
 
 
 def test_a_result_of_a_package_not_installed_here_reads_unverifiable_with_the_install_command(
