@@ -11,7 +11,6 @@ SigLIP, ``timm/models/eva.py`` for DINOv3 and EVA-02).
 from __future__ import annotations
 
 import copy
-import difflib
 import fnmatch
 import hashlib
 import importlib
@@ -33,7 +32,7 @@ from timm.models._registry import split_model_name_tag
 from torch import Tensor, nn
 
 from benchmark.attention import AppendedBlock, cls_attention
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 from benchmark.trunks import ALIASES, trunk_declaration
 
 __all__ = [
@@ -142,8 +141,7 @@ def backbone_spec(name: str) -> BackboneSpec:
     if ":" in name and not name.startswith(TIMM_PREFIX):
         return _user_trunk_spec(name)
     if not name.startswith(TIMM_PREFIX):
-        close = difflib.get_close_matches(name, list(BACKBONES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, list(BACKBONES))
         raise ProtobenchError(f"unknown backbone {name!r}{hint}; {_UNKNOWN_HINT}.")
     requested = name[len(TIMM_PREFIX):]
     architecture, tag = split_model_name_tag(requested)

@@ -3,17 +3,14 @@ where it was given and the fix: an unknown key (with the closest valid one), a w
 out-of-range integer. Used by grids, run specs, cluster profiles and method arguments."""
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 
 
 def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError:
-    close = difflib.get_close_matches(key, valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
     return ProtobenchError(
-        f"unknown key {key!r} in {where}{hint}; valid keys are: {', '.join(sorted(valid))}"
+        f"unknown key {key!r} in {where}{did_you_mean(key, valid)}; valid keys are: {', '.join(sorted(valid))}"
     )
 
 

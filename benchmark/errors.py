@@ -1,4 +1,9 @@
-"""The one exception type for mistakes a user can fix (bad config, missing file, unknown name)."""
+"""The one exception type for mistakes a user can fix (bad config, missing file, unknown name),
+and the one did-you-mean every such message about a misspelt name gives."""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class ProtobenchError(Exception):
@@ -6,3 +11,11 @@ class ProtobenchError(Exception):
 
     The CLI prints the message alone (no traceback) and exits with status 2.
     """
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """`` (did you mean 'closest'?)`` for the valid name closest to a misspelt one (difflib's
+    ratio ≥ 0.6, the standard library's cut-off), else ``""``: appended to every unknown-name
+    message (grid keys, subcommands, --metrics, --y, --where, --only)."""
+    close = difflib.get_close_matches(name, [str(v) for v in valid], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

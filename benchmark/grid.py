@@ -27,7 +27,6 @@ adds an axis to the whole grid (every run once per value, as Hydra's multirun do
 """
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 import tomllib
@@ -37,7 +36,7 @@ from typing import Any
 
 from benchmark.checks import unknown_key_error
 from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, check_field, read_toml
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep", "tuning")  # tuning: benchmark/tuning/config.py
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
@@ -226,8 +225,7 @@ def _check_method_scopes(overrides: dict[str, Any], runs: list[RunSpec]) -> None
         scope, dot, _ = key.rpartition(".")
         if dot and scope not in TABLE_FIELDS and scope not in methods:
             option = describe_overrides({key: value}).removeprefix("command-line ")
-            close = difflib.get_close_matches(scope, methods, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(scope, methods)
             raise ProtobenchError(f"{option}: no run of the grid has method {scope!r}{hint}; its methods are "
                                   f"{', '.join(methods)}")
 
@@ -243,6 +241,19 @@ def _build(values: dict[str, Any], overrides: dict[str, Any], where: str, option
     except ProtobenchError:
         build_run_spec(weights_for_backbone(values, where), where=where)  # raises when the grid is at fault
         raise
+
+
+def _blamed_on_defaults(err: ProtobenchError, where: str, defaults: str, from_defaults: set[str]) -> ProtobenchError:
+    """The error of a grid point blamed on ``[defaults]`` when the value it names (its first word,
+    a RunSpec field) was written there, not in the ``[[sweep]]`` block (docs/guides/grids.md)."""
+    message = str(err)
+    if not message.startswith(where + ": "):
+        return err
+    rest = message[len(where) + 2:]
+    key = re.match(r"\w+", rest)
+    if key is None or key.group() not in from_defaults:
+        return err
+    return ProtobenchError(f"{defaults}: {rest}")
 
 
 def weights_for_backbone(values: dict[str, Any], where: str) -> dict[str, Any]:
@@ -305,7 +316,10 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         grid_wide = _axes({k: v for k, v in defaults.items() if k not in block})  # a block's own value wins
         for values, default in itertools.product(_axes(block), grid_wide):
             for swept in _axes(axes):
-                spec = absolute_paths(_build({**default, **values}, {**fixed, **swept}, where, options))
+                try:
+                    spec = absolute_paths(_build({**default, **values}, {**fixed, **swept}, where, options))
+                except ProtobenchError as err:
+                    raise _blamed_on_defaults(err, where, f"{source} [defaults]", set(default) - set(values)) from None
                 runs.setdefault(spec.run_id, spec)
     if not runs:
         raise ProtobenchError(f"{source}: the grid expands to no runs")
@@ -334,6 +348,22 @@ def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> G
     return parse_grid(data, source=str(path), overrides=overrides)
 
 
+def _existing(grid: GridSpec, only: list[str]) -> str:
+    """For each ``key=value`` of ``--only`` naming a value no run of the grid has: the closest
+    value and the values the grid has."""
+    notes = []
+    for term in only:
+        key, sep, value = term.partition("=")
+        if not sep:
+            continue
+        present = sorted({str(getattr(r, ONLY_ALIASES.get(key, key))) for r in grid.runs})
+        missing = [v for v in value.split(",") if v not in present]
+        notes += [f"{key}={v}{did_you_mean(v, present)}" for v in missing]
+        if missing:
+            notes.append(f"its runs have {key} = {', '.join(present)}")
+    return "; " + "; ".join(notes) if notes else ""
+
+
 def select_runs(grid: GridSpec, only: list[str]) -> list[RunSpec]:
     """Filter runs by ``key=value`` terms (``method=vmfproto``, ``seed=0``, ``J=3,5``: a comma
     list keeps any of its values; ``J`` is ``prototypes_per_class``) or run-id prefixes."""
@@ -349,5 +379,5 @@ def select_runs(grid: GridSpec, only: list[str]) -> list[RunSpec]:
         else:
             selected = [r for r in selected if r.run_id.startswith(term)]
     if not selected:
-        raise ProtobenchError(f"--only {' '.join(only)} matches no run of grid {grid.name!r}")
+        raise ProtobenchError(f"--only {' '.join(only)} matches no run of grid {grid.name!r}{_existing(grid, only)}")
     return selected

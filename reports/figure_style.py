@@ -9,12 +9,11 @@ publishers' checkers (IEEE PDF eXpress, ACM) reject Type 3 fonts, matplotlib's d
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 
 #: TrueType (Type 42) fonts in every PDF/PS: matplotlib's default (3) writes Type 3 fonts
 EMBEDDED_FONTS: dict[str, int] = {"pdf.fonttype": 42, "ps.fonttype": 42}
@@ -58,8 +57,7 @@ STYLES: dict[str, FigureStyle] = {s.name: s for s in (SCREEN, PAPER)}
 def figure_style(name: str) -> FigureStyle:
     """The style called ``name``; an unknown name is an error listing the styles."""
     if name not in STYLES:
-        close = difflib.get_close_matches(name, list(STYLES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, list(STYLES))
         raise ProtobenchError(f"--style {name}: unknown style{hint}; choose one of {', '.join(STYLES)}.")
     return STYLES[name]
 

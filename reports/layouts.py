@@ -6,9 +6,8 @@ label of each layout is the paper's, so ``\\cref`` in a manuscript keeps working
 """
 from __future__ import annotations
 
-import difflib
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 from reports.layout import BEST_NOTE, BodyItem, ColumnGroup, Heading, Layout, Metric, Row, Rule, Text, text
 
 CON = Metric("con", text("Con."))
@@ -401,8 +400,7 @@ def get_layout(name: str) -> Layout:
     try:
         return LAYOUTS[name]
     except KeyError:
-        close = difflib.get_close_matches(name, list(LAYOUTS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, list(LAYOUTS))
         raise ProtobenchError(
             f"Unknown layout {name!r}{hint}; choose one of {', '.join(LAYOUTS)} (see `protobench report --list`)."
         ) from None

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
 from reports.layout import BEST_NOTE, BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
 from reports.layouts import (ACC, BACKBONES, BEYOND_THE_PAPER, CACHED_EPOCH_TIME, CON, DIS, EPOCH_TIME, METHODS, STA,
@@ -57,7 +57,8 @@ def parse_where(items: Sequence[str]) -> dict[str, tuple[str, ...]]:
             raise ProtobenchError(f"--where {item!r} is not KEY=VALUE; write e.g. --where method=vmfproto.")
         if key not in FILTER_COLUMNS:
             raise ProtobenchError(
-                f"--where {item!r}: unknown key {key!r}; filter on one of {', '.join(FILTER_COLUMNS)}."
+                f"--where {item!r}: unknown key {key!r}{did_you_mean(key, FILTER_COLUMNS)}; filter on one of "
+                f"{', '.join(FILTER_COLUMNS)}."
             )
         where[key] = where.get(key, ()) + tuple(v.strip() for v in values.split(","))
     return where
@@ -150,7 +151,8 @@ def _metrics(frame: pd.DataFrame, requested: Sequence[str] | None) -> tuple[Metr
     if requested is not None:
         unknown = [m for m in requested if m not in METRICS]
         if unknown:
-            raise ProtobenchError(f"--metrics {', '.join(unknown)}: unknown; choose from {', '.join(METRICS)}.")
+            hints = "".join(did_you_mean(m, METRICS) for m in unknown)
+            raise ProtobenchError(f"--metrics {', '.join(unknown)}: unknown{hints}; choose from {', '.join(METRICS)}.")
         return tuple(METRICS[m] for m in requested)
     present = tuple(METRICS[m] for m in DEFAULT_METRICS if frame[m].notna().any())
     if not present:

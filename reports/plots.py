@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 from benchmark.output_file import write_output
 from reports.columns import KEY_COLUMNS
 from reports.figure_style import EMBEDDED_FONTS, SCREEN, FigureStyle, drawing
@@ -216,7 +216,7 @@ def _check_axes(x: str, y: str, hue: str | None, facet: str | None) -> None:
     if x not in X_COLUMNS:
         raise ProtobenchError(f"--x {x}: choose one of {', '.join(X_COLUMNS)}.")
     if y not in METRICS:
-        raise ProtobenchError(f"--y {y}: choose one of {', '.join(METRICS)}.")
+        raise ProtobenchError(f"--y {y}: unknown metric{did_you_mean(y, METRICS)}; choose one of {', '.join(METRICS)}.")
     for option, dim in (("--hue", hue), ("--facet", facet)):
         if dim is not None and dim not in KEY_COLUMNS:
             raise ProtobenchError(f"{option} {dim}: choose one of {', '.join(KEY_COLUMNS)}.")

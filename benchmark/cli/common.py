@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 from benchmark.grid import OptionValue, parse_set_options, parse_sweep_options
 from benchmark.output_file import write_output
 from benchmark.run.own_code import EVERY_ADAPTER, NO_IMPORTS, AdapterImports
@@ -38,6 +38,15 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        """argparse's own check of a choice (a subcommand, --executor, …) with the suite's
+        did-you-mean (benchmark.errors.did_you_mean)."""
+        if action.choices is not None and value not in action.choices:
+            names = [str(c) for c in action.choices]
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(str(value), names)} "
+                                                 f"(choose from {', '.join(names)})")
+        super()._check_value(action, value)
 
 
 def emit(text: str, out: str | Path | None) -> None:

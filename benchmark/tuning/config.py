@@ -72,6 +72,9 @@ def _spaces(table: Any, where: str) -> dict[str, dict[str, Dimension]]:
     return out
 
 
+MAX_SEED = 2**32 - 1  # numpy.random.RandomState, which Optuna's samplers seed, takes no larger seed
+
+
 def tuning_config(grid: GridSpec, *, trials: int | None = None, sampler: str | None = None,
                   hyperparameters: str | None = None, prune: bool | None = None) -> TuningConfig:
     """The grid's ``[tuning]`` table with command-line overrides, every value checked."""
@@ -93,6 +96,8 @@ def tuning_config(grid: GridSpec, *, trials: int | None = None, sampler: str | N
     )
     if config.trials is not None and (isinstance(config.trials, bool) or not isinstance(config.trials, int)
                                       or config.trials < 1):
+        if trials is not None:  # the command line's value: name the option, not the grid
+            raise ProtobenchError(f"--trials {config.trials!r} must be an integer ≥ 1")
         raise ProtobenchError(f"{where}: trials = {config.trials!r} must be an integer ≥ 1 (or pass --trials N)")
     if config.sampler not in SAMPLERS:
         raise ProtobenchError(f"{where}: sampler = {config.sampler!r} must be one of {', '.join(SAMPLERS)}")
@@ -102,8 +107,9 @@ def tuning_config(grid: GridSpec, *, trials: int | None = None, sampler: str | N
     if bad or not config.objectives or len(set(config.objectives)) < len(config.objectives):
         raise ProtobenchError(f"{where}: objectives = {list(config.objectives)} must be distinct validation metrics "
                               f"among {', '.join(OBJECTIVES)}")
-    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
-        raise ProtobenchError(f"{where}: seed = {config.seed!r} must be an integer ≥ 0")
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or not 0 <= config.seed <= MAX_SEED:
+        raise ProtobenchError(f"{where}: seed = {config.seed!r} must be an integer in [0, {MAX_SEED}] (the samplers' "
+                              "numpy seed)")
     check_pruning(config, where)
     check_rule(config.validation_fraction, config.validation_seed, where)
     for method in {*config.space, *config.replace}:

@@ -72,3 +72,46 @@ def test_compare_by_method_prints_display_names(tmp_path: Path, capsys: pytest.C
     assert main(["compare", str(runs), "--by", "method", "--baseline", "protopnet"]) == 0
     out = capsys.readouterr().out
     assert "vMFProto" in out and "ProtoPNet" in out and "vmfproto" not in out
+
+
+# ---- round 5: every misspelt name gets the closest valid one; errors name where a value came from ----
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["reprot"], "invalid choice: 'reprot' (did you mean 'report'?)"),
+    (["report", "{runs}", "--metrics", "accc"], "--metrics accc: unknown (did you mean 'acc'?)"),
+    (["plot", "{runs}", "--x", "J", "--y", "accc", "--out", "{tmp}/p.png"], "--y accc: unknown metric (did you mean 'acc'?)"),
+    (["report", "{runs}", "--where", "metod=vmfproto"], "unknown key 'metod' (did you mean 'method'?)"),
+    (["run", "{grid}", "--only", "method=vmfprot"], "method=vmfprot (did you mean 'vmfproto'?); its runs have method = "
+                                                     "vmfproto"),
+    (["tune", "{grid}", "--trials", "0"], "protobench: error: --trials 0 must be an integer ≥ 1"),
+], ids=["subcommand", "metrics", "plot-y", "where-key", "only-value", "trials-option"])
+def test_each_misspelt_name_gets_a_suggestion_and_each_value_its_origin(
+        argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "g", "a", metrics={"acc": 50.0})
+    grid = write_tiny_grid(tmp_path / "g.toml", "g", tmp_path / "synthbirds")
+    filled = [a.format(runs=runs, tmp=tmp_path, grid=grid) for a in argv]
+    if argv[0] == "reprot":  # argparse's own exit
+        with pytest.raises(SystemExit):
+            main(filled)
+    else:
+        assert main(filled) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_value_written_in_defaults_is_blamed_on_defaults(tmp_path: Path) -> None:
+    table = tiny_grid_table("g", tmp_path, prototypes_per_class=0)
+    table["sweep"] = [{"seed": [0, 1]}]
+    with pytest.raises(ProtobenchError, match=r"^g\.toml \[defaults\]: prototypes_per_class \(J\) = 0 must be ≥ 1"):
+        parse_grid(table, source="g.toml")
+    table["sweep"] = [{"seed": [0, 1], "prototypes_per_class": 0}]
+    with pytest.raises(ProtobenchError, match=r"^g\.toml \[\[sweep\]\] #1: prototypes_per_class \(J\) = 0"):
+        parse_grid(table, source="g.toml")
+
+
+def test_a_tuning_seed_numpy_cannot_take_is_refused_naming_it(tmp_path: Path) -> None:
+    from benchmark.tuning.config import tuning_config
+
+    table = tiny_grid_table("g", tmp_path)
+    table["tuning"] = {"trials": 2, "seed": 2**32}
+    with pytest.raises(ProtobenchError, match=r"\[tuning\]: seed = 4294967296 must be an integer in \[0, 4294967295\]"):
+        tuning_config(parse_grid(table, source="g.toml"))
