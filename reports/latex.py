@@ -1,9 +1,9 @@
 """Spell a TableView as a LaTeX float with a booktabs tabular, in the paper's style.
 
-Needs ``\\usepackage{booktabs}`` (and ``graphicx`` for layouts that resize); the float's first line
-says so. The generic table (``report`` without a layout) has booktabs rules only, no vertical rule
-(booktabs' own guidance: they break its rules' spacing), its column groups set apart by a
-``\\cmidrule`` under their label; a paper layout keeps the paper's own vertical rules. A seed count
+Needs ``\\usepackage{booktabs}`` (and ``graphicx`` for layouts that resize); the table's first
+line, a comment above the float, says so. The generic table (``report`` without a layout) has
+booktabs rules only, no vertical rule (booktabs' own guidance: they break its rules' spacing), its
+column groups set apart by a ``\\cmidrule`` under their label; a paper layout keeps the paper's own vertical rules. A seed count
 shared by every mean is stated once in the caption, not in each cell. Bold marks a unique best
 only (tied best values are left plain), and with ``--significance`` the column's reference cell
 (its best mean, which every ≈ is tested against) never carries ≈ itself.
@@ -38,7 +38,7 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
     layout = table.layout
     env = "table*" if layout.wide else "table"
     packages = "booktabs" + (", graphicx" if layout.resize else "")
-    lines = [f"\\begin{{{env}}}[t]", "  \\centering"]
+    lines = [f"% needs \\usepackage{{{packages}}} in the preamble", f"\\begin{{{env}}}[t]", "  \\centering"]
     rows = [item for item in table.body if isinstance(item, RowView)]
     marks = _column_marks(layout, rows)
     counts = {c.n for row in rows for c in row.cells if c.value is not None}
@@ -50,7 +50,6 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
     lines += [
         f"  \\caption{{{_caption(table, counts.copy().pop() if n_once else None)}}}",
         f"  \\label{{{layout.tex_label}}}",
-        f"  % needs \\usepackage{{{packages}}} in the preamble",
     ]
     if layout.resize:
         lines.append("  \\resizebox{\\textwidth}{!}{%")

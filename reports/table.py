@@ -213,11 +213,14 @@ def interval_note(frame: pd.DataFrame, level: float) -> str:
 def _marks(
     layout: Layout, columns: list[tuple[ColumnGroup, Metric]], shown: list[list[str | None]]
 ) -> list[list[Mark]]:
-    """Per column, the mark of each row (all None when the layout marks nothing)."""
+    """Per column, the mark of each row (all None when the layout marks nothing, and in a table
+    with fewer than two rows of values: one row is not the best of anything; a lone value in a
+    column of a larger table keeps its mark, as the paper's tables set it)."""
     marks: list[list[Mark]] = []
+    compared = sum(any(cell is not None for cell in line) for line in shown) >= 2
     for c, (_, metric) in enumerate(columns):
         values = [None if line[c] is None else shown_value(line[c]) for line in shown]
-        if layout.mark_best:
+        if layout.mark_best and compared:
             marks.append(rank_marks(values, higher_is_better=metric.higher_is_better))
         else:
             marks.append([None] * len(values))

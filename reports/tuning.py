@@ -18,7 +18,9 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from benchmark.spec_fields import tuned_variant
+from reports.layouts import display_name
 from reports.paired import cell_difference
+from reports.pivot import method_labels
 from reports.stats import holm
 
 
@@ -97,7 +99,11 @@ def _trials(summary: dict[str, Any]) -> str:
     """``3/3`` (complete of N), with pruning ``1/3 +2 pruned`` (complete and pruned trials both count)."""
     pruning = summary.get("pruning") or {}
     shown = f"{summary['complete']}/{summary['budget']['trials']}"
-    return f"{shown} +{pruning['pruned']} pruned" if pruning.get("on") else shown
+    shown = f"{shown} +{pruning['pruned']} pruned" if pruning.get("on") else shown
+    failed = (summary.get("counts") or {}).get("FAIL", 0)
+    shown += f", {failed} failed" if failed else ""
+    finished = summary.get("finished", summary["complete"])
+    return shown if finished >= summary["budget"]["trials"] else f"{shown} (unfinished)"
 
 
 def _pruning_note(summaries: list[dict[str, Any]]) -> str:
@@ -118,6 +124,7 @@ def render_tuning(frame: pd.DataFrame, summaries: list[dict[str, Any]], level: f
     from tabulate import tabulate
 
     rows = tuning_rows(frame, summaries, level)
+    labels = method_labels(frame)  # the display names every other table shows
     by_study = {r.summary["study"]: r for r in rows}
     lines = []
     for s in summaries:
@@ -125,7 +132,7 @@ def render_tuning(frame: pd.DataFrame, summaries: list[dict[str, Any]], level: f
         default_val = s["default"]["values"][0] if s.get("default") and s["default"].get("values") else None
         best = s.get("best") or {}
         lines.append([
-            cell["method"], str(cell["J"]), cell["backbone"], cell["dataset"],
+            labels.get(cell["method"]) or display_name(cell["method"], None), str(cell["J"]), cell["backbone"], cell["dataset"],
             _trials(s), str(s["budget"]["epochs_per_trial"]),
             _number(default_val), f"{_number((best.get('values') or [None])[0])} (#{best.get('number', '–')})",
             _params(best.get("params", {})),

@@ -23,6 +23,11 @@ from methods.registry import display_name_of
 from reports.layouts import display_name
 
 METRIC_COLUMNS = ("acc", "con", "sta", "dis", "comp")
+VALIDATION_MARK = " (val)"  # a tuning trial's scores: on the validation split, never comparable to a test score
+
+
+def _on_validation(spec: dict[str, Any]) -> bool:
+    return spec.get("evaluation_split") == "validation"
 
 
 def _total_epochs(spec: dict) -> int | None:
@@ -205,7 +210,9 @@ def status_table(root: Path, records: list[dict[str, Any]], *, wide: bool = Fals
                  "method": record["method_display_name"], "J": str(spec.get("prototypes_per_class", "?")),
                  "seed": str(spec.get("seed", "?")), "variant": str(spec.get("variant", "")),
                  "backbone": str(spec.get("backbone", "")), "dataset": str(spec.get("dataset", "")),
-                 **{m: _fmt(metrics.get(m)) for m in METRIC_COLUMNS}, "warnings": _warnings_cell(record["warnings"]),
+                 **{m: _fmt(metrics.get(m)) + (VALIDATION_MARK if _on_validation(spec) and metrics.get(m) is not None
+                                               else "") for m in METRIC_COLUMNS},
+                 "warnings": _warnings_cell(record["warnings"]),
                  "progress": escape(record["progress"])}
         table.add_row(*(cells[column] for column in columns))
     return table, counts, failed, warned, stale
@@ -219,6 +226,9 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
     console.print(table)
     total = sum(counts.values())
     console.print(f"{total} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    if any(_on_validation(r["spec"]) for r in records):
+        console.print(f"{VALIDATION_MARK.strip()}: scored on the validation split (a tuning trial), not on the test split",
+                      markup=False)
     for path, reason in failed:
         console.print(f"[red]failed[/red] {escape(str(path))}: {escape(reason)}")
     for path, why in stale:

@@ -48,6 +48,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, overrides=grid_overrides(args))  # a refused grid costs no torch import
     from benchmark.tuning.config import describe_space, tuning_cells, tuning_config
     from benchmark.tuning.study import check_existing_studies, describe_pruner, pruner
+    from benchmark.tuning.trials import failure_budget
     from benchmark.tuning.workers import TuneJob, tuning_root
 
     runs = select_runs(grid, args.only) if args.only else list(grid.runs)
@@ -63,7 +64,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"grid {grid.name!r}: {len(cells)} tuning cell(s) → {root}; budget: {config.trials} finished trials per "
           f"cell, every method alike, {pruning}, sampler {config.sampler}, objective(s) "
           f"{', '.join(config.objectives)} on the validation split ({config.validation_fraction:g} of each class, "
-          f"seed {config.validation_seed})")
+          f"seed {config.validation_seed}); a failed trial is recorded and another asked, up to "
+          f"{failure_budget(config.trials)} failures per cell")
     for cell in cells:
         print(f"  {cell.label}: {cell.epoch_budget} epochs per trial; space: {describe_space(cell.space)}"
               + ("" if cell.space else " — tuned over nothing: one trial, the defaults"))

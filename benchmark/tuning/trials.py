@@ -45,6 +45,22 @@ class WorkerSettings:
     log: Callable[[str], None] = print
 
 
+def failure_budget(trials: int) -> int:
+    """Failed trials a cell may record before ``tune`` stops it: a method that crashes on part of
+    its space keeps being tried (each failure is recorded, as Optuna does) until N trials finish,
+    but a method that crashes on every point stops after 2·N + 3 failures, not never."""
+    return 2 * trials + 3
+
+
+def _write_summary(study: optuna.Study, cell: Cell, directory: Path, settings: WorkerSettings) -> dict[str, Any]:
+    """``summary.json`` as the study stands now (after every trial: ``report --tuning`` shows an
+    unfinished study as unfinished, and a failing one has a summary to point to)."""
+    record = summary(study, cell, settings.trials)
+    with study_lock(directory):
+        write_summary(directory, record)
+    return record
+
+
 def trials_root(tuning_root: Path) -> Path:
     return tuning_root / "trials"
 
@@ -140,6 +156,7 @@ def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
             study.tell(asked, state=TrialState.PRUNED)
             beat.stop()
             settings.log(f"{cell.study_name}: trial {asked.number} {pruned}")
+            _write_summary(study, cell, directory, settings)
             continue
         except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - the trial fails, the study goes on
             asked.set_user_attr("fail_reason", f"{type(err).__name__}: {err}")
@@ -148,15 +165,18 @@ def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
             if isinstance(err, KeyboardInterrupt):
                 raise
             failures += 1
-            settings.log(f"{cell.study_name}: trial {asked.number} failed: {type(err).__name__}: {err}")
-            if failures >= settings.trials:
-                raise ProtobenchError(f"tuning cell {cell.label}: {failures} trials failed in this worker "
-                                      f"(last: {type(err).__name__}: {err}); see {directory}/summary.json") from err
+            budget = failure_budget(settings.trials)
+            settings.log(f"{cell.study_name}: trial {asked.number} failed ({failures} of the {budget} failures "
+                         f"allowed): {type(err).__name__}: {err}")
+            _write_summary(study, cell, directory, settings)
+            if failures >= budget:
+                raise ProtobenchError(f"tuning cell {cell.label}: {failures} trials failed in this worker, its "
+                                      f"failure budget (2·N + 3 for N = {settings.trials}) (last: "
+                                      f"{type(err).__name__}: {err}); each failure is in "
+                                      f"{directory / 'summary.json'}") from err
             continue
         study.tell(asked, values)
         beat.stop()
         settings.log(f"{cell.study_name}: trial {asked.number} {dict(zip(cell.config.objectives, values))}")
-    record = summary(study, cell, settings.trials)
-    with study_lock(directory):
-        write_summary(directory, record)
-    return record
+        _write_summary(study, cell, directory, settings)
+    return _write_summary(study, cell, directory, settings)

@@ -85,7 +85,7 @@ def test_tuned_runs_and_the_tuning_report(tuned, capsys):
     assert "tuned" in capsys.readouterr().out
     assert main(["report", str(runs / "tun"), "--tuning"]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| vmfproto") or line.startswith("| protopnet")]
+    rows = [line for line in out.splitlines() if line.startswith("| vMFProto") or line.startswith("| ProtoPNet")]
     assert len(rows) == 2 and all("| 3/3 " in row and "| 2 " in row for row in rows)
     assert "paired on seed" in out and "the same for every method" in out
     p_values = [row.split("|")[14].strip() for row in rows]
@@ -95,6 +95,38 @@ def test_tuned_runs_and_the_tuning_report(tuned, capsys):
 
     with Image.open(root / "tuning.png") as image:  # two studies: history and importances each, stacked
         assert image.format == "PNG" and image.height > 2 * image.width
+
+
+def test_a_trials_validation_scores_are_marked_in_status(tuned, capsys):
+    root, _, _ = tuned
+    capsys.readouterr()
+    assert main(["status", str(root / "runs" / "tun.tuning"), "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "(val)" in out and "(val): scored on the validation split (a tuning trial)" in out
+
+
+def test_a_crashing_trial_is_recorded_and_the_study_goes_on(tmp_path, capsys, monkeypatch):
+    """A method that fails on part of its space: the failure is recorded in summary.json (written
+    after every trial), another point is asked, and the cell still ends with N finished trials."""
+    import benchmark.tuning.trials as trials
+
+    real = trials.run_trial
+
+    def crash_on_trial_1(trial, cell, settings):
+        if trial.number == 1:
+            raise RuntimeError("NaN loss at this point of the space")
+        return real(trial, cell, settings)
+
+    monkeypatch.setattr(trials, "run_trial", crash_on_trial_1)
+    grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
+    runs = tmp_path / "runs"
+    assert main(["tune", str(grid), "--trials", "2", "--only", "method=vmfproto", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "up to 7 failures per cell" in out and "failed (1 of the 7 failures allowed)" in out
+    summary = _summaries(runs)["vmfproto"]
+    assert summary["counts"]["FAIL"] == 1 and summary["complete"] == 2
+    assert main(["report", str(runs), "--tuning"]) == 0
+    assert "| 2/2, 1 failed " in capsys.readouterr().out
 
 
 def test_tuned_before_tuning_is_refused_naming_the_command(tmp_path, capsys):

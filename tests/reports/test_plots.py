@@ -66,7 +66,7 @@ def test_plot_mistakes_are_clear_errors(runs: Path, tmp_path: Path) -> None:
     frame = load_results([runs])
     with pytest.raises(ProtobenchError, match=r"method takes 2 values .* --hue or --facet"):
         result_series(frame, x="J", y="acc")
-    with pytest.raises(ProtobenchError, match="--y loss: choose one of"):
+    with pytest.raises(ProtobenchError, match="--y loss: unknown metric; choose one of"):
         result_series(frame, x="J", y="loss", hue="method")
     with pytest.raises(ProtobenchError, match="must differ"):
         result_series(frame, x="method", y="acc", hue="method")

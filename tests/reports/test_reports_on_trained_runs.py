@@ -38,7 +38,7 @@ def test_report_shows_the_custom_method_by_display_name(runs: Path, capsys: pyte
     assert main(["report", str(runs), "--metrics", "acc"]) == 0
     accs = [r["metrics"]["acc"] for r in results(runs)]
     mean, std = statistics.fmean(accs), statistics.stdev(accs)
-    assert markdown_rows(capsys.readouterr().out) == [["Cosine prototypes", f"**{mean:.1f}±{std:.1f}** (n=2)"]]
+    assert markdown_rows(capsys.readouterr().out) == [["Cosine prototypes", f"{mean:.1f}±{std:.1f} (n=2)"]]  # one row: no bold
 
 
 def test_export_has_both_runs_with_method_and_display_name(runs: Path, tmp_path: Path) -> None:
