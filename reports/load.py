@@ -37,12 +37,13 @@ Record = dict[str, object]
 
 
 def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] | None = None, *,
-              csv: bool = True) -> pd.DataFrame:
+              csv: bool = True, required: bool = True) -> pd.DataFrame:
     """The one loader of ``report``, ``plot`` and ``export``: the tidy frame of the result folders
     (and, with ``csv``, the published-number CSVs) among ``inputs``, filtered by ``where``
     (``--where``), that every reader pools by one rule (:func:`reports.aggregate.check_pools`:
     a cell holds distinct seeds of one setting, or one aggregate). Stale results stay in, with
-    their reason in the ``stale`` column (:func:`stale_note`)."""
+    their reason in the ``stale`` column (:func:`stale_note`). ``required=False``: folders without
+    a result give an empty frame (``report --tuning`` of studies whose grid has not run yet)."""
     from reports.aggregate import check_pools
     from reports.pivot import filter_frame
 
@@ -51,7 +52,7 @@ def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] |
         raise ProtobenchError("Give at least one RUNS_DIR holding finished runs (for example runs/).")
     csvs = [p for p in paths if csv and p.suffix == ".csv" and p.is_file()]
     dirs = [p for p in paths if p not in csvs]
-    frames = [load_csv(p) for p in csvs] + ([load_results(dirs)] if dirs else [])
+    frames = [load_csv(p) for p in csvs] + ([load_results(dirs, required=required)] if dirs else [])
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame = filter_frame(frame, where) if where else frame
     check_pools(frame)
@@ -81,14 +82,15 @@ def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
     return "\n".join(notes) or None
 
 
-def load_results(runs_dirs: Iterable[str | Path]) -> pd.DataFrame:
+def load_results(runs_dirs: Iterable[str | Path], *, required: bool = True) -> pd.DataFrame:
     """Load every ``result.json`` found (recursively) under the given runs directories.
 
     A file reached through two of the directories is read once; a malformed one is skipped with
     a warning naming it (:func:`readable`). Raises ProtobenchError when a directory does not
-    exist, or when none holds a readable result.
+    exist, or (``required``) when none holds a readable result.
     """
-    return _tidy(readable(result_files(runs_dirs), _read_result))
+    files = result_files(runs_dirs, required=required)
+    return _tidy(readable(files, _read_result) if files else [])
 
 
 def readable(paths: list[Path], read: Callable[[Path], Record]) -> list[Record]:
@@ -106,7 +108,7 @@ def readable(paths: list[Path], read: Callable[[Path], Record]) -> list[Record]:
     return records
 
 
-def result_files(runs_dirs: Iterable[str | Path]) -> list[Path]:
+def result_files(runs_dirs: Iterable[str | Path], *, required: bool = True) -> list[Path]:
     """Every ``result.json`` under the given directories, each once, sorted per directory.
 
     Raises ProtobenchError when a directory does not exist or when none holds a result.
@@ -123,7 +125,7 @@ def result_files(runs_dirs: Iterable[str | Path]) -> list[Path]:
             if any(part.endswith(TUNING_DIR_SUFFIX) for part in path.relative_to(runs_dir).parts[:-1]):
                 continue  # a tuning trial (RUNS/GRID.tuning/trials/…): scored on validation, not a result
             files.setdefault(path.resolve(), path)
-    if not files:
+    if not files and required:
         shown = ", ".join(str(d) for d in dirs) or "(no directory given)"
         raise ProtobenchError(
             f"No {RESULT_FILE} under {shown}; finish some runs first or pass the folder "

@@ -151,7 +151,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
-    frame = mark_stale(load_runs(args.runs_dirs, where), adapter_imports(args))
+    frame = mark_stale(load_runs(args.runs_dirs, where, required=not args.tuning), adapter_imports(args))
     if args.tuning:
         from reports.tuning import read_summaries, render_tuning
 
