@@ -209,7 +209,8 @@ def _trial_record(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     return {"number": trial.number, "state": trial.state.name, "params": trial.params,
             "values": trial.values, "run_id": trial.user_attrs.get("run_id"),
             "validation_acc_per_epoch": {str(step): value for step, value in sorted(trial.intermediate_values.items())},
-            "seconds": trial.user_attrs.get("seconds"),
+            "seconds": trial.user_attrs.get("seconds"), "defaults": bool(trial.user_attrs.get("defaults")),
+            "retry_of": trial.user_attrs.get("retry_of"),
             "fail_reason": trial.system_attrs.get("fail_reason") or trial.user_attrs.get("fail_reason")}
 
 
@@ -225,7 +226,8 @@ def summary(study: optuna.Study, cell: Cell, target: int) -> dict[str, Any]:
     """What ``summary.json`` holds: the cell, the budget (trials, epochs), the space, the default
     and best trials and every trial."""
     trials = study.get_trials(deepcopy=False)
-    default = next((t for t in trials if t.user_attrs.get("defaults")), None)
+    tried = [t for t in trials if t.user_attrs.get("defaults")]  # trial 0, and its retries if it was lost
+    default = next((t for t in tried if t.state == TrialState.COMPLETE), tried[-1] if tried else None)
     best = best_trial(study)
     b = cell.base
     state = counts(study)

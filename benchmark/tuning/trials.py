@@ -14,6 +14,7 @@ then holds ``pruned.json`` and no ``result.json``.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -30,7 +31,7 @@ from benchmark.run.epoch_score import EpochScoreHook, Pruned
 from benchmark.tuning.config import Cell
 from benchmark.tuning.split import validation_split, write_split_file
 from benchmark.tuning.study import (GRACE_S, HEARTBEAT_S, Heartbeat, counts, distribution, fail_stale_trials,
-                                    finished, open_study, study_dir, study_lock, summary, write_summary)
+                                    finished, open_study, sampler, study_dir, study_lock, summary, write_summary)
 
 POLL_S = 2.0  # how often a worker with no slot left looks again (a running trial elsewhere may fail)
 
@@ -61,6 +62,28 @@ def _write_summary(study: optuna.Study, cell: Cell, directory: Path, settings: W
     return record
 
 
+def lost_defaults(study: optuna.Study) -> int | None:
+    """The number of the last defaults trial when none of them completed, runs or waits (its
+    worker was killed, or it crashed): the defaults are what a tuned result is set against, so
+    they are asked again until they complete (within the failure budget). A retry with the same
+    values is the same run: it resumes the killed trial's checkpoint, and its record names the
+    trial it retries (``retry_of``)."""
+    tried = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("defaults")]
+    alive = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+    if not tried or any(t.state in alive for t in tried):
+        return None
+    return tried[-1].number
+
+
+def sampler_seed(cell: Cell, asked: int) -> int:
+    """The sampler's seed for the next trial: the grid's ``[tuning] seed``, the study and how many
+    trials it holds, hashed. Every process resuming the study (a second ``tune``, another
+    worker) draws from the study's own history instead of restarting the same random stream, and
+    the same journal always gives the same proposals."""
+    blob = f"{cell.config.seed}:{cell.study_name}:{asked}".encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big")
+
+
 def trials_root(tuning_root: Path) -> Path:
     return tuning_root / "trials"
 
@@ -70,13 +93,17 @@ def _ask(study: optuna.Study, cell: Cell, directory: Path, settings: WorkerSetti
     with study_lock(directory):
         for number in fail_stale_trials(study, directory, settings.grace_s):
             settings.log(f"{cell.study_name}: trial {number} failed: its worker stopped (heartbeat lost)")
-        state = counts(study)
         if not study.trials:  # trial 0: the cell's own values (the paper's defaults)
             study.enqueue_trial(cell.defaults, user_attrs={"defaults": True})
+        elif (retry := lost_defaults(study)) is not None:  # killed or crashed: asked again, first
+            study.enqueue_trial(cell.defaults, user_attrs={"defaults": True, "retry_of": retry})
+            settings.log(f"{cell.study_name}: the defaults (trial {retry}) did not finish: asked again")
+        state = counts(study)
         if finished(state) >= settings.trials:
             return "done"
         if finished(state) + state.get("RUNNING", 0) >= settings.trials:
             return None
+        study.sampler = sampler(cell.config.sampler, sampler_seed(cell, len(study.trials)))
         trial = study.ask({name: distribution(d) for name, d in cell.space.items()})
         (directory / "heartbeats").mkdir(exist_ok=True)
         # alive from the moment it is asked; the file names its worker (host, pid) for a reader

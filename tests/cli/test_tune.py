@@ -129,6 +129,17 @@ def test_a_crashing_trial_is_recorded_and_the_study_goes_on(tmp_path, capsys, mo
     assert "| 2/2, 1 failed " in capsys.readouterr().out
 
 
+def test_a_second_tune_draws_new_points_from_the_studys_history(tmp_path, capsys):
+    """`tune --trials 2`, then `--trials 4` in a new call: the sampler is seeded from the study and
+    its trial count, so the second call does not propose the first call's points again."""
+    grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
+    runs = tmp_path / "runs"
+    for n in ("2", "4"):
+        assert main(["tune", str(grid), "--trials", n, "--only", "method=vmfproto", "--runs-dir", str(runs)]) == 0
+    points = [tuple(sorted(t["params"].items())) for t in _summaries(runs)["vmfproto"]["trials"]]
+    assert len(points) == 4 and len(set(points)) == 4, points
+
+
 def test_tuned_before_tuning_is_refused_naming_the_command(tmp_path, capsys):
     grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
     assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs"), "--hyperparameters", "tuned"]) == 2

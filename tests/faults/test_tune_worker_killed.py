@@ -41,6 +41,10 @@ def test_a_sigkilled_worker_leaves_its_trial_failed_and_the_study_completes(tmp_
     assert f"trial {killed} failed: its worker stopped (heartbeat lost)" in capsys.readouterr().out
     summary = json.loads(next(runs.glob("tun.tuning/*/summary.json")).read_text())
     states = {t["number"]: t["state"] for t in summary["trials"]}
-    assert states[killed] == "FAIL" and summary["complete"] == 2
+    assert states[killed] == "FAIL" and summary["complete"] == 2, summary["trials"]
     assert sum(state == "COMPLETE" for state in states.values()) == 2
     assert len(states) == len(summary["trials"])  # no trial number twice
+    # the killed trial was the defaults (trial 0): asked again until they complete, the retry naming it
+    defaults = [t for t in summary["trials"] if t["defaults"]]
+    assert [t["state"] for t in defaults] == ["FAIL", "COMPLETE"] and defaults[1]["retry_of"] == killed == 0
+    assert summary["default"]["number"] == defaults[1]["number"]
