@@ -73,6 +73,10 @@ class Categorical:
     choices: tuple[Any, ...]
 
     def problem(self) -> str | None:
+        odd = [c for c in self.choices if not isinstance(c, (str, int, float, bool))]
+        if odd:
+            return (f"categorical choices must be strings, numbers or booleans, not a {type(odd[0]).__name__} "
+                    f"({odd[0]!r})")
         if len(self.choices) < 2:
             return f"categorical choices {list(self.choices)} need at least two values"
         if len(set(map(repr, self.choices))) < len(self.choices):

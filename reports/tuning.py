@@ -8,7 +8,6 @@ Reads the ``summary.json`` that ``protobench tune`` writes beside each grid's ru
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from benchmark.spec_fields import tuned_variant
+from benchmark.study_summary import read_study_summary
 from reports.layouts import display_name
 from reports.paired import cell_difference
 from reports.pivot import method_labels
@@ -42,13 +42,7 @@ def read_summaries(inputs: list[Path]) -> list[dict[str, Any]]:
     if not files:
         raise ProtobenchError(f"no study summary (GRID.tuning/*/summary.json) beside or inside "
                               f"{', '.join(map(str, inputs))}; run `protobench tune GRID --trials N` first")
-    summaries = []
-    for path in files:
-        try:
-            summaries.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ProtobenchError(f"{path} cannot be read ({err}); run `protobench tune` of its grid again") from None
-    return summaries
+    return [read_study_summary(path) for path in files]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ PACKAGES = ("benchmark", "methods", "metrics", "reports", "slurm")
 FLOOR_MODULES = frozenset({"benchmark", "benchmark.errors", "benchmark.spec_fields", "benchmark.run",
                            "benchmark.run.store", "benchmark.run.records",
                            "benchmark.csv_cells", "benchmark.output_file",
-                           "benchmark.run.record_schema"})
+                           "benchmark.run.record_schema", "benchmark.study_summary"})
 FACE_PREFIXES = ("benchmark.cli",)
 #: floor → the floors its modules may import (its own included)
 ALLOWED_ARROWS: dict[str, frozenset[str]] = {

@@ -30,9 +30,9 @@ from benchmark.checks import unknown_key_error
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
-from benchmark.method_lookup import get_method_class, resolved_method_args
+from benchmark.method_lookup import declaration, resolved_method_args, validate_method_args
 from benchmark.tuning.split import DEFAULT_FRACTION, DEFAULT_SEED, check_rule
-from methods.space import Dimension, describe, space_fingerprint, space_from_json, space_problems
+from methods.space import Categorical, Dimension, describe, space_fingerprint, space_from_json, space_problems
 
 TUNING_KEYS = ("trials", "sampler", "objectives", "seed", "validation_fraction", "validation_seed",
                "hyperparameters", "prune", "space", "replace")
@@ -185,7 +185,7 @@ def cell_space(method: str, config: TuningConfig) -> dict[str, Dimension]:
     """A method's declared space, with the grid's dimensions narrowing it or replacing it."""
     if method in config.replace:
         return dict(config.replace[method])
-    return {**getattr(get_method_class(method), "search_space", {}), **config.space.get(method, {})}
+    return {**declaration(method).search_space, **config.space.get(method, {})}
 
 
 def tuning_cells(grid: GridSpec, runs: list[RunSpec], config: TuningConfig) -> list[Cell]:
@@ -207,8 +207,23 @@ def tuning_cells(grid: GridSpec, runs: list[RunSpec], config: TuningConfig) -> l
             raise ProtobenchError(problems[0].replace(": the default ", ": the cell's value ").replace(
                 "widen the range to include the paper's default",
                 f"give it a range that holds the value in [tuning.space.{base.method}], or change method_args"))
+        check_space_points(base.method, space, f"{grid.source} [tuning.space.{base.method}]")
         cells.append(Cell(base, space, tuple(sorted(members, key=lambda r: r.seed)), config))
     return cells
+
+
+def check_space_points(method: str, space: dict[str, Dimension], where: str) -> None:
+    """Every point a trial may draw is a value the method takes (its declaration: kind and range,
+    no model code): each categorical choice and each range's ends, so a bad choice is refused
+    before the first trial rather than failing trials one by one."""
+    for name, dimension in space.items():
+        points = dimension.choices if isinstance(dimension, Categorical) else (dimension.low, dimension.high)
+        for point in points:
+            try:
+                validate_method_args(method, {name: point})
+            except ProtobenchError as err:
+                raise ProtobenchError(f"{where}: {name} = {describe(dimension)} holds {point!r}, which the method "
+                                      f"refuses ({err}); choose values it takes") from None
 
 
 def describe_space(space: dict[str, Dimension]) -> str:

@@ -87,15 +87,43 @@ def journal_storage(directory: Path) -> JournalStorage:
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
 
 
+def readable_journal(directory: Path) -> JournalStorage:
+    """:func:`journal_storage`, with a journal Optuna cannot replay or append to one error naming
+    it and the fix: a last line without its newline (a write killed midway; checked under the
+    journal's own lock, so never a write in progress), or lines that are not JSON."""
+    path = directory / "journal.log"
+
+    def refused(why: str) -> ProtobenchError:
+        return ProtobenchError(f"{path} cannot be replayed ({why}): a write to it was cut short or it was altered; "
+                               f"remove its last, partial line, or delete {directory} to start the study over")
+
+    if path.is_file():
+        lock = JournalFileOpenLock(str(path))
+        lock.acquire()
+        try:
+            with path.open("rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - 1))
+                partial = size > 0 and handle.read(1) != b"\n"
+        finally:
+            lock.release()
+        if partial:
+            raise refused("its last line has no newline")
+    try:
+        return journal_storage(directory)
+    except (ValueError, UnicodeDecodeError) as err:  # json.JSONDecodeError is a ValueError
+        raise refused(f"{type(err).__name__}: {err}") from None
+
+
 def open_study(directory: Path, cell: Cell) -> optuna.Study:
     """The cell's study, created on first use (by whichever worker comes first); loading an
     existing one writes nothing to its journal. A study created with the other pruning setting is
     refused: its trials would not share one budget rule."""
     directory.mkdir(parents=True, exist_ok=True)
-    storage = journal_storage(directory)
     chosen = sampler(cell.config.sampler, cell.config.seed)
     chosen_pruner = pruner(cell.config.prune)
     try:
+        storage = readable_journal(directory)
         study = optuna.load_study(study_name=cell.study_name, storage=storage, sampler=chosen, pruner=chosen_pruner)
     except KeyError:
         with study_lock(directory):
@@ -115,7 +143,7 @@ def check_existing_studies(tuning_root: Path, cells: list[Cell]) -> None:
         directory = study_dir(tuning_root, cell)
         if (directory / "journal.log").is_file():
             try:
-                study = optuna.load_study(study_name=cell.study_name, storage=journal_storage(directory))
+                study = optuna.load_study(study_name=cell.study_name, storage=readable_journal(directory))
             except KeyError:
                 continue
             check_pruning_matches(study, cell, directory)
@@ -137,7 +165,13 @@ def check_pruning_matches(study: optuna.Study, cell: Cell, directory: Path) -> N
 def study_lock(directory: Path) -> Iterator[None]:
     """Exclusive for counting trials and asking one (so no two workers overshoot N); flock on NFS
     v4 is a lease the server frees when a client dies."""
-    with (directory / ".lock").open("a") as handle:
+    lock = directory / ".lock"
+    try:
+        handle = lock.open("a")
+    except OSError as err:  # a folder or an unwritable file where the lock belongs
+        raise ProtobenchError(f"{lock} cannot be opened as the study's lock file ({err.strerror or err}); remove it "
+                              "(tune creates it again) and tune again") from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -8,7 +8,6 @@ cells (``report --tuning`` pairs them by seed).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
 from benchmark.spec_fields import tuned_variant
+from benchmark.study_summary import read_study_summary
 from benchmark.tuning.config import tuning_cells, tuning_config
 from benchmark.tuning.study import study_dir
 from benchmark.tuning.workers import tuning_root
@@ -28,11 +28,8 @@ def read_summary(directory: Path, label: str, grid_path: str) -> dict[str, Any]:
     command = f"`protobench tune {grid_path} --trials N`"
     if not path.is_file():
         raise ProtobenchError(f"tuning cell {label} has no study summary ({path}); tune it first: {command}")
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ProtobenchError(f"{path} cannot be read ({err}); run {command} again to rewrite it") from None
-    if not isinstance(summary, dict) or summary.get("best") is None or \
+    summary = read_study_summary(path)
+    if summary.get("best") is None or \
             summary.get("finished", summary.get("complete", 0)) < summary.get("budget", {}).get("trials", 1):
         raise ProtobenchError(f"the study of tuning cell {label} is not complete ({path}); finish it: {command}")
     return summary

@@ -151,6 +151,13 @@ def test_tuned_before_tuning_is_refused_naming_the_command(tmp_path, capsys):
     ("[tuning.space.protopnet]\nadd_on_lr = { kind = \"log_uniform\", low = 0.01, high = 0.1 }\n",
      "the cell's value add_on_lr = 0.003 lies outside its search space log_uniform[0.01, 0.1]"),
     ("[tuning.space.tesnet]\nbasis_lr = { kind = \"log_uniform\", low = 0.01, high = 0.1 }\n", "'tesnet'"),
+    # a choice given as a table, and a choice the method refuses: before the first trial, not trial by trial
+    ("gating = { kind = \"categorical\", choices = [\"attention_pca\", { a = 1 }] }\n",
+     "categorical choices must be strings, numbers or booleans, not a dict"),
+    ("gating = { kind = \"categorical\", choices = [\"attention_pca\", \"bogus\"] }\n",
+     "gating = categorical('attention_pca', 'bogus') holds 'bogus', which the method refuses"),
+    ("gamma = { kind = \"uniform\", low = 0.9, high = 1.5 }\n",
+     "gamma = uniform[0.9, 1.5] holds 1.5, which the method refuses"),
 ])
 def test_bad_tuning_tables_are_refused_before_any_trial(tmp_path, capsys, tuning, message):
     grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data", tuning)
