@@ -13,8 +13,9 @@ Scores are the official soft similarity ``s_j = log(d_j + 1) − log(d_j + 1e-4)
 prototypes (its argmax is the nearest centre's class); activation maps are the same similarity
 per token, ``log(‖t_n − p_j‖ + 1) − log(‖t_n − p_j‖ + 1e-4)``.
 
-k-means runs per class in class order, on float64 embeddings (the official ``embed`` array is
-float64), with sklearn's settings of the official code's era passed explicitly (k-means++, 10
+k-means runs per class in class order, on float64 embeddings (a deviation: the official flow
+clusters the float32 embeddings its encoder returns, and its ``test()`` fails on a float64 array;
+the centres differ from that float32 run by at most 6e-8, tests/methods/test_kmex.py), with sklearn's settings of the official code's era passed explicitly (k-means++, 10
 initialisations, 300 iterations, tol 1e-4, Lloyd) and one ``RandomState(seed)`` shared by the
 classes in order (the official code leaves it unseeded).
 """
@@ -42,7 +43,7 @@ def soft_similarity(distances: Tensor) -> Tensor:
 
 
 def euclidean(x: Tensor, y: Tensor) -> Tensor:
-    """``‖x_i − y_j‖`` (torch.cdist p = 2) in float64, as the official float64 centres, without the
+    """``‖x_i − y_j‖`` (torch.cdist p = 2) in float64, as the centres are kept, without the
     matrix-product shortcut, which loses digits when x_i ≈ y_j (cdist's default for more than 25
     rows): near a centre, ``log(d + 1e-4)`` magnifies float32's error of d ≈ 1e-4 by 1e4."""
     return torch.cdist(x.double(), y.double(), compute_mode="donot_use_mm_for_euclid_dist")
@@ -88,7 +89,7 @@ class KMEx(PrototypeMethod):
         self.n_init, self.max_iter, self.tol = n_init, max_iter, float(tol)
         self.loss_weights = {"inertia": 1.0}
         # placeholders until clustering replaces them (drawn from torch's seeded RNG like other heads' init)
-        # float64: the official centres are sklearn's fit of a float64 array
+        # float64: sklearn's fit of the float64 embeddings (the official float32 fit differs by ≤ 6e-8)
         self.register_buffer("prototypes", torch.randn(ctx.num_prototypes, ctx.embed_dim, dtype=torch.float64))
         self.register_buffer("cluster_sizes", torch.full((ctx.num_prototypes,), -1, dtype=torch.long))
 

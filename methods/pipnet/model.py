@@ -188,11 +188,14 @@ class PIPNet(PrototypeMethod):
         at each epoch's centre of the official per-iteration curves: the net's cosine to
         lr_block/100 over the pretraining (main.py:123) and over stage 2 (main.py:178, not stepped
         while fine-tuning), the classifier's warm restarts (T_0 = 5 if epochs <= 30 else 10,
-        η_min = 1e-3; main.py:180-183) over stage 2."""
+        η_min = 1e-3; main.py:180-183) over stage 2. Without pretraining there is no fine-tuning
+        either: main.py fine-tunes only ``if epoch <= 3 and (args.epochs_pretrain > 0 or …)``, so
+        every stage-2 epoch is joint (its schedules start at the stage's first epoch)."""
         net, classifier = self._net_groups(), self._classifier_groups()
         eta_net = self.lr_block / 100
         period = 5 if self.epochs <= 30 else 10
-        joint_epochs = self.epochs - self.finetune_epochs
+        finetune_epochs = self.finetune_epochs if self.pretrain_epochs > 0 else 0
+        joint_epochs = self.epochs - finetune_epochs
 
         def net_factor(group: ParamGroup, total: int):
             return lambda k: cosine_factor(group.lr, eta_net, k + 0.5, total)
@@ -206,10 +209,10 @@ class PIPNet(PrototypeMethod):
         return [
             Stage("pretrain", self.pretrain_epochs, net,
                   scheduler=schedule([net_factor(g, self.pretrain_epochs) for g in net])),
-            Stage("finetune", self.finetune_epochs, classifier,
+            Stage("finetune", finetune_epochs, classifier,
                   scheduler=schedule([classifier_factor(g, 0) for g in classifier])),
             Stage("joint", joint_epochs, [*classifier, *net],
-                  scheduler=schedule([*(classifier_factor(g, self.finetune_epochs) for g in classifier),
+                  scheduler=schedule([*(classifier_factor(g, finetune_epochs) for g in classifier),
                                       *(net_factor(g, self.epochs) for g in net)])),
         ]
 

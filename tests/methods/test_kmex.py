@@ -58,6 +58,22 @@ def test_clustering_equals_sklearn_kmeans_per_class_with_the_same_seed() -> None
     assert int(method.cluster_sizes.sum()) == len(source) and int(method.cluster_sizes.min()) >= 1
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_centres_equal_the_official_float32_flow_within_6e_8(seed: int) -> None:
+    """The official code clusters the float32 embeddings its encoder returns (its ``test()`` fails
+    on float64); the adapter clusters them in float64: the two fits' centres differ by ≤ 6e-8."""
+    source = SyntheticTokens(num_classes=4, images_per_class=12)
+    method = _clustered(source, seed=seed)
+    embed = source.tokens.float().mean(dim=1).numpy()  # float32, as the official encoder returns it
+    label, state = source.labels.numpy(), np.random.RandomState(seed)
+    official = np.zeros((source.num_classes * J, embed.shape[1]), dtype=np.float32)
+    for k in range(source.num_classes):
+        official[k * J:(k + 1) * J] = KMeans(n_clusters=J, init="k-means++", n_init=10, max_iter=300, tol=1e-4,
+                                             algorithm="lloyd", random_state=state).fit(embed[label == k]).cluster_centers_
+    assert official.dtype == np.float32
+    assert np.abs(method.prototypes.double().numpy() - official.astype(np.float64)).max() <= 6e-8
+
+
 def test_blobs_one_per_cluster_are_found_in_sklearns_order() -> None:
     """Three well-separated blobs per class: the centres are the blob means, in sklearn's order."""
     rng = np.random.default_rng(0)

@@ -372,3 +372,14 @@ def test_bad_hyperparameters_are_refused_by_name() -> None:
                             ({"view_dropout": 1.0}, "view_dropout"), ({"num_prototypes": 1}, "num_prototypes")):
         with pytest.raises(ValueError, match=word):
             _method(source, **overrides)
+
+
+def test_without_pretraining_there_is_no_fine_tuning_as_in_main_py() -> None:
+    """main.py fine-tunes (classifier only) in the first 3 epochs only ``if args.epochs_pretrain > 0
+    or a state dict is given``: with pretrain_epochs = 0 every stage-2 epoch is joint, its
+    classifier restarts and net cosine starting at the first epoch."""
+    source = SyntheticTokens(num_classes=2, images_per_class=2)
+    stages = {s.name: s.epochs for s in _method(source, pretrain_epochs=0, epochs=6, finetune_epochs=3).stages()}
+    assert stages == {"pretrain": 0, "finetune": 0, "joint": 6}
+    pretrained = {s.name: s.epochs for s in _method(source, pretrain_epochs=1, epochs=6, finetune_epochs=3).stages()}
+    assert pretrained == {"pretrain": 1, "finetune": 3, "joint": 3}
