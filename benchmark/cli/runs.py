@@ -111,7 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcomes = run_local(grid, runs, runs_root, cache_root, retry_failed=args.retry_failed,
                          rerun_stale=args.rerun_stale,
                          allow_code_change=args.allow_code_change, tensorboard_root=tensorboard_root,
-                         ask=query_jobs)  # SLURM is asked only about runs submitted to it
+                         ask=query_jobs,  # SLURM is asked only about runs submitted to it
+                         report=lambda line: print(line, flush=True))
     print_status(runs_root / grid.name, adapters=AdapterImports.of_grid({spec.method for spec in grid.runs}))
     return _summary(outcomes)
 

@@ -5,6 +5,8 @@ The SLURM executors (``slurm.executors``) build on these; this module imports no
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,14 +95,16 @@ def preflight(runs: list[RunSpec]) -> None:
 def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: Path, *,
               retry_failed: bool = False, rerun_stale: bool = False, progress: bool | None = None,
               allow_code_change: bool = False, tensorboard_root: Path | None = None,
-              ask: AskScheduler | None = None) -> list[Outcome]:
+              ask: AskScheduler | None = None, report: Callable[[str], None] | None = None) -> list[Outcome]:
     """Execute the pending runs in this process; a failed run is recorded and the next one starts.
     ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``;
-    ``ask``: how to ask SLURM about runs submitted to it (:func:`pending_runs`)."""
+    ``ask``: how to ask SLURM about runs submitted to it (:func:`pending_runs`); ``report``: receives
+    one overall progress line after each run (runs settled of the grid's, elapsed time)."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale, ask=ask)
     for spec in {spec.device: spec for spec in todo}.values():  # a device this machine lacks is a user error
         check_device(spec)
     preflight(todo)
+    started, settled = time.monotonic(), len(runs) - len(todo)
     for spec in todo:
         try:
             execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
@@ -113,4 +117,11 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
             outcomes.append(Outcome(spec, "failed", str(err)))
         except Exception as err:  # recorded in failure.json by execute_run
             outcomes.append(Outcome(spec, "failed", f"{type(err).__name__}: {err}"))
+        settled += 1
+        if report is not None:
+            failed = sum(o.state == "failed" for o in outcomes)
+            elapsed = int(time.monotonic() - started)
+            report(f"grid {grid.name!r}: {settled}/{len(runs)} runs settled"
+                   + (f" ({failed} failed)" if failed else "")
+                   + f", {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
     return outcomes

@@ -297,15 +297,16 @@ class RunDir:
 
     @property
     def state(self) -> str:
-        """'done' | 'pruned' (a tuning trial its study stopped early) | 'failed' | 'started' (has a
-        checkpoint) | 'new'."""
+        """'done' | 'pruned' (a tuning trial its study stopped early) | 'failed' | 'started' (a
+        process began training it: it has a checkpoint, or at least the log its training opens,
+        so a run interrupted before its first checkpoint is not shown as never started) | 'new'."""
         if self.is_complete:
             return "done"
         if self.pruned_path.exists():
             return "pruned"
         if self.failure_path.exists():
             return "failed"
-        if self.checkpoint_path.exists():
+        if self.checkpoint_path.exists() or self.log_path.exists():
             return "started"
         return "new"
 
