@@ -56,6 +56,24 @@ def test_run_writes_result_with_all_metrics_and_provenance(finished):
         assert (finished.path / name).exists()
 
 
+def test_a_run_killed_before_its_first_checkpoint_reads_started_not_new(tmp_path):
+    run = RunDir(tmp_path / "0123456789ab")
+    run.path.mkdir()
+    assert run.state == "new"
+    run.log_path.write_text("loading trunk\n")  # training opened its log, then the process died
+    assert run.state == "started"
+
+
+def test_a_grid_prints_one_overall_progress_line_per_run(workdir, grid_file, capsys):
+    grid = workdir / "two.toml"
+    write_tiny_grid(grid, "two", workdir / "synthbirds", method_args={"end_to_end_epochs": 1},
+                    sweep=[{"prototypes_per_class": [2], "seed": [0, 1]}])
+    assert main(["run", str(grid), "--runs-dir", str(workdir / "progress")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "runs settled" in line]
+    assert [line.split(":")[1].split(",")[0].strip() for line in lines] == ["1/2 runs settled", "2/2 runs settled"]
+    assert all(line.endswith(" elapsed") for line in lines)
+
+
 def test_rerun_skips_finished_runs(workdir, grid_file, finished, capsys):
     before = finished.result_path.stat().st_mtime_ns
     assert main(["run", str(grid_file), "--runs-dir", str(workdir / "runs")]) == 0
