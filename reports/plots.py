@@ -142,8 +142,10 @@ def _draw_results(frame: pd.DataFrame, series: list[Series], out: Path, *, x: st
         if categorical:
             ax.set_xticks(range(len(ticks)), [dimension_label(x, t, names).md for t in ticks], rotation=30, ha="right")
             ax.set_xlim(-0.5, len(ticks) - 0.5)
-        elif all(isinstance(t, int) for t in ticks):
-            ax.set_xticks(sorted(ticks))
+        else:  # half a gap of room either side: one x value sits mid-axis, its dodged points off the edges
+            ax.set_xlim(min(ticks) - gap / 2, max(ticks) + gap / 2)
+            if all(isinstance(t, int) for t in ticks):
+                ax.set_xticks(sorted(ticks))
         if facet is not None and style.titles:
             ax.set_title(f"{AXIS_NAMES[facet]} = {dimension_label(facet, facet_value, names).md}", fontsize="medium")
         ax.set_xlabel(AXIS_NAMES[x])

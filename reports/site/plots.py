@@ -12,7 +12,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from reports.cd import critical_difference
-from reports.columns import KEY_COLUMNS
+from reports.columns import KEY_COLUMNS, PERCENT_METRICS
 from reports.pivot import METRICS, display_names
 
 Figure = dict[str, Any]
@@ -46,7 +46,24 @@ def metric_vs_j(frame: pd.DataFrame, metric: str) -> Figure | None:
             "text": [f"n={n}" for n in line["size"]], "hovertemplate": "J=%{x}<br>%{y:.2f} (%{text})",
         })
     header = METRICS[metric].header.md
-    return {"data": traces, "layout": _layout(f"{header} against J (mean ± std over seeds)", "J", header)}
+    layout = _layout(f"{header} against J (mean ± std over seeds)", "J", _unit(metric, header))
+    layout["xaxis"].update(_integer_axis(sorted({int(j) for j in points["J"]})))
+    return {"data": traces, "layout": layout}
+
+
+def _integer_axis(values: Sequence[int]) -> dict[str, Any]:
+    """Ticks at the integer values only (J: never 2.5), and half a step of room on either side, so
+    one J value sits in the middle of its axis, not at an edge."""
+    step = min((b - a for a, b in zip(values, values[1:])), default=1)
+    return {"tickmode": "array", "tickvals": list(values), "ticktext": [str(v) for v in values],
+            "range": [values[0] - step / 2, values[-1] + step / 2]}
+
+
+def _unit(name: str, label: str) -> str:
+    """An axis title with its unit: percent for the suite's percent metrics, logits for a margin."""
+    if name in PERCENT_METRICS:
+        return f"{label} (%)"
+    return f"{label} (logit)" if name == "margin" else label
 
 
 def trade_off(frame: pd.DataFrame, explanation: str = "con") -> Figure | None:
@@ -94,17 +111,43 @@ def cd_ranks(frame: pd.DataFrame, metric: str = "acc") -> tuple[Figure | None, s
     return figure, note
 
 
+def _panels(title: str, axes: Sequence[tuple[str, str]], **extra: Any) -> dict[str, Any]:
+    """A layout of stacked panels, one per (x title, y title), each with its own axes and unit."""
+    layout: dict[str, Any] = {"title": {"text": title}, "margin": {"t": 50}, "height": 260 * len(axes) + 60,
+                              "grid": {"rows": len(axes), "columns": 1, "pattern": "independent"}, **extra}
+    for i, (x, y) in enumerate(axes, start=1):
+        suffix = "" if i == 1 else str(i)
+        layout[f"xaxis{suffix}"] = {"title": {"text": x}}
+        layout[f"yaxis{suffix}"] = {"title": {"text": y}}
+    return layout
+
+
+def _on_panel(trace: dict[str, Any], panel: int) -> dict[str, Any]:
+    return {**trace, "xaxis": "x" if panel == 1 else f"x{panel}", "yaxis": "y" if panel == 1 else f"y{panel}"}
+
+
 def curves(stages: Sequence[str], values: dict[str, Sequence[float]]) -> Figure:
-    """One line per logged quantity against the epoch (a run's metrics.jsonl)."""
+    """A run's metrics.jsonl against the epoch: the loss terms in one panel, the learning rates
+    (``lr.*``, log scale) in another, never on one axis."""
     epochs = list(range(1, len(stages) + 1))
-    traces = [{"type": "scatter", "mode": "lines+markers", "name": name, "x": epochs,
-               "y": [_finite(v) for v in series], "text": list(stages), "hovertemplate": "epoch %{x} (%{text}): %{y:.4g}"}
-              for name, series in values.items() if name != "seconds"]
-    return {"data": traces, "layout": _layout("Training curves", "epoch", "value")}
+    groups = [("loss term (unweighted)", [n for n in values if n != "seconds" and not n.startswith("lr.")], {}),
+              ("learning rate (log scale)", [n for n in values if n.startswith("lr.")], {"type": "log"})]
+    groups = [g for g in groups if g[1]]
+    traces = [_on_panel({"type": "scatter", "mode": "lines+markers", "name": name, "x": epochs,
+                         "y": [_finite(v) for v in values[name]], "text": list(stages),
+                         "hovertemplate": "epoch %{x} (%{text}): %{y:.4g}"}, panel)
+              for panel, (_, names, _) in enumerate(groups, start=1) for name in names]
+    layout = _panels("Training curves", [("epoch", title) for title, _, _ in groups])
+    for panel, (_, _, axis) in enumerate(groups, start=1):
+        layout["yaxis" if panel == 1 else f"yaxis{panel}"].update(axis)
+    return {"data": traces, "layout": layout}
 
 
 def distributions(table: pd.DataFrame, columns: Sequence[str]) -> Figure:
-    """A histogram per per-image quantity (the run's per-image records)."""
-    traces = [{"type": "histogram", "name": column, "x": [_finite(v) for v in table[column].astype(float)],
-               "opacity": 0.6} for column in columns]
-    return {"data": traces, "layout": _layout("Per-image distributions", "value", "images", barmode="overlay")}
+    """One histogram panel per per-image quantity (the run's per-image records), each on its own
+    axis with its unit (a logit margin and a percentage never share one)."""
+    traces = [_on_panel({"type": "histogram", "name": column, "x": [_finite(v) for v in table[column].astype(float)]},
+                        panel) for panel, column in enumerate(columns, start=1)]
+    return {"data": traces, "layout": _panels("Per-image distributions",
+                                              [(_unit(column, column), "images") for column in columns],
+                                              showlegend=False)}
