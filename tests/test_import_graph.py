@@ -17,6 +17,7 @@ The floors, lowest first:
 from __future__ import annotations
 
 import ast
+import re
 import os
 import subprocess
 import sys
@@ -266,3 +267,31 @@ def test_reading_and_validation_load_no_torch_and_say_the_same_without_it(argv: 
         assert free[0] == 2 and ("J) = 0 must be ≥ 1" in free[2] or "tau = 3.0" in free[2]), free[2]
     else:
         assert free[0] == 0, free[2]
+
+
+@pytest.mark.parametrize("argv", [
+    ["bundle", "{runs}", "--out", "b"],
+    ["site", "{runs}", "--out", "s"],
+    ["plot", "{runs}", "--x", "J", "--y", "acc", "--out", "p.png"],
+    ["export", "{runs}", "--out", "e.csv"],
+], ids=lambda argv: argv[0])
+def test_writing_commands_load_no_torch_and_write_the_same_without_it(argv: list[str], tmp_path: Path) -> None:
+    """``bundle`` (without --checkpoints), ``site``, ``plot`` and ``export`` need no training stack:
+    the same exit, output (but the time they took) and files with it importable and blocked."""
+    import json
+
+    from reports_support import write_run
+
+    runs = tmp_path / "runs" / "grid"
+    for seed in (0, 1):
+        result = write_run(runs, f"run{seed}", seed=seed, J=3, metrics={"acc": 50.0 + seed})
+        (result.parent / "spec.json").write_text(json.dumps(json.loads(result.read_text())["spec"]))
+    outputs = []
+    for blocked in (False, True):
+        cwd = tmp_path / ("blocked" if blocked else "free")
+        cwd.mkdir()
+        code, out, err, loaded = _cli([a.format(runs=runs) for a in argv], blocked=blocked, cwd=cwd)
+        assert code == 0 and loaded == "[]", (err, loaded)
+        outputs.append(re.sub(r"\d+\.\d+ s\b", "T s", out))
+        assert (cwd / argv[argv.index("--out") + 1]).exists()
+    assert outputs[0] == outputs[1]
