@@ -1,7 +1,8 @@
 """Def. ProtoPNet (``deformable_protopnet``): what it declares, read without torch (methods/declaration.py)."""
 import math
 
-from methods.declaration import MethodDeclaration, count, epochs, flag, interval, non_negative, optional_count, positive, real
+from methods.declaration import MethodDeclaration, count, epochs, interval, non_negative, positive, real
+from methods.specs.lineage import APPENDED_BLOCK, WARM_JOINT, joint_schedule
 from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
@@ -14,21 +15,16 @@ DECLARATION = MethodDeclaration(
         "clst_weight": real(-0.8),
         "sep_weight": real(0.08),
         "orth_weight": real(0.1),
-        "warm_epochs": count(5),
-        "joint_epochs": count(15),
+        **WARM_JOINT,
         "push_epochs": epochs((10, 19)),
         "add_on_lr": positive(0.003),
         "prototype_lr": positive(0.003),
         "offset_lr": positive(0.0001),
         "add_on_weight_decay": non_negative(0.001),
-        "joint_lr_step": count(5, minimum=1),
-        "joint_lr_gamma": positive(0.2),
-        "joint_lr_curve_epochs": optional_count(1),
+        **joint_schedule(5, 0.2),
         "offset_channels": count(128, minimum=1),
         "offset_init_std": non_negative(2e-05),
-        "block_lr": positive(0.0001),
-        "block_weight_decay": non_negative(0.001),
-        "expanded": flag(False),
+        **APPENDED_BLOCK,
     },
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),

@@ -1,5 +1,6 @@
 """EvalProtoPNet (``evalprotopnet``): what it declares, read without torch (methods/declaration.py)."""
-from methods.declaration import MethodDeclaration, count, flag, non_negative, optional_count, positive, real
+from methods.declaration import MethodDeclaration, count, non_negative, positive, real
+from methods.specs.lineage import APPENDED_BLOCK, WARM_JOINT, joint_schedule
 from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
@@ -8,23 +9,18 @@ DECLARATION = MethodDeclaration(
     adapter="methods.evalprotopnet:EvalProtoPNet",
     hyperparameters={
         "basis_dim": count(64, minimum=1),
-        "warm_epochs": count(5),
-        "joint_epochs": count(15),
+        **WARM_JOINT,
         "add_on_lr": positive(0.003),
         "basis_lr": positive(0.003),
         "aggregation_lr": positive(1e-06),
         "add_on_weight_decay": non_negative(0.001),
-        "joint_lr_step": count(3, minimum=1),
-        "joint_lr_gamma": positive(0.2),
-        "joint_lr_curve_epochs": optional_count(1),
+        **joint_schedule(3, 0.2),
         "sdfa_margin": non_negative(0.1),
         "clst_weight": real(0.8),
         "sep_weight": real(-0.08),
         "orth_weight": real(0.0001),
         "sdfa_weight": real(0.5),
-        "block_lr": positive(0.0001),
-        "block_weight_decay": non_negative(0.001),
-        "expanded": flag(False),
+        **APPENDED_BLOCK,
     },
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),

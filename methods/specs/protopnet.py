@@ -1,5 +1,6 @@
 """ProtoPNet (``protopnet``): what it declares, read without torch (methods/declaration.py)."""
-from methods.declaration import MethodDeclaration, choice, count, epochs, flag, non_negative, optional_count, positive, real
+from methods.declaration import MethodDeclaration, choice, count, epochs, non_negative, positive
+from methods.specs.lineage import APPENDED_BLOCK, LAST_LAYER, WARM_JOINT, joint_schedule
 from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
@@ -8,25 +9,15 @@ DECLARATION = MethodDeclaration(
     adapter="methods.protopnet:ProtoPNet",
     hyperparameters={
         "prototype_dim": count(128, minimum=1),
-        "warm_epochs": count(5),
-        "joint_epochs": count(15),
+        **WARM_JOINT,
         "add_on_lr": positive(0.003),
         "prototype_lr": positive(0.003),
         "add_on_weight_decay": non_negative(0.001),
-        "joint_lr_step": count(5, minimum=1),
-        "joint_lr_gamma": positive(0.1),
-        "joint_lr_curve_epochs": optional_count(1),
+        **joint_schedule(5, 0.1),
         "push_epochs": epochs((10, 19)),
-        "last_layer_epochs": count(20),
-        "last_layer_lr": positive(0.0001),
-        "last_layer_batch_size": count(128, minimum=1),
-        "clst_weight": real(0.8),
-        "sep_weight": real(-0.08),
-        "l1_weight": real(0.0001),
+        **LAST_LAYER,
         "similarity": choice('l2', ('l2', 'cosine')),
-        "block_lr": positive(0.0001),
-        "block_weight_decay": non_negative(0.001),
-        "expanded": flag(False),
+        **APPENDED_BLOCK,
     },
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),

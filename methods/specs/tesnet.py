@@ -1,5 +1,6 @@
 """TesNet (``tesnet``): what it declares, read without torch (methods/declaration.py)."""
-from methods.declaration import MethodDeclaration, count, epochs, flag, non_negative, optional_count, positive, real
+from methods.declaration import MethodDeclaration, count, epochs, non_negative, positive, real
+from methods.specs.lineage import APPENDED_BLOCK, LAST_LAYER, WARM_JOINT, joint_schedule
 from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
@@ -8,26 +9,16 @@ DECLARATION = MethodDeclaration(
     adapter="methods.tesnet:TesNet",
     hyperparameters={
         "basis_dim": count(64, minimum=1),
-        "warm_epochs": count(5),
-        "joint_epochs": count(15),
+        **WARM_JOINT,
         "add_on_lr": positive(0.003),
         "basis_lr": positive(0.003),
         "add_on_weight_decay": non_negative(0.001),
-        "joint_lr_step": count(5, minimum=1),
-        "joint_lr_gamma": positive(0.1),
-        "joint_lr_curve_epochs": optional_count(1),
+        **joint_schedule(5, 0.1),
         "push_epochs": epochs((10,)),
-        "last_layer_epochs": count(20),
-        "last_layer_lr": positive(0.0001),
-        "last_layer_batch_size": count(128, minimum=1),
-        "clst_weight": real(0.8),
-        "sep_weight": real(-0.08),
-        "l1_weight": real(0.0001),
+        **LAST_LAYER,
         "orth_weight": real(0.0001),
         "subsep_weight": real(-1e-07),
-        "block_lr": positive(0.0001),
-        "block_weight_decay": non_negative(0.001),
-        "expanded": flag(False),
+        **APPENDED_BLOCK,
     },
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),
