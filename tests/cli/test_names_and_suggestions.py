@@ -115,3 +115,13 @@ def test_a_tuning_seed_numpy_cannot_take_is_refused_naming_it(tmp_path: Path) ->
     table["tuning"] = {"trials": 2, "seed": 2**32}
     with pytest.raises(ProtobenchError, match=r"\[tuning\]: seed = 4294967296 must be an integer in \[0, 4294967295\]"):
         tuning_config(parse_grid(table, source="g.toml"))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_heartbeat_that_is_not_a_finite_positive_number_is_refused_before_compute(
+        value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = write_tiny_grid(tmp_path / "g.toml", "g", tmp_path / "synthbirds")
+    assert main(["tune", str(grid), "--trials", "2", "--heartbeat-seconds", value,
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert f"--heartbeat-seconds {float(value)} must be a finite number > 0" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
