@@ -48,3 +48,22 @@ def test_a_sigkilled_worker_leaves_its_trial_failed_and_the_study_completes(tmp_
     defaults = [t for t in summary["trials"] if t["defaults"]]
     assert [t["state"] for t in defaults] == ["FAIL", "COMPLETE"] and defaults[1]["retry_of"] == killed == 0
     assert summary["default"]["number"] == defaults[1]["number"]
+
+
+def test_two_tune_processes_on_one_study_draw_different_points(tmp_path):
+    """Two `tune` processes started together on one study: each asks under the study's lock, with
+    the sampler seeded from the study's trial count, so no two trials draw the same point (which
+    would be one run, and fail as running elsewhere) and the study ends with exactly N trials."""
+    grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
+    runs = tmp_path / "runs"
+    assert main(["tune", str(grid), "--trials", "1", "--only", "method=vmfproto", "--runs-dir", str(runs)]) == 0
+    command = [sys.executable, "-m", "benchmark.cli", "tune", str(grid), "--trials", "5", "--only", "method=vmfproto",
+               "--runs-dir", str(runs)]
+    workers = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    outputs = [worker.communicate(timeout=600) for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers), outputs
+    summary = json.loads(next(runs.glob("tun.tuning/*/summary.json")).read_text())
+    points = [tuple(sorted(t["params"].items())) for t in summary["trials"]]
+    assert summary["complete"] == 5 and len(points) == 5 and len(set(points)) == 5, summary["trials"]
+    assert not any("running elsewhere" in out for pair in outputs for out in pair)
