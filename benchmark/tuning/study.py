@@ -248,6 +248,13 @@ def _trial_record(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
             "fail_reason": trial.system_attrs.get("fail_reason") or trial.user_attrs.get("fail_reason")}
 
 
+def _cross_referenced(record: dict[str, Any], trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
+    """A trial's record with ``retried_as``: the trial that asked its values again (the defaults
+    retried after a kill or crash, which is the same run, one run id), else None."""
+    retries = [t.number for t in trials if t.user_attrs.get("retry_of") == record["number"]]
+    return {**record, "retried_as": retries[0] if retries else None}
+
+
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The complete trial with the best first objective (on the Pareto front when there are several;
     ties: the earliest, so trial 0, the defaults, wins a tie)."""
@@ -291,7 +298,7 @@ def summary(study: optuna.Study, cell: Cell, target: int) -> dict[str, Any]:
         "finished": finished(state),
         "default": _trial_record(default) if default else None,
         "best": _trial_record(best) if best else None,
-        "trials": [_trial_record(t) for t in trials],
+        "trials": [_cross_referenced(_trial_record(t), trials) for t in trials],
     }
 
 

@@ -47,6 +47,7 @@ def test_a_sigkilled_worker_leaves_its_trial_failed_and_the_study_completes(tmp_
     # the killed trial was the defaults (trial 0): asked again until they complete, the retry naming it
     defaults = [t for t in summary["trials"] if t["defaults"]]
     assert [t["state"] for t in defaults] == ["FAIL", "COMPLETE"] and defaults[1]["retry_of"] == killed == 0
+    assert defaults[0]["retried_as"] == defaults[1]["number"]  # the two records of the one run name each other
     assert summary["default"]["number"] == defaults[1]["number"]
 
 
