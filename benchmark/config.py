@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
-from benchmark.data.declared import DATASETS
-from benchmark.errors import ProtobenchError
+from benchmark.data.declared import DATASETS, dataset_declaration, known_datasets
+from benchmark.errors import ProtobenchError, did_you_mean
 from benchmark.spec_fields import identity_fields
 
-DATASET_NAMES = tuple(DATASETS)  # benchmark/data/declared.py
-CUB_FORMAT_DATASETS = tuple(name for name, d in DATASETS.items() if d.cub_layout)
+DATASET_NAMES = tuple(DATASETS)  # the built-ins (benchmark/data/declared.py; installed ones: known_datasets())
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
@@ -115,7 +114,9 @@ class RunSpec:
 
     @property
     def is_cub_format(self) -> bool:
-        return self.dataset in CUB_FORMAT_DATASETS
+        """Whether the dataset comes in CUB-200-2011's layout, with part keypoints (its declaration)."""
+        found = dataset_declaration(self.dataset)
+        return found is not None and found[0].cub_layout
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,8 +224,14 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
     def bad(msg: str) -> ProtobenchError:
         return ProtobenchError(f"{where}: {msg}")
 
-    if spec.dataset not in DATASET_NAMES:
-        raise bad(f"unknown dataset {spec.dataset!r}; choose one of {', '.join(DATASET_NAMES)}")
+    try:
+        declared = dataset_declaration(spec.dataset)
+    except ValueError as err:  # an installed package's name clash or broken declaration
+        raise bad(str(err)) from None
+    if declared is None:
+        known = known_datasets()
+        raise bad(f"unknown dataset {spec.dataset!r}{did_you_mean(spec.dataset, known)}; choose one of "
+                  f"{', '.join(known)}, or install a package that declares it (entry point 'protobench.datasets')")
     if spec.prototypes_per_class < 1:
         raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
     if spec.prototypes_per_class > MAX_PROTOTYPES:

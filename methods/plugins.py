@@ -3,7 +3,8 @@ pytest plugins and submitit executors are found.
 
 A package registers what it declares under a group of the suite (``protobench.methods``: a
 :class:`~methods.declaration.MethodDeclaration`; ``protobench.backbones``: a
-``benchmark.trunks.TrunkDeclaration``), the entry point's name being the registry key::
+``benchmark.trunks.TrunkDeclaration``; ``protobench.datasets``: a
+``benchmark.data.declared.DatasetDeclaration``), the entry point's name being the registry key::
 
     [project.entry-points."protobench.methods"]
     my_proto = "my_proto_pkg.spec:DECLARATION"
@@ -11,7 +12,7 @@ A package registers what it declares under a group of the suite (``protobench.me
 A name that clashes, with a built-in or between two distributions, is refused naming both. Only
 the group's entry-point *names* are read to check clashes (the distributions' metadata files); a
 declaration's module is imported when its name is looked up. This module is the lowest floor's:
-the harness's trunk registry uses it too.
+the harness's trunk and dataset registries use it too.
 """
 from __future__ import annotations
 

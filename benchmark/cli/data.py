@@ -12,7 +12,7 @@ from pathlib import Path
 
 from benchmark.cache.admin import list_cache, remove_cache, verify_cache
 from benchmark.cli.common import cache_root_of
-from benchmark.config import DATASET_NAMES
+from benchmark.data.declared import known_datasets
 from benchmark.errors import ProtobenchError
 
 
@@ -91,7 +91,7 @@ def _listing(pattern: str | None, sections: tuple[str, ...]) -> dict[str, object
     return {
         "methods": {m: declaration(m).defaults() for m in methods},
         "backbones": backbones,
-        "datasets": [d for d in DATASET_NAMES if keep(d)],
+        "datasets": [d for d in known_datasets() if keep(d)],
         "grids": [g for g in grids if keep(g)],
     }
 

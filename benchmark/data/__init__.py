@@ -20,7 +20,7 @@ _HOMES = {
     "ImageDataset": "benchmark.data.dataset", "PartAnnotations": "benchmark.data.dataset",
     "check_images": "benchmark.data.dataset", "SYNTHBIRDS_DEFAULTS": "benchmark.data.synthbirds",
     "ensure_synthbirds": "benchmark.data.synthbirds", "generate_synthbirds": "benchmark.data.synthbirds",
-    "DATASETS": "benchmark.data.loading", "load_dataset": "benchmark.data.loading",
+    "DATASETS": "benchmark.data.declared", "load_dataset": "benchmark.data.loading",
 }
 
 __all__ = sorted(_HOMES)

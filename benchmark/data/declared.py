@@ -1,10 +1,19 @@
 """What each dataset declares, as data that imports no torch: its name, display name, reader
 module, layout, classes, official split sizes and which annotations it has (docs/protocol/harness.md,
 "Datasets"). Grid validation, ``plan`` and the docs' reference read these; the readers
-(``benchmark.data.cub``, …) load images to build a cache or train."""
+(``benchmark.data.cub``, …) load images to build a cache or train.
+
+An installed package declares a dataset under the entry-point group ``protobench.datasets``: a
+:class:`DatasetDeclaration` whose ``loader`` (``module:function``, called as
+``loader(root, split, image_size=…)``) returns a ``benchmark.data.dataset.ImageDataset``. A grid
+then names it like a built-in; a name clash is refused naming both (methods/plugins.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from methods.plugins import BUILTIN, Provider, check_clashes, discovered
+
+PLUGIN_GROUP = "protobench.datasets"
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,7 @@ class DatasetDeclaration:
     split_images: tuple[int, int]
     parts: bool
     cub_layout: bool
+    loader: str = ""  # an installed dataset's ``module:function`` (the built-ins' readers are the suite's)
 
 
 DATASETS: dict[str, DatasetDeclaration] = {
@@ -34,3 +44,22 @@ DATASETS: dict[str, DatasetDeclaration] = {
                            cub_layout=False),
     )
 }
+
+
+def installed_datasets() -> dict[str, tuple[DatasetDeclaration, Provider]]:
+    """The datasets installed packages declare (``protobench.datasets``); a name a built-in has, or
+    two distributions declare, is refused naming both (ValueError)."""
+    return discovered(PLUGIN_GROUP, DATASETS, DatasetDeclaration)
+
+
+def dataset_declaration(name: str) -> tuple[DatasetDeclaration, Provider] | None:
+    """The declaration of a built-in or an installed dataset and who provides it (None: unknown)."""
+    if name in DATASETS:
+        check_clashes(PLUGIN_GROUP, DATASETS)
+        return DATASETS[name], BUILTIN
+    return installed_datasets().get(name)
+
+
+def known_datasets() -> list[str]:
+    """Every dataset a grid may name: the built-ins, then the installed ones."""
+    return [*DATASETS, *sorted(installed_datasets())]

@@ -1,10 +1,11 @@
 """Reading a dataset's split by name (the one door: ``load_dataset``)."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmark.config import DATASET_NAMES as DATASETS
+from benchmark.data.declared import dataset_declaration, known_datasets
 from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
 from benchmark.data.dataset import ImageDataset, check_split
@@ -20,11 +21,32 @@ _READERS: dict[str, Callable[[Path, str, int], ImageDataset]] = {
 
 
 def load_dataset(name: str, root: str | Path, split: str, *, image_size: int = 224) -> ImageDataset:
-    """Read split ``"train"`` or ``"test"`` of dataset ``name`` (one of :data:`DATASETS`) from ``root``."""
-    if name not in _READERS:
-        raise ProtobenchError(f"Unknown dataset {name!r}; use one of {', '.join(DATASETS)}.")
+    """Read split ``"train"`` or ``"test"`` of dataset ``name`` (a built-in, or one an installed
+    package declares: its ``loader``) from ``root``."""
+    reader = _READERS.get(name) or _installed_reader(name)
     check_split(name, split)
     root = Path(root).expanduser()
     if not root.is_dir():
         raise ProtobenchError(f"Dataset root {root} for {name} is not a folder; pass the folder the dataset was extracted to.")
-    return _READERS[name](root, split, image_size)
+    dataset = reader(root, split, image_size)
+    if not isinstance(dataset, ImageDataset):
+        raise ProtobenchError(f"dataset {name!r}: its loader returned a {type(dataset).__name__}, not a "
+                              "benchmark.data.dataset.ImageDataset; fix the package's loader")
+    return dataset
+
+
+def _installed_reader(name: str) -> Callable[[Path, str, int], ImageDataset]:
+    """The loader of an installed package's dataset (entry point ``protobench.datasets``)."""
+    try:
+        found = dataset_declaration(name)
+    except ValueError as err:
+        raise ProtobenchError(str(err)) from None
+    if found is None or not found[0].loader:
+        raise ProtobenchError(f"Unknown dataset {name!r}; use one of {', '.join(known_datasets())}.")
+    module, _, attr = found[0].loader.partition(":")
+    try:
+        loader = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ProtobenchError(f"dataset {name!r} of {found[1].label()}: its loader {found[0].loader!r} does not "
+                              f"import ({err}); fix or reinstall that package") from None
+    return lambda root, split, size: loader(root, split, image_size=size)

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec
-from benchmark.data.declared import DATASETS
+from benchmark.data.declared import DatasetDeclaration, dataset_declaration
 from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.method_lookup import stand_in_method
 
 
 # Official split sizes (train, test).
-SPLIT_IMAGES = {name: d.split_images for name, d in DATASETS.items() if d.classes}  # the official sizes
+
 
 def augmentation_factor(augmentation: str) -> int:
     """Training images per original image (offline40: every operation × copies_per_op copies)."""
@@ -33,7 +33,7 @@ def split_images(spec: RunSpec, split: str) -> int:
         per_class = args["images_per_class"]
         train = math.ceil(per_class / 2)  # images 1, 3, 5, … of each class train
         return args["classes"] * (train if split == "train" else per_class - train)
-    train, test = SPLIT_IMAGES[spec.dataset]
+    train, test = _declared(spec.dataset).split_images  # the official sizes
     return train if split == "train" else test
 
 def stage_epochs(spec: RunSpec) -> list[tuple[str, int]]:
@@ -48,7 +48,11 @@ def run_epochs(spec: RunSpec) -> int:
 # ---- per-epoch costs -------------------------------------------------------------------------
 # Widths of the registry's trunks (timm: vit_small embed_dim 384, vit_base 768) and class counts
 # of the official datasets, for scaling a measurement to another run's shape.
-DATASET_CLASSES = {name: d.classes for name, d in DATASETS.items() if d.classes}
+def _declared(dataset: str) -> DatasetDeclaration:
+    found = dataset_declaration(dataset)
+    if found is None:
+        raise ProtobenchError(f"unknown dataset {dataset!r}: no declaration of its classes and split sizes")
+    return found[0]
 
 @dataclass(frozen=True)
 class Shape:
@@ -80,7 +84,7 @@ def run_shape(spec: RunSpec) -> Shape:
     if spec.dataset == "synthbirds":
         classes = int({**SYNTHBIRDS_DEFAULTS, **spec.dataset_args}["classes"])
     else:
-        classes = DATASET_CLASSES[spec.dataset]
+        classes = _declared(spec.dataset).classes
     return Shape(grid[0] * grid[1], width, classes, spec.prototypes_per_class)
 
 def trunk_macs(spec: RunSpec) -> float:

@@ -143,11 +143,13 @@ def provenance(device: torch.device) -> dict[str, Any]:
     return {"code_version": code_version(), "packages": package_versions(), "device": device_description(device)}
 
 
-def providers(method: str, backbone: str) -> dict[str, dict[str, str]]:
-    """Who provided a run's method and trunk: ``method_provider`` (always: the suite, or the
-    installed distribution of an entry point ``protobench.methods``) and ``backbone_provider``
-    (a trunk of an installed package only), each ``{"distribution", "version"}``; an import path
-    is recorded by its ``adapter_paths`` instead. Readers compare them (benchmark/run/identity.py)."""
+def providers(method: str, backbone: str, dataset: str) -> dict[str, dict[str, str]]:
+    """Who provided a run's method, trunk and dataset: ``method_provider`` (always: the suite, or
+    the installed distribution of an entry point ``protobench.methods``), ``backbone_provider`` and
+    ``dataset_provider`` (an installed package's only), each ``{"distribution", "version"}``; an
+    import path is recorded by its ``adapter_paths`` instead. Readers compare the method's
+    (benchmark/run/identity.py)."""
+    from benchmark.data.declared import dataset_declaration
     from benchmark.method_lookup import method_provider
     from benchmark.run.own_code import is_own_method
     from benchmark.trunks import trunk_declaration
@@ -160,4 +162,7 @@ def providers(method: str, backbone: str) -> dict[str, dict[str, str]]:
     trunk = trunk_declaration(backbone) if ":" not in backbone else None
     if trunk is not None and not trunk[1].builtin:
         found["backbone_provider"] = trunk[1].to_json()
+    data = dataset_declaration(dataset)
+    if data is not None and not data[1].builtin:
+        found["dataset_provider"] = data[1].to_json()
     return found

@@ -373,7 +373,7 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
         # fingerprint of its source files (benchmark/run/identity.py: a later edit reads stale)
         "method_hyperparameters": resolved_method_args(spec.method, spec.method_args),
         "method_fingerprint": method_fingerprint(spec.method),
-        **providers(spec.method, spec.backbone),  # the suite or the installed package behind each
+        **providers(spec.method, spec.backbone, spec.dataset),  # the suite or the installed package behind each
         "metrics_fingerprint": metrics_fingerprint(),  # the metric code that scored it
         **evaluated.summary,
         "diagnostics": diagnostics,

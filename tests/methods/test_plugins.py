@@ -97,3 +97,49 @@ def test_a_trunk_package_that_names_an_alias_is_refused_and_its_own_trunk_is_fou
     plugins.clear_cache()
     with pytest.raises(ProtobenchError, match=r"'dinov2_vits14' of lab-alias 0\.2 clashes with the built-in"):
         canonical_backbone("dinov2_vits14", where="grid")
+
+
+DATASET_SPEC = '''from benchmark.data.cub import read_cub
+from benchmark.data.declared import DatasetDeclaration
+
+DATASET = DatasetDeclaration("{name}", "Lab birds", reader="lab_data_spec", classes=4, split_images=(16, 16),
+                             parts=True, cub_layout=True, loader="lab_data_spec:read")
+
+
+def read(root, split, image_size=224):
+    return read_cub(root, split, name="synthbirds", image_size=image_size)
+'''
+
+
+def test_an_installed_dataset_runs_by_name_and_records_its_distribution(site: Path, tmp_path: Path) -> None:
+    """A package's dataset (entry point ``protobench.datasets``): a grid names it like a built-in,
+    its loader reads the split, the run records who provided it; a misspelt name gets the closest
+    one and a package claiming a built-in's name is refused naming both."""
+    import json
+
+    from benchmark.cli import main
+    from benchmark.config import build_run_spec
+    from benchmark.data import generate_synthbirds, load_dataset
+    from benchmark.errors import ProtobenchError
+    from tiny_grid import write_tiny_grid
+
+    (site / "lab_data_spec.py").write_text(DATASET_SPEC.format(name="lab_birds"))
+    _distribution(site, "lab-data", "0.4", "protobench.datasets", {"lab_birds": "lab_data_spec:DATASET"})
+    root = generate_synthbirds(tmp_path / "birds", classes=4, images_per_class=8, seed=0)
+    assert len(load_dataset("lab_birds", root, "train", image_size=56)) == 16
+    spec = build_run_spec({"dataset": "lab_birds", "backbone": "dinov2_vits14", "method": "vmfproto",
+                           "prototypes_per_class": 2}, where="grid")
+    assert spec.is_cub_format
+    with pytest.raises(ProtobenchError, match=r"unknown dataset 'lab_bird' \(did you mean 'lab_birds'\?\)"):
+        build_run_spec({**spec.to_json(), "dataset": "lab_bird"}, where="grid")
+
+    grid = write_tiny_grid(tmp_path / "g.toml", "g", root, dataset="lab_birds", without=["dataset_args"],
+                           method_args={"end_to_end_epochs": 1})
+    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
+    (result,) = (tmp_path / "runs" / "g").glob("*/result.json")
+    assert json.loads(result.read_text())["dataset_provider"] == {"distribution": "lab-data", "version": "0.4"}
+
+    _distribution(site, "lab-cub", "1.0", "protobench.datasets", {"cub": "lab_data_spec:DATASET"})
+    plugins.clear_cache()
+    with pytest.raises(ProtobenchError, match=r"'cub' of lab-cub 1\.0 clashes with the built-in 'cub' of protobench"):
+        build_run_spec({**spec.to_json(), "dataset": "cub"}, where="grid")
