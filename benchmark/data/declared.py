@@ -10,8 +10,10 @@ then names it like a built-in; a name clash is refused naming both (methods/plug
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from methods.plugins import BUILTIN, Provider, check_clashes, discovered
+if TYPE_CHECKING:
+    from methods.plugins import Provider
 
 PLUGIN_GROUP = "protobench.datasets"
 
@@ -49,11 +51,15 @@ DATASETS: dict[str, DatasetDeclaration] = {
 def installed_datasets() -> dict[str, tuple[DatasetDeclaration, Provider]]:
     """The datasets installed packages declare (``protobench.datasets``); a name a built-in has, or
     two distributions declare, is refused naming both (ValueError)."""
+    from methods.plugins import discovered  # entry points are read on first use, not on import
+
     return discovered(PLUGIN_GROUP, DATASETS, DatasetDeclaration)
 
 
 def dataset_declaration(name: str) -> tuple[DatasetDeclaration, Provider] | None:
     """The declaration of a built-in or an installed dataset and who provides it (None: unknown)."""
+    from methods.plugins import BUILTIN, check_clashes
+
     if name in DATASETS:
         check_clashes(PLUGIN_GROUP, DATASETS)
         return DATASETS[name], BUILTIN
