@@ -70,14 +70,17 @@ def list_methods() -> list[str]:
     return sorted({*BUILTIN_METHODS, *_plugins()})
 
 
-def method_provider(name: str) -> Provider:
-    """Who provides a registry key: the suite itself, or an installed distribution (name, version)."""
-    if name in BUILTIN_METHODS:
-        return BUILTIN
+def _installed(name: str) -> tuple[MethodDeclaration, Provider]:
+    """An installed package's method: its declaration and distribution (ValueError: unknown)."""
     plugins = _plugins()
     if name not in plugins:
         raise _unknown(name)
-    return plugins[name][1]
+    return plugins[name]
+
+
+def method_provider(name: str) -> Provider:
+    """Who provides a registry key: the suite itself, or an installed distribution (name, version)."""
+    return BUILTIN if name in BUILTIN_METHODS else _installed(name)[1]
 
 
 def _unknown(name: str) -> ValueError:
@@ -92,15 +95,12 @@ def _unknown(name: str) -> ValueError:
 def declaration(name: str) -> MethodDeclaration:
     """What a method declares. A registry key reads its declaration without importing any model
     code; an import path ``package.module:Class`` imports the class (the user named it) and
-    describes it from its constructor and attributes (:meth:`MethodDeclaration.of_class`)."""
+    describes it from its constructor and attributes (:func:`declaration_of_class`)."""
     if ":" in name:
         return declaration_of_class(get_method_class(name), name)
     if name in BUILTIN_METHODS:
         return builtin_declaration(name)
-    plugins = _plugins()
-    if name not in plugins:
-        raise _unknown(name)
-    return plugins[name][0]
+    return _installed(name)[0]
 
 
 def builtin_declaration(name: str) -> MethodDeclaration:
@@ -133,18 +133,17 @@ def _kind_of(default: Any) -> str:
 def get_method_class(name: str) -> type[PrototypeMethod]:
     """The adapter class of a registry key (its declaration's ``adapter``) or of an import path
     ``package.module:Class``: this imports the model code, and torch."""
-    from methods.base import PrototypeMethod
-
     if ":" in name:
-        return _import_class(name, name, PrototypeMethod)
-    decl = declaration(name)
+        return _import_class(name, name)
     if name not in _CLASSES:
-        cls = _import_class(decl.adapter, name, PrototypeMethod)
-        _CLASSES.setdefault(name, cls)
+        _CLASSES.setdefault(name, _import_class(declaration(name).adapter, name))
     return _CLASSES[name]
 
 
-def _import_class(path: str, name: str, base: type) -> type:
+def _import_class(path: str, name: str) -> type[PrototypeMethod]:
+    """The adapter class at ``path`` (``package.module:Class``) of method ``name``."""
+    from methods.base import PrototypeMethod
+
     module_name, _, attr = path.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
@@ -156,7 +155,7 @@ def _import_class(path: str, name: str, base: type) -> type:
     except SyntaxError as err:  # the adapter's module does not parse: where, not a traceback
         raise ValueError(f"method {name!r}: {err.filename}, line {err.lineno}: {err.msg}; fix that line of "
                          "the adapter's module") from None
-    if not (isinstance(cls, type) and issubclass(cls, base)):
+    if not (isinstance(cls, type) and issubclass(cls, PrototypeMethod)):
         raise TypeError(f"method {name!r} is not a subclass of methods.base.PrototypeMethod")
     return cls
 
@@ -188,8 +187,8 @@ def method_hyperparameters(cls: type) -> dict[str, Any]:
 
 def declared_defaults(name: str) -> dict[str, Any]:
     """Hyperparameter → default of a method, from its declaration (no model code for a registry key)."""
-    return {key: hp.default for key, hp in declaration(name).hyperparameters.items()
-            if hp.default is not inspect.Parameter.empty}
+    return {key: default for key, default in declaration(name).defaults().items()
+            if default is not inspect.Parameter.empty}
 
 
 def resolved_method_args(name: str, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -29,12 +29,15 @@ import shutil
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.own_code import UNVERIFIABLE, NO_IMPORTS, AdapterImports, is_own_method, unverifiable_reason
 from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
+
+if TYPE_CHECKING:
+    from methods.plugins import Provider
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
 METRICS_PACKAGE = "metrics"  # every score of a result.json is computed there
@@ -44,7 +47,6 @@ HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.con
                               "methods.space", "methods.declaration", "methods.plugins"})  # space: the ranges a
 # tuner searches, not the method; declaration, plugins and the declarations themselves: what readers read
 DECLARATION_PACKAGE = "methods.specs"
-SUITE_DISTRIBUTION = "protobench"  # methods.plugins.BUILTIN's distribution: the suite's own methods
 
 
 def _module_file(name: str) -> Path | None:
@@ -175,36 +177,39 @@ def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
         if isinstance(method, str) and is_own_method(method):  # an import path, not a code change
             return unverifiable_reason(method, result, run_dir, f"adapter not importable: {err}")
         if provided is not None:  # an installed package's method, not installed here
-            return (f"{UNVERIFIABLE} (method {method!r} came from {provided}, which is not installed here: "
-                    f"pip install {provided.replace(' ', '==')} to check it)")
+            return (f"{UNVERIFIABLE} (method {method!r} came from {provided.label()}, which is not installed here: "
+                    f"pip install {provided.distribution}=={provided.version} to check it)")
         return f"cannot check against the current code ({err})"
     if current.run_id != result.get("run_id"):
         return f"the method's defaults changed (its spec is now run {current.run_id})"
     if fingerprint != recorded:
         installed = current_provider(current.method)
-        moved = f" ({provided} when it ran, {installed} now)" if provided and installed and provided != installed else ""
+        moved = (f" ({provided.label()} when it ran, {installed.label()} now)"
+                 if provided and installed and provided != installed else "")
         return "the method's code changed since it ran" + moved
     return None
 
 
-def recorded_provider(result: dict[str, Any]) -> str | None:
-    """``"dist version"`` of the installed package that provided a result's method, None for the
+def recorded_provider(result: dict[str, Any]) -> Provider | None:
+    """The installed package that provided a result's method (``method_provider``), None for the
     suite's own method, an import path, or an earlier result that did not record it."""
+    from methods.plugins import BUILTIN, Provider  # (the reading commands import no methods package up front)
+
     provider = result.get("method_provider")
     if isinstance(provider, dict) and isinstance(provider.get("distribution"), str) \
-            and provider.get("distribution") != SUITE_DISTRIBUTION:
-        return f"{provider['distribution']} {provider.get('version', '?')}"
+            and provider["distribution"] != BUILTIN.distribution:
+        return Provider(provider["distribution"], str(provider.get("version", "?")))
     return None
 
 
-def current_provider(method: str) -> str | None:
-    """``"dist version"`` of the installed package that provides ``method`` now (None: the suite's own)."""
+def current_provider(method: str) -> Provider | None:
+    """The installed package that provides ``method`` now (None: the suite's own, or an import path)."""
     from benchmark.method_lookup import method_provider
 
     if is_own_method(method):  # an import path: its adapter_paths name it, no distribution
         return None
     provider = method_provider(method)
-    return None if provider.builtin else provider.label()
+    return None if provider.builtin else provider
 
 
 def rescoring(result: dict[str, Any]) -> str | None:

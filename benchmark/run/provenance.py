@@ -151,13 +151,15 @@ def providers(method: str, backbone: str, dataset: str) -> dict[str, dict[str, s
     (benchmark/run/identity.py)."""
     from benchmark.data.declared import dataset_declaration
     from benchmark.method_lookup import method_provider
+    from methods.plugins import BUILTIN
     from benchmark.run.own_code import is_own_method
     from benchmark.trunks import trunk_declaration
 
     found: dict[str, dict[str, str]] = {}
     if not is_own_method(method):
         provider = method_provider(method)
-        found["method_provider"] = ({"distribution": "protobench", "version": metadata.version("protobench")}
+        found["method_provider"] = ({"distribution": BUILTIN.distribution,
+                                     "version": metadata.version(BUILTIN.distribution)}
                                     if provider.builtin else provider.to_json())
     trunk = trunk_declaration(backbone) if ":" not in backbone else None
     if trunk is not None and not trunk[1].builtin:
