@@ -17,7 +17,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from benchmark.spec_fields import tuned_variant
-from benchmark.study_summary import read_study_summary
+from benchmark.study_summary import SUMMARY_FILE, read_study_summary
 from reports.layouts import display_name
 from reports.paired import cell_difference
 from reports.pivot import method_labels
@@ -34,7 +34,7 @@ def summary_files(inputs: list[Path]) -> list[Path]:
             roots[path] = None
         roots.update({p: None for p in [path.with_name(path.name + ".tuning"), *sorted(path.glob("*.tuning"))]
                       if p.is_dir()})
-    return sorted(f for root in roots for f in root.glob("*/summary.json"))
+    return sorted(f for root in roots for f in root.glob(f"*/{SUMMARY_FILE}"))
 
 
 def read_summaries(inputs: list[Path]) -> list[dict[str, Any]]:

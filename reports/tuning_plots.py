@@ -6,21 +6,20 @@ Opens each study's journal (``RUNS/GRID.tuning/STUDY/journal.log``) read-only th
 """
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
+from benchmark.study_summary import JOURNAL_FILE, read_study_summary
 from reports.tuning import summary_files
 
 
-def _study(summary_path: Path):  # -> optuna.Study
+def _study(directory: Path, name: str):  # -> optuna.Study
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-    name = json.loads(summary_path.read_text())["study"]
-    journal = str(summary_path.parent / "journal.log")
+    journal = str(directory / JOURNAL_FILE)
     storage = JournalStorage(JournalFileBackend(journal, lock_obj=JournalFileOpenLock(journal)))
     return optuna.load_study(study_name=name, storage=storage)
 
@@ -43,9 +42,10 @@ def plot_tuning(inputs: list[Path], out: Path) -> int:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", UserWarning)  # importance ties on a few trials (said by the figure itself)
         for path in files:
-            study = _study(path)
+            summary = read_study_summary(path)  # checked: a damaged summary is one error naming it
+            study = _study(path.parent, summary["study"])
             target = (lambda t: t.values[0]) if len(study.directions) > 1 else None
-            name = "validation " + json.loads(path.read_text())["objectives"][0]
+            name = "validation " + summary["objectives"][0]
             history = plot_optimization_history(study, target=target, target_name=name).figure
             history.suptitle(study.study_name, fontsize=8)
             images.append(history)

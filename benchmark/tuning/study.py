@@ -31,6 +31,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import TrialState
 
 from benchmark.errors import ProtobenchError
+from benchmark.study_summary import JOURNAL_FILE, SUMMARY_FILE
 from benchmark.tuning.config import Cell
 from methods.space import Categorical, Dimension, IntRange, LogUniform, space_to_json
 
@@ -82,7 +83,7 @@ def describe_pruner(chosen: optuna.pruners.BasePruner) -> str:
 
 def journal_storage(directory: Path) -> JournalStorage:
     """The study's journal file ``directory/journal.log`` with its open(2) lock."""
-    path = str(directory / "journal.log")
+    path = str(directory / JOURNAL_FILE)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
 
@@ -91,7 +92,7 @@ def readable_journal(directory: Path) -> JournalStorage:
     """:func:`journal_storage`, with a journal Optuna cannot replay or append to one error naming
     it and the fix: a last line without its newline (a write killed midway; checked under the
     journal's own lock, so never a write in progress), or lines that are not JSON."""
-    path = directory / "journal.log"
+    path = directory / JOURNAL_FILE
 
     def refused(why: str) -> ProtobenchError:
         return ProtobenchError(f"{path} cannot be replayed ({why}): a write to it was cut short or it was altered; "
@@ -141,7 +142,7 @@ def check_existing_studies(tuning_root: Path, cells: list[Cell]) -> None:
     """:func:`check_pruning_matches` for every cell whose study exists already (nothing is created)."""
     for cell in cells:
         directory = study_dir(tuning_root, cell)
-        if (directory / "journal.log").is_file():
+        if (directory / JOURNAL_FILE).is_file():
             try:
                 study = optuna.load_study(study_name=cell.study_name, storage=readable_journal(directory))
             except KeyError:
@@ -303,6 +304,6 @@ def summary(study: optuna.Study, cell: Cell, target: int) -> dict[str, Any]:
 
 
 def write_summary(directory: Path, record: dict[str, Any]) -> None:
-    temp = directory / f"summary.json.{os.getpid()}.tmp"
+    temp = directory / f"{SUMMARY_FILE}.{os.getpid()}.tmp"
     temp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    temp.replace(directory / "summary.json")
+    temp.replace(directory / SUMMARY_FILE)

@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.epoch_score import EpochScoreHook, Pruned
+from benchmark.study_summary import SUMMARY_FILE
 from benchmark.tuning.config import Cell
 from benchmark.tuning.split import validation_split, write_split_file
 from benchmark.tuning.study import (GRACE_S, HEARTBEAT_S, Heartbeat, counts, distribution, fail_stale_trials,
@@ -200,7 +201,7 @@ def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
                 raise ProtobenchError(f"tuning cell {cell.label}: {failures} trials failed in this worker, its "
                                       f"failure budget (2·N + 3 for N = {settings.trials}) (last: "
                                       f"{type(err).__name__}: {err}); each failure is in "
-                                      f"{directory / 'summary.json'}") from err
+                                      f"{directory / SUMMARY_FILE}") from err
             continue
         study.tell(asked, values)
         beat.stop()

@@ -15,7 +15,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
 from benchmark.spec_fields import tuned_variant
-from benchmark.study_summary import read_study_summary
+from benchmark.study_summary import SUMMARY_FILE, read_study_summary
 from benchmark.tuning.config import tuning_cells, tuning_config
 from benchmark.tuning.study import study_dir
 from benchmark.tuning.workers import tuning_root
@@ -24,7 +24,7 @@ from benchmark.tuning.workers import tuning_root
 
 def read_summary(directory: Path, label: str, grid_path: str) -> dict[str, Any]:
     """A study's summary.json, complete; otherwise one error naming the cell and the command to run."""
-    path = directory / "summary.json"
+    path = directory / SUMMARY_FILE
     command = f"`protobench tune {grid_path} --trials N`"
     if not path.is_file():
         raise ProtobenchError(f"tuning cell {label} has no study summary ({path}); tune it first: {command}")
