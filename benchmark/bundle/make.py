@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
 import shutil
 import tarfile
@@ -19,14 +18,14 @@ from typing import Any
 from benchmark.bundle.card import CARD_FILE, model_card
 from benchmark.bundle.manifest import HEAD_FILE, MANIFEST_FILE, write_manifest
 from benchmark.errors import ProtobenchError
-from benchmark.output_file import within
+from benchmark.output_file import staging_path, within
 from benchmark.run.store import LOG_FILE, METRICS_FILE, RECORD_FILES, RESULT_FILE, SPEC_FILE, RunDir, find_run_dirs
 
 #: the files of a run a bundle carries (where present); no checkpoint.pt (a pickle), no lock, no job files
 BUNDLED_FILES = (SPEC_FILE, RESULT_FILE, METRICS_FILE, *RECORD_FILES, LOG_FILE)
-#: the folder a bundle is built in beside --out, named by the building process (a killed build's is
-#: removed by the next bundle of the same --out)
-STAGING = ".{name}.bundling-{pid}"
+#: the bundle is built in ``.NAME.bundling-PID`` beside --out (benchmark.output_file.staging_path:
+#: a killed build's is removed by the next bundle of the same --out)
+STAGING_KIND = "bundling"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -77,28 +76,6 @@ def _bundled_files(rd: RunDir) -> list[str]:
     return present
 
 
-def _remove_abandoned(out: Path) -> None:
-    """Staging folders of earlier builds of ``out`` whose process is gone (killed mid-build)."""
-    prefix = STAGING.format(name=out.name, pid="")
-    for folder in out.parent.glob(prefix + "*"):
-        pid = folder.name.removeprefix(prefix).removesuffix(".tar.gz")
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            if folder.is_dir() and not folder.is_symlink():
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                folder.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
 def _archive(folder: Path, out: Path, name: str) -> None:
     """A reproducible ``.tar.gz`` of ``folder`` (its entries under ``name``/): sorted entries, zero
     times and owners, files 0644."""
@@ -131,8 +108,7 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
     if checkpoints:  # the head is read from checkpoint.pt: torch, only here
         from benchmark.bundle.head import write_head
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(out)
-    staging = out.parent / STAGING.format(name=out.name, pid=os.getpid())
+    staging = staging_path(out, STAGING_KIND)
     partial = out.parent / (staging.name + ".tar.gz")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
+from benchmark.output_file import staging_path
 
 SITE_MARKER = ".protobench-site"
 MARKER_FORMAT = "protobench-site-1"
@@ -80,21 +80,21 @@ def _listed(names: list[str]) -> str:
 def replace_site(out: Path, files: Mapping[str, bytes]) -> None:
     """Write ``files`` (with their marker) as the folder ``out``, replacing the site there
     (:func:`check_out` passed): built beside it, then renamed into place."""
+    staging = staging_path(out, "site")  # a killed build's folder is removed here
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = out.parent / f".{out.name}.site-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         for name, data in sorted({**files, SITE_MARKER: marker_bytes(files)}.items()):
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_bytes(data)
         if out.exists():
-            retired = out.parent / f".{out.name}.old-{os.getpid()}"
+            retired = staging_path(out, "old")
             out.rename(retired)
             staging.rename(out)
             shutil.rmtree(retired)
         else:
             staging.rename(out)
     except OSError as err:
-        shutil.rmtree(out.parent / f".{out.name}.site-{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         raise ProtobenchError(f"cannot write the site to {out}: {err.strerror or err}; choose a folder you can "
                               "write to (--out)") from None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.bundle.make import STAGING
+from benchmark.bundle.make import STAGING_KIND
 from benchmark.cli import main
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 
@@ -89,11 +89,11 @@ def test_a_killed_builds_folder_is_removed_by_the_next_build(tmp_path: Path) -> 
     _run(tmp_path / "runs")
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)  # a process that has exited: its pid names an abandoned build
-    abandoned = tmp_path / STAGING.format(name="b", pid=pid)
+    abandoned = tmp_path / f".b.{STAGING_KIND}-{pid}"
     abandoned.mkdir()
     (abandoned / "half.json").write_text("{")
     (tmp_path / (abandoned.name + ".tar.gz")).write_bytes(b"half")
-    live = tmp_path / STAGING.format(name="b", pid=os.getppid())  # a live process's build is left alone
+    live = tmp_path / f".b.{STAGING_KIND}-{os.getppid()}"  # a live process's build is left alone
     live.mkdir()
     assert main(["bundle", str(tmp_path / "runs"), "--out", str(tmp_path / "b")]) == 0
     left = sorted(p.name for p in tmp_path.iterdir())

@@ -30,6 +30,18 @@ def test_a_site_is_rebuilt_in_place_when_it_holds_only_what_the_suite_wrote(runs
     assert (out / "index.html").is_file() and not list(tmp_path.glob(".site.*"))  # nothing left beside it
 
 
+def test_a_killed_builds_folder_is_removed_by_the_next_build(runs: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)  # a process that has exited: its pid names an abandoned build
+    (tmp_path / f".site.site-{dead}").mkdir()
+    (tmp_path / f".site.site-{dead}" / "index.html").write_text("half")
+    assert main(["site", str(runs), "--out", str(tmp_path / "site")]) == 0
+    assert not list(tmp_path.glob(".site.*")) and (tmp_path / "site" / "index.html").is_file()
+
+
 def test_an_older_site_holding_the_runs_and_notes_is_refused_and_nothing_is_deleted(
         runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "site"
