@@ -63,7 +63,8 @@ class Hyperparameter:
     def describe(self) -> str:
         """The valid values in words: ``an integer >= 1``, ``a finite number > 0``, ``one of 'l2', 'cosine'``."""
         if self.choices:
-            text = ("a list of " if self.kind.endswith("-list") else "") + "one of " + ", ".join(map(repr, self.choices))
+            listed = "one of " + ", ".join(map(repr, self.choices))
+            text = ("a list of " if self.kind.endswith("-list") else "") + listed
         else:
             noun = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
                     "int-list": "a list of integers", "str-list": "a list of strings",
@@ -148,9 +149,9 @@ def epochs(default: tuple[int, ...]) -> Hyperparameter:
     return Hyperparameter("int-list", default)
 
 
-def names(default: tuple[str, ...]) -> Hyperparameter:
-    """A list of names (loss terms); the adapter checks each."""
-    return Hyperparameter("str-list", default)
+def names(default: tuple[str, ...], choices: tuple[str, ...]) -> Hyperparameter:
+    """A list of names, each one of ``choices`` (loss terms)."""
+    return Hyperparameter("str-list", default, choices=choices)
 
 
 @dataclass(frozen=True)

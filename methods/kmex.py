@@ -15,9 +15,10 @@ per token, ``log(‖t_n − p_j‖ + 1) − log(‖t_n − p_j‖ + 1e-4)``.
 
 k-means runs per class in class order, on float64 embeddings (a deviation: the official flow
 clusters the float32 embeddings its encoder returns, and its ``test()`` fails on a float64 array;
-the centres differ from that float32 run by at most 6e-8, tests/methods/test_kmex.py), with sklearn's settings of the official code's era passed explicitly (k-means++, 10
-initialisations, 300 iterations, tol 1e-4, Lloyd) and one ``RandomState(seed)`` shared by the
-classes in order (the official code leaves it unseeded).
+the centres differ from that float32 run by at most 6e-8, tests/methods/test_kmex.py), with
+sklearn's settings of the official code's era passed explicitly (k-means++, 10 initialisations,
+300 iterations, tol 1e-4, Lloyd) and one ``RandomState(seed)`` shared by the classes in order
+(the official code leaves it unseeded).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """ComFe (``comfe``): what it declares, read without torch (methods/declaration.py)."""
-from methods.declaration import Hyperparameter, MethodDeclaration, count, flag, interval, non_negative, optional_count, positive
+from methods.declaration import (Hyperparameter, MethodDeclaration, count, flag, interval, names, non_negative,
+                                 optional_count, positive)
 from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
@@ -19,7 +20,8 @@ DECLARATION = MethodDeclaration(
         "heads": count(8, minimum=1),
         "feedforward_dim": count(2048, minimum=1),
         "dropout": interval(0.1, 0.0, 1.0, high_open=True),
-        "terms": Hyperparameter("str-list", ('pyz', 'pyp', 'pz', 'image_contrast', 'patch_consistency'), choices=('pyz', 'pyp', 'pz', 'image_contrast', 'patch_consistency', 'class_contrast')),
+        "terms": names(('pyz', 'pyp', 'pz', 'image_contrast', 'patch_consistency'),
+                       ('pyz', 'pyp', 'pz', 'image_contrast', 'patch_consistency', 'class_contrast')),
         "views": Hyperparameter("int", 2, low=1, high=2),
         "lr": positive(0.0005),
         "start_lr": positive(5e-05),
@@ -39,7 +41,8 @@ DECLARATION = MethodDeclaration(
         "dropout": Uniform(0.0, 0.3),
     },
     references=(
-        "Mannix, Hodgkinson, Bondell, ComFe: An Interpretable Head for Vision Transformers, arXiv 2403.04125 / TMLR 2025",
+        "Mannix, Hodgkinson, Bondell, ComFe: An Interpretable Head for Vision Transformers, "
+        "arXiv 2403.04125 / TMLR 2025",
         "official code: emannix/comfe-component-features @ 2feeb21",
         "docs/protocol/comfe.md",
     ),

@@ -1,5 +1,6 @@
 """vMFProto (``vmfproto``): what it declares, read without torch (methods/declaration.py)."""
-from methods.declaration import MethodDeclaration, choice, count, flag, interval, non_negative, optional_positive, positive
+from methods.declaration import (MethodDeclaration, choice, count, flag, interval, non_negative, optional_positive,
+                                 positive)
 from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
