@@ -6,10 +6,10 @@ A cell's rows are all rows sharing its key (dataset, backbone, method, J, varian
   sample standard deviation (ddof = 1) over the seeds where the metric is not missing.
 
 With a confidence ``level`` (``report --ci``), a cell of n ≥ 2 seeds also gets its Student t
-interval over the seeds, and an accuracy cell whose runs all have per-image records its Student t
-interval over test images, each image's correctness averaged over the seeds (``reports.stats``:
-the procedure ``compare`` uses for accuracy differences); intervals are clipped to the metric's
-range (``reports.columns.METRIC_RANGES``) and marked.
+interval over the seeds, and an accuracy cell whose runs all have per-image records its interval
+over the crossed seeds × test images (``reports.stats.crossed_mean``: the procedure ``compare``
+uses for differences, images aligned by id); intervals are clipped to the metric's range
+(``reports.columns.METRIC_RANGES``) and marked.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ CellKey = tuple[KeyValue, ...]
 @dataclass(frozen=True)
 class Stat:
     """One cell's number: the mean over ``n`` seeds and its standard deviation, if known; with a
-    confidence level, its interval over seeds (n ≥ 2) and, for accuracy, over test images."""
+    confidence level, its interval over seeds (n ≥ 2) and, for accuracy, over seeds × test images."""
 
     mean: float
     std: float | None
@@ -39,7 +39,8 @@ class Stat:
     image_ci: tuple[float, float] | None = None
     ci_clipped: bool = False  # the interval over seeds was clipped to the metric's range
     image_ci_clipped: bool = False
-    image_note: str | None = None  # why an accuracy cell with per-image records has no image interval
+    image_note: str | None = None  # the image interval's procedure and n, or why there is none
+    ci_note: str | None = None  # why a cell of several seeds has no seed interval (every seed equal)
 
 
 def describe_key(key: CellKey) -> str:
@@ -131,36 +132,21 @@ def _summarize(rows: pd.DataFrame, metric: str) -> Stat | None:
 
 
 def _with_intervals(stat: Stat, rows: pd.DataFrame, metric: str, level: float) -> Stat:
+    from reports.per_image import seed_values
     from reports.stats import image_accuracy, seed_interval
 
     values = rows[metric].dropna()
-    seed = seed_interval(values.tolist(), level, METRIC_RANGES[metric]) if (rows["n_seeds"] == 1).all() else None
+    single_runs = (rows["n_seeds"] == 1).all()
+    seed = seed_interval(values.tolist(), level, METRIC_RANGES[metric]) if single_runs else None
     ci, ci_clipped = seed if seed is not None else (None, False)
-    if metric != "acc":
-        return replace(stat, ci=ci, ci_clipped=ci_clipped)
-    correct = seed_correctness(rows)
+    ci_note = "no spread" if single_runs and seed is None and len(values) >= 2 else None
+    stat = replace(stat, ci=ci, ci_clipped=ci_clipped, ci_note=ci_note)
+    if metric != "acc" or not single_runs:
+        return stat
+    correct = seed_values(rows, metric)
     if correct is None:
-        return replace(stat, ci=ci, ci_clipped=ci_clipped)
-    lengths = {len(c) for c in correct.values()}
-    if len(lengths) != 1:
-        raise ProtobenchError(f"Cell {describe_key(tuple(rows[list(KEY_COLUMNS)].iloc[0]))}: its runs' per-image "
-                              f"records hold different numbers of test images ({', '.join(map(str, sorted(lengths)))}); "
-                              f"report runs of one test split.")
-    image = image_accuracy(np.stack(list(correct.values())), level)
-    if not image.tested:
-        return replace(stat, ci=ci, ci_clipped=ci_clipped, image_note=image.test)
-    return replace(stat, ci=ci, ci_clipped=ci_clipped, image_ci=image.ci, image_ci_clipped=image.clipped)
-
-
-def seed_correctness(rows: pd.DataFrame) -> dict[int, object] | None:
-    """Per seed, the 0/1 correctness of each test image (by index) of the cell's runs; None when
-    a row is not a run with per-image records (a published number, a run evaluated before them)."""
-    from benchmark.run.records import read_records
-
-    correct: dict[int, object] = {}
-    for seed, run_dir in zip(rows["seed"], rows["run_dir"]):
-        records = read_records(run_dir) if isinstance(run_dir, str) else None
-        if records is None:
-            return None
-        correct[int(seed)] = records.sort_values("index")["correct"].to_numpy(dtype=bool)
-    return correct
+        return stat
+    image = image_accuracy(correct.to_numpy() / 100.0, level)
+    if not image.has_interval:
+        return replace(stat, image_note=image.test)
+    return replace(stat, image_ci=image.ci, image_ci_clipped=image.clipped, image_note=image.test)

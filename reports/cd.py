@@ -110,7 +110,8 @@ def cd_caption(cd: CriticalDifference, metric: str, treatment: str) -> str:
     """What the diagram shows: the ranks, the blocks, the tests behind its bars."""
     friedman = "" if cd.friedman_p is None else f"Friedman p = {cd.friedman_p:.3g}; "
     return (f"{METRICS[metric].header.md}: mean rank of each {treatment} over {cd.n_blocks} blocks (1 = best); "
-            f"{friedman}bars: no pair differs (Wilcoxon signed-rank, Holm, α = {cd.alpha:g})")
+            f"{friedman}bars: no pair differs (Wilcoxon signed-rank, Holm, α = {cd.alpha:g}). Blocks are cells "
+            f"averaged over seeds: neither seed nor test-image variance within a block enters these tests")
 
 
 def treatment_labels(frame: pd.DataFrame, cd: CriticalDifference, treatment: str) -> list[str]:

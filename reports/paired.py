@@ -2,13 +2,16 @@
 seed and test image, Holm-corrected across the comparisons of one call.
 
 A cell is every other key (dataset, backbone, method, J, variant) held fixed; in it, level ``a``
-is compared with level ``b`` on the seeds both have. Accuracy, when every paired run has
-per-image records, is compared on the same test images, the image being the unit (each image's
-difference averaged over the seeds; Student t over images); otherwise, and for the explanation
-metrics, over seeds (paired Student t). Each row's interval and p come from one procedure, so the
-interval excludes 0 exactly when p < 1 − level; intervals are clipped to [−100, 100] and marked.
-The probability of improvement is over the runs' values (rliable's P(a > b)). All metrics here
-are higher-is-better percentages (docs/protocol/metrics.md). The procedures: ``reports.stats``.
+is compared with level ``b`` on the seeds both have. A metric with per-image values (acc, sta,
+dis, comp), when every paired run has per-image records, is compared on the crossed seeds × test
+images design (images aligned by id, never by row; differing image sets refused); otherwise (con,
+or runs without records) over seeds (paired Student t), a fallback that covers training variance
+only and says so. Each row's interval and p come from one procedure, so the interval excludes 0
+exactly when p < 1 − level; intervals are clipped to [−100, 100] and marked, and are not adjusted
+for the multiple comparisons (the Holm-adjusted p is). A comparison a metric cannot make (one side
+has no value on any common seed) keeps its row and says why. The probability of improvement is
+over the runs' values (rliable's P(a > b)). All metrics here are higher-is-better percentages
+(docs/protocol/metrics.md). The procedures: ``reports.stats``.
 """
 from __future__ import annotations
 
@@ -20,10 +23,10 @@ import pandas as pd
 
 from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError
-from reports.aggregate import seed_correctness
 from reports.cell_text import markdown_cell
 from reports.columns import KEY_COLUMNS, difference_range
-from reports.stats import (Difference, holm, paired_image_difference, paired_seed_difference,
+from reports.per_image import paired, seed_values
+from reports.stats import (NO_INTERVAL, Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
 
 COMPARED_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp")  # percent, higher is better
@@ -44,8 +47,8 @@ class Comparison:
     p_holm: float
     prob_improvement: float  # P(a > b) + ½ P(a = b) over the two levels' runs
     n_seeds: int
-    n_images: int | None  # test images each paired seed compares (accuracy on records), else None
-    test: str  # the procedure of ci and p_value, or why there is no test (then both are NaN)
+    n_images: int | None  # test images the crossed procedure compares (per-image records), else None
+    test: str  # the procedure of ci and p_value with its n, or why there is no test (then both are NaN)
     clipped: bool  # the interval was clipped to the difference's range [−100, 100]
 
 
@@ -86,12 +89,11 @@ def compare_levels(frame: pd.DataFrame, by: str, *, baseline: str | None = None,
                 continue
             runs_a, runs_b = by_level[a], by_level[b]
             for metric in metrics:
-                paired = cell_difference(runs_a, runs_b, metric, level)
-                if paired is None:
+                diff = cell_difference(runs_a, runs_b, metric, level, names=(f"{by}={a}", f"{by}={b}"))
+                if diff is None:
                     continue
-                diff, n_seeds, n_images = paired
                 poi = probability_of_improvement(runs_a[metric].dropna().tolist(), runs_b[metric].dropna().tolist())
-                rows.append((label, metric, a, b, diff, poi, n_seeds, n_images))
+                rows.append((label, metric, a, b, diff, poi, diff.n_seeds, diff.n_images))
     if not rows:
         raise ProtobenchError(f"No cell has two values of {by} on a common seed; nothing to compare.")
     adjusted = holm([row[4].p_value for row in rows])
@@ -110,28 +112,28 @@ def _pairs(levels: list[str], baseline: str | None, by: str) -> list[tuple[str, 
     return [(level, baseline) for level in levels if level != baseline]
 
 
-def cell_difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str,
-                    level: float) -> tuple[Difference, int, int | None] | None:
-    """``a − b`` on ``metric`` over the seeds both have it for (runs indexed by seed), with the
-    number of seeds and, where accuracy is paired on per-image records, of test images; None
-    without a common seed. Paired on images for accuracy where both sides have per-image
-    records, else on seeds."""
+def cell_difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str, level: float, *,
+                    names: tuple[str, str] = ("a", "b")) -> Difference | None:
+    """``a − b`` on ``metric`` over the seeds both have it for (runs indexed by seed); None
+    without a common seed. On the crossed seeds × images design where both sides have per-image
+    records of the metric, else paired on seeds. Where one side (``names``) has the metric on no
+    common seed, a Difference without a test that says so."""
     seeds = sorted(set(runs_a.index) & set(runs_b.index))
-    both = [s for s in seeds if not (math.isnan(runs_a.at[s, metric]) or math.isnan(runs_b.at[s, metric]))]
-    if not both:
+    if not seeds:
         return None
+    lacking = [name for name, runs in zip(names, (runs_a, runs_b)) if runs.loc[seeds, metric].isna().all()]
+    if lacking:
+        return Difference(math.nan, NO_INTERVAL, math.nan,
+                          f"{' and '.join(lacking)} has no {metric} on seed(s) {', '.join(map(str, seeds))}: no test",
+                          n_seeds=0)
+    both = [s for s in seeds if not (math.isnan(runs_a.at[s, metric]) or math.isnan(runs_b.at[s, metric]))]
     runs_a, runs_b = runs_a.loc[both], runs_b.loc[both]
-    if metric == "acc":
-        a, b = seed_correctness(runs_a.reset_index()), seed_correctness(runs_b.reset_index())
-        if a is not None and b is not None:
-            shapes = {len(v) for v in (*a.values(), *b.values())}
-            if len(shapes) != 1:
-                raise ProtobenchError("compare: the runs' per-image records hold different numbers of test images "
-                                      f"({', '.join(map(str, sorted(shapes)))}); compare runs on one test split.")
-            return paired_image_difference(np.stack([a[s] for s in both]), np.stack([b[s] for s in both]),
-                                           level), len(both), shapes.pop()
-    return (paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level, difference_range(metric)),
-            len(both), None)
+    a, b = seed_values(runs_a.reset_index(), metric), seed_values(runs_b.reset_index(), metric)
+    if a is not None and b is not None:
+        first, second = (", ".join(runs["run_dir"].astype(str)) for runs in (runs_a, runs_b))
+        a_values, b_values = paired(a.loc[both], b.loc[both], first, second)
+        return paired_image_difference(a_values, b_values, level, difference_range(metric))
+    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level, difference_range(metric))
 
 
 def comparisons_frame(comparisons: list[Comparison]) -> pd.DataFrame:
@@ -143,13 +145,14 @@ CLIPPED_MARK = "‡"
 
 def comparison_note(comparisons: list[Comparison], level: float) -> str:
     """What the table's numbers are: the difference, interval, tests and correction."""
-    from reports.stats import MIN_IMAGES
+    from reports.stats import CROSSED_METHOD, MIN_DISCORDANT, MIN_IMAGES, SEED_ONLY
 
-    return (f"difference = a − b (percent points, mean over paired seeds); CI and p from one procedure "
-            f"(the {100 * level:g}% CI excludes 0 exactly when p < {1 - level:.2g}): accuracy with per-image "
-            f"records: Student t over the test images, each image's difference averaged over the paired seeds "
-            f"(≥ {MIN_IMAGES} images); otherwise paired Student t over the seeds (≥ 2 seeds); fewer: no test. "
-            f"{CLIPPED_MARK}: CI clipped to [−100, 100]. p_holm: Holm over the "
+    return (f"difference = a − b (percent points, mean over the paired seeds and images); CI and p from one "
+            f"procedure, named with its n in the test column (the {100 * level:g}% CI excludes 0 exactly when "
+            f"p < {1 - level:.2g}; it is not adjusted for multiplicity, p_holm is). Metrics with per-image records: "
+            f"{CROSSED_METHOD}, images paired by id (≥ {MIN_IMAGES} images; fewer than {MIN_DISCORDANT} images "
+            f"where the two differ: exact sign-flip test, no interval); otherwise paired Student t over the seeds "
+            f"(≥ 2 seeds; {SEED_ONLY}). {CLIPPED_MARK}: CI clipped to [−100, 100]. p_holm: Holm over the "
             f"{sum(not math.isnan(c.p_value) for c in comparisons)} tested comparisons of this call; P(a>b): "
             f"probability of improvement over the two levels' runs.")
 
@@ -172,10 +175,10 @@ def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, de
             return "–"
         return f"[{number(c.ci_low)}, {number(c.ci_high)}]" + (CLIPPED_MARK if c.clipped else "")
 
-    lines = [[*map(markdown_cell, (c.cell, c.metric, c.a, c.b)), f"{c.difference:+.{decimals}f}", ci(c), p(c.p_value), p(c.p_holm),
-              f"{c.prob_improvement:.2f}", str(c.n_seeds), "–" if c.n_images is None else str(c.n_images), c.test]
+    lines = [[*map(markdown_cell, (c.cell, c.metric, c.a, c.b)), "–" if math.isnan(c.difference) else f"{c.difference:+.{decimals}f}", ci(c), p(c.p_value),
+              p(c.p_holm), "–" if math.isnan(c.prob_improvement) else f"{c.prob_improvement:.2f}", str(c.n_seeds), "–" if c.n_images is None else str(c.n_images), c.test]
              for c in comparisons]
-    headers = ["cell", "metric", "a", "b", "a − b", f"{100 * level:g}% CI", "p", "p (Holm)", "P(a>b)", "seeds",
+    headers = ["cell", "metric", "a", "b", "a − b", f"{100 * level:g}% CI (unadjusted)", "p", "p (Holm)", "P(a>b)", "seeds",
                "images", "test"]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True) + "\n\n" + \
         comparison_note(comparisons, level) + "\n"

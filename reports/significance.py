@@ -1,6 +1,6 @@
 """Significance-aware marks (``report --significance``): per column, the best cell is tested
-against every other cell, paired on seed (and, for accuracy with per-image records, on test
-image: ``reports.paired.cell_difference``), Holm-corrected within the column.
+against every other cell, paired on seed (and, for a metric with per-image records, on test
+image, by id: ``reports.paired.cell_difference``), Holm-corrected within the column.
 
 - the best cell is bold only where it is significantly better than the runner-up;
 - every cell whose difference from the best is not significant (Holm p ≥ alpha), or cannot be
@@ -36,7 +36,7 @@ def significance_marks(frame: pd.DataFrame, keys: list[CellKey], means: list[flo
     for i in order[1:]:
         other = _runs(groups.get(keys[i]))
         paired = None if best_runs is None or other is None else cell_difference(best_runs, other, metric, 1 - alpha)
-        p_values.append(math.nan if paired is None else paired[0].p_value)
+        p_values.append(math.nan if paired is None else paired.p_value)
     adjusted = holm(p_values)
     tied = {i for i, p in zip(order[1:], adjusted) if math.isnan(p) or p >= alpha}
     marks: list[Mark] = [None] * len(means)

@@ -1,26 +1,31 @@
 """The statistics of ``report --ci``, ``compare`` and ``--significance``: intervals, paired tests,
 Holm correction.
 
-Every number comes from scipy or statsmodels; this module only arranges the data (docs/guides/statistics.md
-states each procedure, its assumptions and the n it needs). Every interval comes
-from the same procedure as its test, so an interval excludes 0 exactly when p < 1 − level:
+Every number comes from scipy or statsmodels, or from the crossed-design procedure assembled in
+``reports.crossed`` out of scipy's distributions (tested against statsmodels' ANOVA and mixed
+model); this module only arranges the data (docs/guides/statistics.md states each procedure, its
+assumptions and the n it needs). Every interval comes from the same procedure as its test, so an
+interval excludes 0 exactly when p < 1 − level:
 
 - :func:`seed_interval`: Student t interval of a mean over n ≥ 2 seeds (``scipy.stats.t``);
-- :func:`image_mean`: the mean over test images of one number per image, its Student t interval
-  and one-sample t-test (``scipy.stats.ttest_1samp``); the image is the unit (the seeds see the
-  same images, so their correctness is averaged within each image, never pooled as independent
-  pairs), valid by the central limit theorem over images from :data:`MIN_IMAGES` images;
-- :func:`image_accuracy`: a cell's accuracy over its seeds, by :func:`image_mean`;
-- :func:`paired_image_difference`: ``a − b`` accuracy on the same images, by :func:`image_mean`
-  of each image's difference averaged over the paired seeds;
-- :func:`paired_seed_difference`: ``a − b`` of a metric paired by seed: paired Student t
-  (``ttest_1samp`` of the differences = ``ttest_rel``) and its interval, n ≥ 2 seeds;
+- :func:`crossed_mean`: the mean of per-image values over seeds × test images (the seeds see the
+  same images): the two-way random-effects interval and test of ``reports.crossed``; one seed:
+  Student t over images, saying that training variance is not covered; few images where a
+  difference is non-zero: the exact sign-flip test over images (``scipy.stats.permutation_test``);
+- :func:`image_accuracy`: a cell's accuracy over its seeds and images, by :func:`crossed_mean`
+  (Clopper–Pearson over images where every image is right, or wrong, on every seed);
+- :func:`paired_image_difference`: ``a − b`` of a per-image value on the same seeds and images,
+  by :func:`crossed_mean` of the differences;
+- :func:`paired_seed_difference`: ``a − b`` of a metric without per-image values, paired by seed:
+  paired Student t (``ttest_1samp`` of the differences = ``ttest_rel``), n ≥ 2 seeds; it covers
+  training variance only;
 - :func:`wilcoxon_p`: Wilcoxon's signed-rank test (exact), for the critical-difference diagram;
 - :func:`probability_of_improvement`: P(X > Y) + ½ P(X = Y) over all pairs of runs, the
   normalised Mann–Whitney U (Agarwal et al. 2021, "rliable");
 - :func:`holm`: Holm's step-down adjustment (``statsmodels.stats.multitest.multipletests``).
 
-Intervals are clipped to the range the quantity can take and say so (``clipped``).
+Intervals are clipped to the range the quantity can take and say so (``clipped``). A degenerate
+case gets an honest answer, never p = 0 from a zero spread: no spread is "no test".
 """
 from __future__ import annotations
 
@@ -32,14 +37,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-MIN_IMAGES = 30  # the image t-test's normal approximation of a mean of bounded values (docs/guides/statistics.md)
+MIN_IMAGES = 30  # the t reference of a mean of bounded values over images (docs/guides/statistics.md)
+MIN_DISCORDANT = 20  # fewer images where a difference is non-zero: the exact sign-flip test (2^19 flips at most)
 MIN_SEEDS = 2  # a t interval needs a spread: n − 1 ≥ 1 degrees of freedom
 
 SEED_METHOD = "Student t interval over seeds"
-IMAGE_METHOD = (f"Student t interval over test images (each image's correctness averaged over the seeds; "
-                f"at least {MIN_IMAGES} images)")
-IMAGE_TEST = "Student t over images"
+CROSSED_METHOD = ("two-way seeds × images interval (reports/crossed.py: seed and image variance components; "
+                  "Satterthwaite df from 3 seeds, Cochran–Cox with 2, Student t over images with 1)")
 SEED_TEST = "paired Student t over seeds"
+SEED_ONLY = "training variance only: no per-image values"
 
 Interval = tuple[float, float]
 Bounds = tuple[float, float]
@@ -55,12 +61,11 @@ def clip_interval(interval: Interval, bounds: Bounds) -> tuple[Interval, bool]:
 def seed_interval(values: Sequence[float], level: float,
                   bounds: Bounds = (-math.inf, math.inf)) -> tuple[Interval, bool] | None:
     """The ``level`` Student t interval of the mean of ``values`` (one per seed), clipped to
-    ``bounds``, and whether it was clipped; None for n < 2."""
+    ``bounds``, and whether it was clipped; None for n < 2 or no spread (every seed equal: a
+    zero-width interval would claim certainty the seeds cannot give)."""
     x = np.asarray(values, dtype=np.float64)
-    if len(x) < MIN_SEEDS:
+    if len(x) < MIN_SEEDS or np.all(x == x[0]):
         return None
-    if np.all(x == x[0]):
-        return (float(x[0]), float(x[0])), False  # zero spread: scipy would return NaN
     low, high = stats.t.interval(level, df=len(x) - 1, loc=x.mean(), scale=stats.sem(x))
     return clip_interval((float(low), float(high)), bounds)
 
@@ -68,73 +73,148 @@ def seed_interval(values: Sequence[float], level: float,
 @dataclass(frozen=True)
 class Difference:
     """A mean with its interval (clipped to the quantity's range; ``clipped`` says so) and the
-    two-sided p-value of "the mean is 0" from the same procedure, ``test``. Where n is too small
-    for the test, ``p_value`` and ``ci`` are NaN and ``test`` says why."""
+    two-sided p-value of "the mean is 0" from the same procedure, ``test``, which names its n.
+    Where the data allow no test, ``p_value`` and ``ci`` are NaN and ``test`` says why; the exact
+    test of few discordant images gives a p without an interval. ``excluded``: images left out for
+    a missing (NaN) value."""
 
     difference: float
     ci: Interval
     p_value: float
     test: str
     clipped: bool = False
+    n_seeds: int = 0
+    n_images: int | None = None
+    excluded: int = 0
 
     @property
     def tested(self) -> bool:
         return not math.isnan(self.p_value)
 
+    @property
+    def has_interval(self) -> bool:
+        return not math.isnan(self.ci[0])
+
 
 def student_t(values: np.ndarray, level: float, bounds: Bounds, test: str) -> Difference:
     """One-sample Student t on ``values`` (H0: mean 0): ``scipy.stats.ttest_1samp`` and its
-    ``confidence_interval(level)``, so the interval excludes 0 exactly when p < 1 − level. With
-    zero spread scipy's t is ±∞ (p = 0, interval the point); all values 0 give 0/0, reported as
-    p = 1 (nothing differs)."""
+    ``confidence_interval(level)``, so the interval excludes 0 exactly when p < 1 − level. All
+    values 0: p = 1 and the interval [0, 0] (nothing differs); all equal otherwise: no test (a
+    zero spread is no evidence of a zero variance)."""
     x = np.asarray(values, dtype=np.float64)
+    if np.all(x == x[0]):
+        if x[0] == 0:
+            return Difference(0.0, (0.0, 0.0), 1.0, f"{test}: every value 0")
+        return Difference(float(x[0]), NO_INTERVAL, math.nan, f"{test}: no spread over {len(x)} values, no test")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # scipy's precision-loss note on (near-)constant data
+        warnings.simplefilter("ignore", RuntimeWarning)  # scipy's precision-loss note on near-constant data
         result = stats.ttest_1samp(x, 0.0)
         low, high = result.confidence_interval(level)
-    p = float(result.pvalue)
-    if math.isnan(p) and np.all(x == 0):
-        p = 1.0
     ci, clipped = clip_interval((float(low), float(high)), bounds)
-    return Difference(float(x.mean()), ci, p, test, clipped)
+    return Difference(float(x.mean()), ci, float(result.pvalue), test, clipped)
 
 
-def image_mean(per_image: np.ndarray, level: float, bounds: Bounds) -> Difference:
-    """The mean over test images of ``per_image`` (one value per image, the seeds already
-    averaged within it), with its Student t interval and test; no test below ``MIN_IMAGES``."""
-    x = np.asarray(per_image, dtype=np.float64)
-    if len(x) < MIN_IMAGES:
-        return Difference(float(x.mean()) if len(x) else math.nan, NO_INTERVAL, math.nan,
-                          f"{len(x)} images: no test (needs {MIN_IMAGES})")
-    return student_t(x, level, bounds, IMAGE_TEST)
+def crossed_mean(values: np.ndarray, level: float, bounds: Bounds, *, difference: bool = True) -> Difference:
+    """The mean of ``values`` (seeds × images, one value per seed and test image, NaN where
+    undefined) with the interval and p of the crossed design (``reports.crossed``): images with a
+    NaN on any seed are excluded and counted. ``difference``: the values are paired differences
+    (a − b), so images where every difference is 0 carry no sign and fewer than
+    ``MIN_DISCORDANT`` others get the exact sign-flip test; for a plain mean (a cell's accuracy)
+    the test is of "mean 0", which only the interval is for."""
+    from reports import crossed
+
+    y = np.asarray(values, dtype=np.float64)
+    if y.ndim == 1:
+        y = y[None, :]
+    defined = ~np.isnan(y).any(axis=0)
+    excluded = int((~defined).sum())
+    y = y[:, defined]
+    seeds, images = y.shape
+    note = f"; {excluded} image(s) with a missing value excluded" if excluded else ""
+
+    def result(mean: float, ci: Interval, p: float, test: str, clipped: bool = False) -> Difference:
+        return Difference(mean, ci, p, test + note, clipped, seeds, images, excluded)
+
+    if images == 0:
+        return result(math.nan, NO_INTERVAL, math.nan, "no image with a value on every seed: no test")
+    mean = float(y.mean())
+    if np.all(y == y.flat[0]):
+        return result(mean, *_no_spread(y, level, bounds, difference))
+    if difference:
+        discordant = y[:, np.any(y != 0, axis=0)].mean(axis=0)
+        if len(discordant) < MIN_DISCORDANT:
+            return result(mean, NO_INTERVAL, _sign_flip_p(discordant),
+                          f"exact sign-flip test over the {len(discordant)} of {images} images where the methods "
+                          f"differ ({seeds} seed(s)): too few for an interval")
+    if images < MIN_IMAGES:
+        return result(mean, NO_INTERVAL, math.nan, f"{images} images: no test (needs {MIN_IMAGES})")
+    if seeds == 1:
+        ref = crossed.image_reference(y[0])
+        test = f"Student t over {images} images (1 seed: training variance not covered)"
+    else:
+        ref = crossed.reference(y)
+        test = (f"two-way seeds × images, Cochran–Cox critical value (2 seeds: the seed term has 1 df; "
+                f"{images} images)" if seeds == 2 else
+                f"two-way seeds × images, Satterthwaite df {float(ref.df):.1f} ({seeds} seeds, {images} images)")
+    if float(ref.se) == 0.0:  # every image equal, or every seed: one of the two spreads is missing
+        return result(mean, NO_INTERVAL, math.nan, f"{test}: no spread, no test")
+    half = float(ref.critical(level) * ref.se)
+    ci, clipped = clip_interval((mean - half, mean + half), bounds)
+    return result(mean, ci, crossed.p_value(ref), test, clipped)
+
+
+def _no_spread(y: np.ndarray, level: float, bounds: Bounds, difference: bool) -> tuple[Interval, float, str]:
+    """Every seed and image has one value: nothing differs (a difference of 0), a 0/1 cell right
+    (or wrong) everywhere (Clopper–Pearson over the images), or no test."""
+    seeds, images = y.shape
+    value = float(y.flat[0])
+    if difference and value == 0:
+        return (0.0, 0.0), 1.0, f"identical on all {seeds} seed(s) × {images} images"
+    if not difference and value in (bounds[0], bounds[1]):
+        hits = images if value == bounds[1] else 0
+        low, high = stats.binomtest(hits, images).proportion_ci(level, method="exact")
+        scale = bounds[1] - bounds[0]
+        return ((bounds[0] + scale * low, bounds[0] + scale * high), math.nan,
+                f"Clopper–Pearson over {images} images (every image {'right' if hits else 'wrong'} on all "
+                f"{seeds} seed(s): training variance not covered)")
+    return NO_INTERVAL, math.nan, f"no spread over {seeds} seed(s) × {images} images: no test"
+
+
+def _sign_flip_p(values: np.ndarray) -> float:
+    """The exact two-sided sign-flip permutation p of "symmetric about 0" for the mean of
+    ``values`` (``scipy.stats.permutation_test``, every one of the 2^n sign patterns)."""
+    result = stats.permutation_test((values,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
+                                    permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
+    return float(min(1.0, result.pvalue))
 
 
 def image_accuracy(correct: np.ndarray, level: float) -> Difference:
-    """A cell's accuracy (percent) on its test images: ``correct`` is (seeds, images) 0/1; each
-    image's correctness is averaged over the seeds, then :func:`image_mean` over images."""
-    per_image = 100.0 * np.asarray(correct, dtype=np.float64).mean(axis=0)
-    return image_mean(per_image, level, (0.0, 100.0))
+    """A cell's accuracy (percent) on its test images: ``correct`` is (seeds, images) 0/1 (or NaN),
+    by :func:`crossed_mean` (an image is one unit of the image term however many seeds see it)."""
+    return crossed_mean(100.0 * np.asarray(correct, dtype=np.float64), level, (0.0, 100.0), difference=False)
 
 
-def paired_image_difference(a_correct: np.ndarray, b_correct: np.ndarray, level: float) -> Difference:
-    """Accuracy of ``a`` minus that of ``b`` (percent) on the same images: (seeds, images) 0/1
-    arrays paired by row (seed) and column (image); each image's difference is averaged over the
-    seeds, then :func:`image_mean` over images (an image is one unit however many seeds see it)."""
-    a = np.asarray(a_correct, dtype=np.float64)
-    b = np.asarray(b_correct, dtype=np.float64)
-    return image_mean(100.0 * (a - b).mean(axis=0), level, (-100.0, 100.0))
+def paired_image_difference(a_values: np.ndarray, b_values: np.ndarray, level: float,
+                            bounds: Bounds = (-100.0, 100.0)) -> Difference:
+    """``a − b`` of a per-image value on the same seeds and images: (seeds, images) arrays paired
+    by row (seed) and column (image; the caller aligns them by image id), by :func:`crossed_mean`."""
+    a = np.asarray(a_values, dtype=np.float64)
+    b = np.asarray(b_values, dtype=np.float64)
+    return crossed_mean(a - b, level, bounds)
 
 
 def paired_seed_difference(a: Sequence[float], b: Sequence[float], level: float,
                            bounds: Bounds = (-math.inf, math.inf)) -> Difference:
     """Mean of ``a − b`` over seeds (paired by position), its paired Student t interval (clipped
     to ``bounds``) and p-value (``ttest_1samp`` of the differences, = ``ttest_rel``); no test for
-    n < 2."""
+    n < 2. The fallback where a metric has no per-image values: it covers training variance, not
+    the test images' (``SEED_ONLY``)."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if len(d) < MIN_SEEDS:
         return Difference(float(d.mean()) if len(d) else math.nan, NO_INTERVAL, math.nan,
-                          f"n = {len(d)} seed: no test (needs {MIN_SEEDS})")
-    return student_t(d, level, bounds, SEED_TEST)
+                          f"n = {len(d)} seed: no test (needs {MIN_SEEDS})", n_seeds=len(d))
+    got = student_t(d, level, bounds, f"{SEED_TEST} ({len(d)} seeds; {SEED_ONLY})")
+    return Difference(got.difference, got.ci, got.p_value, got.test, got.clipped, n_seeds=len(d))
 
 
 def wilcoxon_p(a: Sequence[float], b: Sequence[float]) -> float:

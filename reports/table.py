@@ -146,7 +146,7 @@ def build_table(
         missing=tuple(missing),
         has_dagger=any(isinstance(v, RowView) and (v.dagger or any(c.dagger for c in v.cells)) for v in body),
         comparing=published is not None,
-        interval_note=None if level is None else interval_note(frame, level),
+        interval_note=None if level is None else interval_note(frame, level, [s for line in stats for s in line]),
         significance_note=None if significance is None or not layout.mark_best else significance_note(significance),
     )
 
@@ -165,13 +165,15 @@ def caption_text(caption: str, table: TableView) -> str:
 
 def significance_note(alpha: float) -> str:
     """The legend of ``report --significance``: which test, which level."""
-    from reports.stats import MIN_IMAGES
+    from reports.stats import MIN_DISCORDANT, MIN_IMAGES
 
     return (f"With significance marks: bold = best and significantly better than the runner-up; ≈ = not significantly different "
-            f"from the best (or not testable: fewer than two common seeds or {MIN_IMAGES} test images, a published "
-            f"mean). Tests: paired on seed; accuracy with per-image records: Student t over the test images (each "
-            f"image's difference averaged over the seeds), else paired Student t over seeds; Holm-corrected within "
-            f"each column, α = {alpha:g}.")
+            f"from the best, or not testable (a published mean; no common seed; one seed of a metric without per-image "
+            f"values; fewer than {MIN_IMAGES} test images). Tests, paired on seed and on test image (by id): metrics "
+            f"with per-image records (acc, sta, dis, comp): the two-way seeds × images test (n = seeds × images; one "
+            f"seed: Student t over the images, training variance not covered; fewer than {MIN_DISCORDANT} images "
+            f"where the methods differ: exact sign-flip test), else (con, or runs without records) paired Student t "
+            f"over the n seeds (training variance only); Holm-corrected within each column, α = {alpha:g}.")
 
 
 #: after an interval clipped to the metric's range (markdown/CSV; LaTeX: ``\\ddag``)
@@ -190,7 +192,10 @@ def interval_text(cell: CellView, clipped_mark: str = CLIPPED_MARK) -> str:
     for accuracy with per-image records, ``; img [lo, hi]`` (or why there is none); an interval
     clipped to the metric's range is followed by ``clipped_mark``."""
     stat = cell.stat
-    shown = f" [{cell.ci[0]}, {cell.ci[1]}]" + (clipped_mark if stat.ci_clipped else "") if cell.ci else " [n=1]"
+    if cell.ci:
+        shown = f" [{cell.ci[0]}, {cell.ci[1]}]" + (clipped_mark if stat.ci_clipped else "")
+    else:
+        shown = f" [{stat.ci_note}]" if stat is not None and stat.ci_note else " [n=1]"
     if cell.image_ci:
         shown += f"; img [{cell.image_ci[0]}, {cell.image_ci[1]}]" + (clipped_mark if stat.image_ci_clipped else "")
     elif stat is not None and stat.image_note:
@@ -198,16 +203,19 @@ def interval_text(cell: CellView, clipped_mark: str = CLIPPED_MARK) -> str:
     return shown
 
 
-def interval_note(frame: pd.DataFrame, level: float) -> str:
-    """What the intervals of ``report --ci`` are: method, level, seeds, and where none is given."""
-    from reports.stats import IMAGE_METHOD, SEED_METHOD
+def interval_note(frame: pd.DataFrame, level: float, cells: list[Stat | None] = ()) -> str:
+    """What the intervals of ``report --ci`` are: method, level, seeds, the procedure and n of each
+    accuracy interval over images (``cells``: the table's statistics), and where none is given."""
+    from reports.stats import CROSSED_METHOD, SEED_METHOD
 
     seeds = sorted({int(s) for s in frame["seed"].dropna()})
+    image_procedures = sorted({s.image_note for s in cells if s is not None and s.image_ci is not None and s.image_note})
+    used = f" ({'; '.join(image_procedures)})" if image_procedures else ""
     return (f"[lo, hi]: {100 * level:g}% {SEED_METHOD} of each cell (seeds {', '.join(map(str, seeds)) or 'none'}; "
-            f"n = 1 or a published mean: no interval, shown as [n=1]); acc img [lo, hi]: {100 * level:g}% "
-            f"{IMAGE_METHOD}, where every run of the cell has per-image records (the interval compare gives "
-            f"accuracy differences). {CLIPPED_MARK}: clipped to the metric's range (percentages [0, 100]). "
-            f"--ci draws no best/second-best marks from means alone (--significance draws tested ones).")
+            f"n = 1 or a published mean: no interval, shown as [n=1]; every seed equal: [no spread]); acc img "
+            f"[lo, hi]: {100 * level:g}% {CROSSED_METHOD}{used}, where every run of the cell has per-image records "
+            f"(the procedure compare gives differences). {CLIPPED_MARK}: clipped to the metric's range (percentages "
+            f"[0, 100]). --ci draws no best/second-best marks from means alone (--significance draws tested ones).")
 
 
 def _marks(

@@ -70,10 +70,11 @@ def tuning_rows(frame: pd.DataFrame, summaries: list[dict[str, Any]], level: flo
     for summary in summaries:
         cell = summary["cell"]
         default, tuned = _cell_runs(frame, cell, cell["variant"]), _cell_runs(frame, cell, tuned_variant(cell["variant"]))
-        paired = cell_difference(tuned, default, "acc", level) if len(default) and len(tuned) else None
-        if paired is None:
+        diff = cell_difference(tuned, default, "acc", level, names=("tuned", "default")) \
+            if len(default) and len(tuned) else None
+        if diff is None:
             continue
-        diff, n_seeds, _ = paired
+        n_seeds = diff.n_seeds
         common = sorted(set(default.index) & set(tuned.index))
         rows.append(TuningRow(summary, float(default.loc[common, "acc"].mean()), float(tuned.loc[common, "acc"].mean()),
                               diff.difference, diff.ci, diff.p_value, math.nan, n_seeds, diff.test))

@@ -68,7 +68,8 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str) -> tuple[st
     body = "\n".join([
         f"<p>{len(frame)} result(s) of {frame['method'].nunique()} method(s) on "
         f"{frame['dataset'].nunique()} dataset(s); {stale} stale (flagged in the table). Cells: mean over seeds, "
-        f"std, 95% interval (over seeds; accuracy of one seed over test images), n seeds; mark: best = "
+        f"std, 95% interval with its procedure and n (over seeds; accuracy of one seed: over its seeds × test "
+        "images, reports/crossed.py), n seeds; mark: best = "
         "significantly better than the runner-up, ≈ = not significantly different from the best (paired tests, "
         "Holm, α = 0.05, as <code>protobench report --ci --significance</code>).</p>",
         "<p>Download: " + " · ".join(f'<a href="{esc(n)}">{esc(n)}</a>' for n in sorted(files)) + "</p>",

@@ -22,8 +22,8 @@ from reports.table import RowView, TableView, build_table
 LEVEL = 0.95  # confidence level of every interval shown (report --ci)
 ALPHA = 0.05  # significance level of the marks (report --significance)
 FILTERED = ("dataset", "backbone", "method", "J", "metric")  # the overview's filter menus
-COLUMNS = ("dataset", "backbone", "method", "J", "variant", "metric", "mean", "std", "ci_low", "ci_high", "n",
-           "mark", "stale")
+COLUMNS = ("dataset", "backbone", "method", "J", "variant", "metric", "mean", "std", "ci_low", "ci_high", "ci_method",
+           "n", "mark", "stale")
 #: text a spreadsheet would read as a formula (OWASP CSV injection); such a cell gets a leading '
 _FORMULA_START = re.compile(r"^[=+\-@\t\r]")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -52,10 +52,12 @@ def overview(frame: pd.DataFrame) -> Overview:
                 continue
             key = dict(zip(KEY_COLUMNS, layout.cell_key(row, group)))
             ci = cell.stat.ci or cell.stat.image_ci
+            procedure = (f"Student t over {cell.stat.n} seeds" if cell.stat.ci else
+                         cell.stat.image_note if cell.stat.image_ci else "")
             records.append({
                 **key, "method": names.get(str(key["method"]), str(key["method"])), "metric": metric.key,
                 "mean": cell.stat.mean, "std": cell.stat.std, "ci_low": None if ci is None else ci[0],
-                "ci_high": None if ci is None else ci[1], "n": cell.n,
+                "ci_high": None if ci is None else ci[1], "ci_method": procedure, "n": cell.n,
                 "mark": {"best": "best", "tied": "≈"}.get(str(cell.mark), ""),
                 "stale": stale.get(tuple(layout.cell_key(row, group)), ""),
             })

@@ -14,6 +14,7 @@ from statsmodels.stats.multitest import multipletests
 
 from benchmark.cli import main
 from benchmark.run.records import write_records
+from crossed_oracle import crossed_interval
 from reports_support import check_latex, markdown_rows, write_run
 
 N_IMAGES = 60
@@ -106,10 +107,11 @@ def test_compare_by_j_against_independent_computations(runs, capsys) -> None:
     a = np.stack([correctness(4, s) for s in SEEDS])
     b = np.stack([correctness(2, s) for s in SEEDS])
     assert acc["difference"] == pytest.approx(100 * (a.mean() - b.mean()))
-    per_image = sps.ttest_1samp(100 * (a.astype(float) - b).mean(axis=0), 0.0)  # the image is the unit
-    assert acc["p_value"] == pytest.approx(per_image.pvalue)
-    assert (acc["ci_low"], acc["ci_high"]) == pytest.approx(tuple(per_image.confidence_interval(0.95)))
-    assert acc["n_images"] == N_IMAGES and acc["test"] == "Student t over images" and not acc["clipped"]
+    _, interval, p = crossed_interval(100 * (a.astype(float) - b), 0.95)  # seeds × images, crossed
+    assert acc["p_value"] == pytest.approx(p, rel=1e-6)
+    assert (acc["ci_low"], acc["ci_high"]) == pytest.approx(interval, rel=1e-9)
+    assert acc["n_images"] == N_IMAGES and not acc["clipped"]
+    assert acc["test"].startswith(f"two-way seeds × images, Satterthwaite df") and f"(3 seeds, {N_IMAGES} images)" in acc["test"]
     con = frame.iloc[1]
     paired_t = sps.ttest_rel([con_value(4, s) for s in SEEDS], [con_value(2, s) for s in SEEDS])
     assert con["difference"] == pytest.approx(20.0) and con["p_value"] == pytest.approx(paired_t.pvalue)
@@ -138,7 +140,7 @@ def test_significance_bolds_only_a_tested_best_and_marks_ties(runs, capsys) -> N
     assert j4_acc.startswith("**") and "≈" not in j2_acc and "**" not in j2_acc
     # con: +20 ± 1.8 over 3 seeds: paired t p = 0.003 → J=4 bold
     assert j4_con.startswith("**") and "≈" not in j2_con
-    assert "paired Student t over seeds" in out and "α = 0.05" in out
+    assert "paired Student t over the n seeds" in out and "two-way seeds × images test" in out and "α = 0.05" in out
     assert "second-best" not in out  # the legend replaces the caption's best/second-best sentence
     assert main(["report", str(runs), "--significance", "--format", "latex", "--metrics", "acc,con"]) == 0
     latex = capsys.readouterr().out
@@ -146,3 +148,39 @@ def test_significance_bolds_only_a_tested_best_and_marks_ties(runs, capsys) -> N
     assert r"{\boldmath$" in latex and "second-best" not in latex
     assert main(["report", str(runs), "--metrics", "acc,con"]) == 0  # without marks: the sentence stays
     assert "second-best is <u>underlined</u>" in capsys.readouterr().out
+
+
+def test_compare_keeps_a_row_a_metric_cannot_fill_and_labels_its_interval(runs, tmp_path, capsys) -> None:
+    # issue 42: J = 4 has dis on every seed, J = 2 on none; the row stays and says why it has no value
+    root = tmp_path / "more" / "grid"
+    for j in (2, 4):
+        for seed in SEEDS:
+            write_run(root, f"j{j}s{seed}", J=j, seed=seed,
+                      metrics={"acc": 50.0 + j + seed, "con": con_value(j, seed), "sta": None,
+                               "dis": None if j == 2 else 60.0 + seed, "comp": None})
+    assert main(["compare", str(tmp_path / "more"), "--by", "J", "--format", "csv"]) == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    dis = frame[frame["metric"] == "dis"]
+    assert len(dis) == 1 and np.isnan(dis["p_value"].iloc[0]) and np.isnan(dis["difference"].iloc[0])
+    assert dis["test"].iloc[0] == "J=2 has no dis on seed(s) 0, 1, 2: no test"
+    assert main(["compare", str(tmp_path / "more"), "--by", "J"]) == 0
+    out = capsys.readouterr().out
+    assert "95% CI (unadjusted)" in out and "it is not adjusted for multiplicity, p_holm is" in out
+    assert "training variance only" in out  # the seed-level fallback names what it covers
+
+
+def test_report_ci_names_the_procedure_and_n_of_each_interval(runs, capsys) -> None:
+    assert main(["report", str(runs), "--ci", "--metrics", "acc"]) == 0
+    out = capsys.readouterr().out
+    assert f"two-way seeds × images, Satterthwaite df" in out and f"(3 seeds, {N_IMAGES} images)" in out
+
+
+def test_paired_runs_on_different_test_images_are_refused_naming_them(runs, capsys) -> None:
+    run = next((runs / "grid").glob("j2s1*"))
+    frame = pd.read_csv(run / "per_image.csv.gz") if (run / "per_image.csv.gz").exists() else \
+        pd.read_parquet(run / "per_image.parquet")
+    frame["image"] = [f"c/other{i}.png" if i == 5 else name for i, name in enumerate(frame["image"])]
+    write_records(run, {"per_image": frame})
+    assert main(["compare", str(runs), "--by", "J", "--metrics", "acc"]) == 2
+    err = capsys.readouterr().err
+    assert "hold different test images" in err and "j2s1" in err and err.count("\n") <= 2

@@ -4,11 +4,14 @@ printed interval leaves the metric's range; too few seeds or images say so inste
 ``--ci`` alone draws no best/second-best marks."""
 from __future__ import annotations
 
+import math
+
 import csv
 import io
 import re
 
 import numpy as np
+from scipy.stats import binomtest
 import pandas as pd
 import pytest
 
@@ -51,7 +54,9 @@ def test_every_compare_row_excludes_zero_exactly_when_p_is_below_alpha(tmp_path,
     frame = pd.concat(rows)
     alpha = 1 - level / 100
     excludes = (frame["ci_low"] > 0) | (frame["ci_high"] < 0)
-    assert len(frame) == 8 * 3 * 2 and set(frame["test"]) == {"Student t over images", "paired Student t over seeds"}
+    assert len(frame) == 8 * 3 * 2
+    kinds = {t.split(" (")[0].split(",")[0] for t in frame["test"]}
+    assert kinds == {"two-way seeds × images", "paired Student t over seeds"}  # acc on records; con per seed
     assert (excludes == (frame["p_value"] < alpha)).all()
     assert 0 < excludes.sum() < len(frame)  # both kinds of row occur
     assert frame["clipped"].any() and (frame["ci_low"] >= -100).all() and (frame["ci_high"] <= 100).all()
@@ -81,11 +86,15 @@ def test_small_n_says_no_test_and_intervals_stay_in_range(tmp_path, capsys) -> N
                (4, 1): rng.random(MIN_IMAGES - 10) < 0.97}
     write_runs(tmp_path / "runs" / "grid", correct, {(2, 0): 30.0, (4, 0): 99.0, (4, 1): 60.0})
     frame = compare_csv(tmp_path / "runs", capsys)
-    assert frame["p_value"].isna().all() and frame["ci_low"].isna().all()
-    assert list(frame["test"]) == [f"{MIN_IMAGES - 10} images: no test (needs {MIN_IMAGES})",
-                                   "n = 1 seed: no test (needs 2)"]
+    assert frame["ci_low"].isna().all()
+    differ = correct[(4, 0)] != correct[(2, 0)]  # one seed: the exact sign test over the discordant images
+    oracle = binomtest(int((correct[(4, 0)] & differ).sum()), int(differ.sum())).pvalue
+    assert frame["p_value"].iloc[0] == pytest.approx(oracle, rel=1e-9)
+    assert frame["test"].iloc[0] == (f"exact sign-flip test over the {differ.sum()} of {MIN_IMAGES - 10} images where "
+                                     "the methods differ (1 seed(s)): too few for an interval")
+    assert math.isnan(frame["p_value"].iloc[1]) and frame["test"].iloc[1] == "n = 1 seed: no test (needs 2)"
     assert main(["compare", str(tmp_path / "runs"), "--by", "J"]) == 0
-    assert all(row[6] == "no test" for row in markdown_rows(capsys.readouterr().out))
+    assert [row[6] for row in markdown_rows(capsys.readouterr().out)] == [f"{oracle:.3g}", "no test"]
     assert main(["report", str(tmp_path / "runs"), "--ci", "--metrics", "acc,con"]) == 0
     out = capsys.readouterr().out
     j4 = next(row for row in markdown_rows(out) if row[1] == "4")
@@ -98,5 +107,5 @@ def test_small_n_says_no_test_and_intervals_stay_in_range(tmp_path, capsys) -> N
     cells = [cell for row in markdown_rows(out) for cell in row]
     assert not any("**" in c or "<u>" in c for c in cells) and "underlined" not in out  # --ci: no marks from means
     assert main(["report", str(tmp_path / "runs"), "--significance", "--metrics", "acc,con"]) == 0
-    marked = [cell for row in markdown_rows(capsys.readouterr().out) for cell in row[2:]]
-    assert all("≈" in c and "**" not in c for c in marked)  # untestable (n = 1, 20 images): tied with the best
+    marked = [row[-1] for row in markdown_rows(capsys.readouterr().out)]
+    assert all("≈" in c and "**" not in c for c in marked)  # con untestable (n = 1): tied with the best

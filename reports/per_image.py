@@ -1,0 +1,67 @@
+"""A cell's per-image values, seeds × test images, keyed by image id (the image's path below the
+dataset root, ``benchmark.run.records``), for the crossed-design statistics (``reports.stats``).
+
+Runs are aligned by image id, never by row position: the same images in another order pair
+correctly, and runs whose image sets differ are refused naming them (a different test split, a
+subset, a renamed dataset) instead of being mis-paired.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from benchmark.errors import ProtobenchError
+
+#: the metrics whose per-image parts the records hold (``correct`` for accuracy), percent
+PER_IMAGE_METRICS: dict[str, str] = {"acc": "correct", "sta": "sta", "dis": "dis", "comp": "comp"}
+
+
+def seed_values(rows: pd.DataFrame, metric: str) -> pd.DataFrame | None:
+    """Per seed (index) and image id (columns, the first run's order), the per-image value of
+    ``metric`` in percent (NaN where undefined) of a cell's single runs; None when the metric has
+    no per-image part or a run has no records with it (a published number, a run evaluated
+    before records existed). Runs whose image sets differ are refused."""
+    from benchmark.run.records import read_records
+
+    column = PER_IMAGE_METRICS.get(metric)
+    if column is None:
+        return None
+    values: dict[int, pd.Series] = {}
+    for seed, run_dir in zip(rows["seed"], rows["run_dir"]):
+        records = read_records(run_dir) if isinstance(run_dir, str) else None
+        if records is None or column not in records.columns:
+            return None
+        ids = records["image"].astype(str)
+        if ids.duplicated().any():
+            raise ProtobenchError(f"{run_dir}: its per-image records list image {ids[ids.duplicated()].iloc[0]!r} "
+                                  "twice; run `protobench evaluate RUN_DIR` to write them again.")
+        scale = 100.0 if column == "correct" else 1.0
+        values[int(seed)] = pd.Series(scale * records[column].astype(np.float64).to_numpy(), index=ids.to_numpy())
+    runs = dict(zip(rows["seed"].astype(int), rows["run_dir"].astype(str)))
+    return _aligned(values, runs)
+
+
+def _aligned(values: dict[int, pd.Series], runs: dict[int, str]) -> pd.DataFrame:
+    first = next(iter(values))
+    order = values[first].index
+    for seed, series in values.items():
+        if set(series.index) != set(order):
+            raise mismatch(runs[first], runs[seed], set(order), set(series.index))
+    return pd.DataFrame({seed: series.reindex(order) for seed, series in values.items()}).T
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, runs_a: str, runs_b: str) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` (seeds × image ids, the same seeds in the same order) as arrays with ``b``'s
+    images in ``a``'s order; differing image sets are refused naming the runs."""
+    if set(a.columns) != set(b.columns):
+        raise mismatch(runs_a, runs_b, set(a.columns), set(b.columns))
+    return a.to_numpy(), b[a.columns].to_numpy()
+
+
+def mismatch(first: str, other: str, first_ids: set, other_ids: set) -> ProtobenchError:
+    only_first, only_other = sorted(first_ids - other_ids), sorted(other_ids - first_ids)
+    example = (f"{len(only_first)} only in the first (e.g. {only_first[0]!r})" if only_first else "") + \
+              (", " if only_first and only_other else "") + \
+              (f"{len(only_other)} only in the second (e.g. {only_other[0]!r})" if only_other else "")
+    return ProtobenchError(f"The per-image records of {first} and {other} hold different test images ({example}); "
+                           "paired statistics need the same test split: compare runs of one dataset split.")
