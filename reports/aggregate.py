@@ -40,6 +40,7 @@ class Stat:
     ci_clipped: bool = False  # the interval over seeds was clipped to the metric's range
     image_ci_clipped: bool = False
     image_note: str | None = None  # the image interval's procedure and n, or why there is none
+    image_n: tuple[int, int] | None = None  # (seeds, images) behind the image interval
     ci_note: str | None = None  # why a cell of several seeds has no seed interval (every seed equal)
 
 
@@ -149,4 +150,5 @@ def _with_intervals(stat: Stat, rows: pd.DataFrame, metric: str, level: float) -
     image = image_accuracy(correct.to_numpy() / 100.0, level)
     if not image.has_interval:
         return replace(stat, image_note=image.test)
-    return replace(stat, image_ci=image.ci, image_ci_clipped=image.clipped, image_note=image.test)
+    return replace(stat, image_ci=image.ci, image_ci_clipped=image.clipped, image_note=image.test,
+                   image_n=(image.n_seeds, image.n_images))

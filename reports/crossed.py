@@ -20,10 +20,12 @@ mean square is never truncated, so a chance-low draw of its S − 1 degrees of f
 replaced by 0 (the pretest that truncating it amounts to rejects a true null 13 % of the time with
 2 seeds in ``reports.stats_simulation``). Its reference distribution:
 
-- S ≥ 3: Student t with Satterthwaite's (1946) degrees of freedom of that sum of mean squares;
-- S = 2: MS_seed has one degree of freedom, where Satterthwaite's approximation rejects up to
-  11 % of true nulls; the critical value is Cochran & Cox's (1950) weighted mean of the two parts'
-  t quantiles (weights: the parts' variances), which holds the level at the price of power;
+- S ≥ 4: Student t with Satterthwaite's (1946) degrees of freedom of that sum of mean squares;
+- S = 2, 3: MS_seed has one or two degrees of freedom, where Satterthwaite's estimated df is
+  anti-conservative (it rejects up to 13 % of true nulls with 2 seeds, 10 % with 3, in
+  ``reports.stats_simulation``: a chance-low MS_seed both shrinks the variance and raises the df);
+  the critical value is Cochran & Cox's (1950) weighted mean of the two parts' t quantiles
+  (weights: the parts' variances), which holds the level at the price of power;
 - S = 1: no seed term exists; Student t over the images, stating that training variance is not
   covered.
 
@@ -40,7 +42,8 @@ import numpy as np
 from scipy import optimize, stats
 
 
-SMALLEST_P = 1e-100  # with 2 seeds, a p below it is reported as it
+SMALLEST_P = 1e-100  # with Cochran–Cox (2–3 seeds), a p below it is reported as it
+MIN_SATTERTHWAITE_SEEDS = 4  # fewer: Cochran–Cox
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def mean_squares(y: np.ndarray) -> MeanSquares:
 class Reference:
     """The standard error of a design's mean and what its critical value is made of: the seed
     part's variance (``seed_var``, df S − 1) and the image part's (``image_var``, df
-    ``image_df``); ``df`` is Satterthwaite's for the sum (used for S ≥ 3)."""
+    ``image_df``); ``df`` is Satterthwaite's for the sum (used from ``MIN_SATTERTHWAITE_SEEDS``)."""
 
     mean: np.ndarray
     se: np.ndarray
@@ -85,6 +88,10 @@ class Reference:
     seeds: int
     images: int
 
+    @property
+    def cochran_cox(self) -> bool:
+        return 2 <= self.seeds < MIN_SATTERTHWAITE_SEEDS
+
     def critical(self, level: float) -> np.ndarray:
         """The two-sided critical value at confidence ``level``."""
         return self.tail_quantile((1.0 - level) / 2)
@@ -92,7 +99,7 @@ class Reference:
     def tail_quantile(self, tail: float) -> np.ndarray:
         """The value the reference distribution exceeds with probability ``tail`` (``isf``: exact
         for the smallest tails)."""
-        if self.seeds == 2:  # Cochran & Cox (1950): the parts' t quantiles weighted by their variances
+        if self.cochran_cox:  # Cochran & Cox (1950): the parts' t quantiles weighted by their variances
             total = self.seed_var + self.image_var
             with np.errstate(invalid="ignore", divide="ignore"):
                 return (self.seed_var * stats.t.isf(tail, self.seeds - 1)
@@ -132,7 +139,7 @@ def p_value(ref: Reference) -> float:
     if mean == 0.0:
         return 1.0
     t = abs(mean) / se
-    if ref.seeds != 2:
+    if not ref.cochran_cox:
         return float(2 * stats.t.sf(t, float(ref.df)))
 
     def excess(log_p: float) -> float:  # c(p) − |t|: decreasing in p, 0 at the p-value

@@ -43,7 +43,7 @@ MIN_SEEDS = 2  # a t interval needs a spread: n − 1 ≥ 1 degrees of freedom
 
 SEED_METHOD = "Student t interval over seeds"
 CROSSED_METHOD = ("two-way seeds × images interval (reports/crossed.py: seed and image variance components; "
-                  "Satterthwaite df from 3 seeds, Cochran–Cox with 2, Student t over images with 1)")
+                  "Satterthwaite df from 4 seeds, Cochran–Cox with 2–3, Student t over images with 1)")
 SEED_TEST = "paired Student t over seeds"
 SEED_ONLY = "training variance only: no per-image values"
 
@@ -153,8 +153,8 @@ def crossed_mean(values: np.ndarray, level: float, bounds: Bounds, *, difference
         test = f"Student t over {images} images (1 seed: training variance not covered)"
     else:
         ref = crossed.reference(y)
-        test = (f"two-way seeds × images, Cochran–Cox critical value (2 seeds: the seed term has 1 df; "
-                f"{images} images)" if seeds == 2 else
+        test = (f"two-way seeds × images, Cochran–Cox critical value ({seeds} seeds: the seed term has "
+                f"{seeds - 1} df; {images} images)" if ref.cochran_cox else
                 f"two-way seeds × images, Satterthwaite df {float(ref.df):.1f} ({seeds} seeds, {images} images)")
     if float(ref.se) == 0.0:  # every image equal, or every seed: one of the two spreads is missing
         return result(mean, NO_INTERVAL, math.nan, f"{test}: no spread, no test")

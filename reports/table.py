@@ -197,7 +197,8 @@ def interval_text(cell: CellView, clipped_mark: str = CLIPPED_MARK) -> str:
     else:
         shown = f" [{stat.ci_note}]" if stat is not None and stat.ci_note else " [n=1]"
     if cell.image_ci:
-        shown += f"; img [{cell.image_ci[0]}, {cell.image_ci[1]}]" + (clipped_mark if stat.image_ci_clipped else "")
+        n = f"({stat.image_n[0]}×{stat.image_n[1]})" if stat.image_n else ""
+        shown += f"; img{n} [{cell.image_ci[0]}, {cell.image_ci[1]}]" + (clipped_mark if stat.image_ci_clipped else "")
     elif stat is not None and stat.image_note:
         shown += f"; img: {stat.image_note}"
     return shown
@@ -212,8 +213,8 @@ def interval_note(frame: pd.DataFrame, level: float, cells: list[Stat | None] = 
     image_procedures = sorted({s.image_note for s in cells if s is not None and s.image_ci is not None and s.image_note})
     used = f" ({'; '.join(image_procedures)})" if image_procedures else ""
     return (f"[lo, hi]: {100 * level:g}% {SEED_METHOD} of each cell (seeds {', '.join(map(str, seeds)) or 'none'}; "
-            f"n = 1 or a published mean: no interval, shown as [n=1]; every seed equal: [no spread]); acc img "
-            f"[lo, hi]: {100 * level:g}% {CROSSED_METHOD}{used}, where every run of the cell has per-image records "
+            f"n = 1 or a published mean: no interval, shown as [n=1]; every seed equal: [no spread]); acc img(S×I) "
+            f"[lo, hi]: {100 * level:g}% {CROSSED_METHOD} over S seeds × I test images{used}, where every run of the cell has per-image records "
             f"(the procedure compare gives differences). {CLIPPED_MARK}: clipped to the metric's range (percentages "
             f"[0, 100]). --ci draws no best/second-best marks from means alone (--significance draws tested ones).")
 

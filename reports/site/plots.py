@@ -107,7 +107,8 @@ def cd_ranks(frame: pd.DataFrame, metric: str = "acc") -> tuple[Figure | None, s
     groups = "; ".join(" ≈ ".join(labels[i:j + 1]) for i, j in cd.cliques if j > i) or "none"
     friedman = "" if cd.friedman_p is None else f"Friedman p = {cd.friedman_p:.3g}. "
     note = (f"{friedman}Not separated by Wilcoxon–Holm at α = {cd.alpha:g}: {groups}. "
-            f"{cd.incomplete_blocks} incomplete block(s) left out.")
+            f"{cd.incomplete_blocks} incomplete block(s) left out. A block is a cell's mean over seeds: these ranks and "
+            f"tests do not see seed or test-image variance within a block (the comparisons pages do).")
     return figure, note
 
 

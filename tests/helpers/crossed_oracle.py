@@ -33,8 +33,8 @@ def crossed_interval(y: np.ndarray, level: float) -> tuple[float, tuple[float, f
         ms_i ** 2 / (i - 1) + ms_e ** 2 / ((s - 1) * (i - 1)) if image_component else 0.0))
 
     def critical(alpha: float) -> float:
-        if s == 2:  # Cochran & Cox: the t quantiles weighted by the parts' variances
-            return (seed_var * stats.t.isf(alpha / 2, 1) + image_var * stats.t.isf(alpha / 2, max(image_df, 1.0))) \
+        if s in (2, 3):  # Cochran & Cox: the t quantiles weighted by the parts' variances
+            return (seed_var * stats.t.isf(alpha / 2, s - 1) + image_var * stats.t.isf(alpha / 2, max(image_df, 1.0))) \
                 / (seed_var + image_var)
         return float(stats.t.isf(alpha / 2, df))
 

@@ -73,7 +73,7 @@ def test_report_ci_puts_an_interval_in_every_cell(runs, capsys) -> None:
     assert len(rows) == 2
     for row in rows:
         acc, con = row[-2:]
-        assert "[" in con and "img [" in acc
+        assert "[" in con and "img(3×60) [" in acc
     assert "95% Student t interval over seeds" in out and "seeds 0, 1, 2" in out
     con = [con_value(2, s) for s in SEEDS]
     low, high = sps.t.interval(0.95, 2, loc=np.mean(con), scale=sps.sem(con))
@@ -111,7 +111,7 @@ def test_compare_by_j_against_independent_computations(runs, capsys) -> None:
     assert acc["p_value"] == pytest.approx(p, rel=1e-6)
     assert (acc["ci_low"], acc["ci_high"]) == pytest.approx(interval, rel=1e-9)
     assert acc["n_images"] == N_IMAGES and not acc["clipped"]
-    assert acc["test"].startswith(f"two-way seeds × images, Satterthwaite df") and f"(3 seeds, {N_IMAGES} images)" in acc["test"]
+    assert acc["test"] == f"two-way seeds × images, Cochran–Cox critical value (3 seeds: the seed term has 2 df; {N_IMAGES} images)"
     con = frame.iloc[1]
     paired_t = sps.ttest_rel([con_value(4, s) for s in SEEDS], [con_value(2, s) for s in SEEDS])
     assert con["difference"] == pytest.approx(20.0) and con["p_value"] == pytest.approx(paired_t.pvalue)
@@ -172,7 +172,7 @@ def test_compare_keeps_a_row_a_metric_cannot_fill_and_labels_its_interval(runs, 
 def test_report_ci_names_the_procedure_and_n_of_each_interval(runs, capsys) -> None:
     assert main(["report", str(runs), "--ci", "--metrics", "acc"]) == 0
     out = capsys.readouterr().out
-    assert f"two-way seeds × images, Satterthwaite df" in out and f"(3 seeds, {N_IMAGES} images)" in out
+    assert f"two-way seeds × images, Cochran–Cox critical value (3 seeds: the seed term has 2 df; {N_IMAGES} images)" in out
 
 
 def test_paired_runs_on_different_test_images_are_refused_naming_them(runs, capsys) -> None:

@@ -77,7 +77,7 @@ def test_report_ci_and_compare_give_one_accuracy_interval_for_one_cell(tmp_path,
     shown = re.search(r"\[(\d+\.\d), (\d+\.\d)\]", markdown_rows(capsys.readouterr().out)[0][5]).groups()
     assert main(["report", str(tmp_path / "runs"), "--ci", "--metrics", "acc"]) == 0
     report_rows = markdown_rows(capsys.readouterr().out)
-    assert f"img [{shown[0]}, {shown[1]}]" in next(row[-1] for row in report_rows if row[1] == "4")
+    assert f"img(3×90) [{shown[0]}, {shown[1]}]" in next(row[-1] for row in report_rows if row[1] == "4")
 
 
 def test_small_n_says_no_test_and_intervals_stay_in_range(tmp_path, capsys) -> None:
