@@ -17,12 +17,12 @@ E[MS_image] = σ²_resid + S·σ²_image, E[MS_resid] = σ²_resid) the method-o
 the seed-level variance of the mean (which holds the residual term) plus the image component the
 seeds share, the latter set to 0 when its estimate is negative (Brennan 2001, §3.4); the seed
 mean square is never truncated, so a chance-low draw of its S − 1 degrees of freedom is not
-replaced by 0 (the pretest that truncating it amounts to rejects a true null 13 % of the time with
+replaced by 0 (the pretest that truncating it amounts to rejects up to 15.5 % of true nulls with
 2 seeds in ``reports.stats_simulation``). Its reference distribution:
 
 - S ≥ 4: Student t with Satterthwaite's (1946) degrees of freedom of that sum of mean squares;
 - S = 2, 3: MS_seed has one or two degrees of freedom, where Satterthwaite's estimated df is
-  anti-conservative (it rejects up to 13 % of true nulls with 2 seeds, 10 % with 3, in
+  anti-conservative (it rejects up to 15.3 % of true nulls with 2 seeds, 9.1 % with 3, in
   ``reports.stats_simulation``: a chance-low MS_seed both shrinks the variance and raises the df);
   the critical value is Cochran & Cox's (1950) weighted mean of the two parts' t quantiles
   (weights: the parts' variances), which holds the level at the price of power;
