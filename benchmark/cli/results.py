@@ -122,6 +122,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--significance", type=float, nargs="?", const=0.05, metavar="ALPHA",
                         help="bold the best cell only where a paired test finds it better than the runner-up, and "
                              "mark cells tied with the best (≈), at ALPHA (default 0.05); docs/guides/statistics.md")
+    parser.add_argument("--reference", metavar="METHOD",
+                        help="add each method's gap to this method's row (linear_probe, knn) on the same dataset and "
+                             "trunk for every metric, with the paired interval (seeds × images where per-image "
+                             "records exist; --ci sets the level, default 95); with --format csv the gaps alone")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
     add_check_adapters_argument(parser)
@@ -161,11 +165,24 @@ def run_report(args: argparse.Namespace) -> int:
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
+    gaps = None
+    if args.reference is not None:  # checked, and computed, before anything is written
+        from reports.reference import reference_gaps, render_gaps
+
+        if args.fmt == "latex":
+            raise ProtobenchError("--reference writes its gaps as markdown (after the table) or CSV (the gaps "
+                                  "alone); pass --format markdown or --format csv.")
+        gap_level = (args.ci or 95.0) / 100
+        gaps = render_gaps(reference_gaps(frame, args.reference, gap_level), args.reference, args.fmt, gap_level,
+                           args.decimals)
     report = render_report(
         frame, layout, args.fmt, against=against, decimals=args.decimals, method_macro=args.method_macro,
         level=None if args.ci is None else args.ci / 100, significance=args.significance,
     )
-    emit(report.text, args.out)
+    if gaps is not None:  # CSV: the gaps alone (one table per file); markdown: after the table
+        emit(gaps if args.fmt == "csv" else report.text.rstrip("\n") + "\n\n" + gaps, args.out)
+    else:
+        emit(report.text, args.out)
     if report.interval_note and args.fmt == "csv":
         print(report.interval_note, file=sys.stderr)
     if report.missing and args.layout is None:
