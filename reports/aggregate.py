@@ -17,7 +17,6 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError

@@ -1,6 +1,6 @@
 """Spell a TableView as CSV: one line per row, a value, std and n column per table column
 (with ``report --ci`` also ci_low, ci_high, ci_clipped over seeds and img_ci_low, img_ci_high,
-img_ci_clipped over test images).
+img_ci_clipped over seeds × test images: reports.stats.crossed_mean).
 
 For spreadsheets: no marks, no daggers; the std and n columns are filled wherever known,
 whether or not the LaTeX/markdown version of the layout prints them. Row labels are the

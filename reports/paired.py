@@ -18,15 +18,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import pandas as pd
 
 from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError
 from reports.cell_text import markdown_cell
 from reports.columns import KEY_COLUMNS, difference_range
-from reports.per_image import paired, seed_values
-from reports.stats import (NO_INTERVAL, Difference, holm, paired_image_difference, paired_seed_difference,
+from reports.per_image import PER_IMAGE_METRICS, paired, seed_values
+from reports.stats import (NO_INTERVAL, SEED_ONLY, Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
 
 COMPARED_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp")  # percent, higher is better
@@ -133,7 +132,11 @@ def cell_difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str, lev
         first, second = (", ".join(runs["run_dir"].astype(str)) for runs in (runs_a, runs_b))
         a_values, b_values = paired(a.loc[both], b.loc[both], first, second)
         return paired_image_difference(a_values, b_values, level, difference_range(metric))
-    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level, difference_range(metric))
+    why = SEED_ONLY
+    if metric in PER_IMAGE_METRICS and (a is not None or b is not None):  # a labelled fallback, never a mix
+        why = f"training variance only: {names[0] if a is None else names[1]} has no per-image {metric} records"
+    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level, difference_range(metric),
+                                  why)
 
 
 def comparisons_frame(comparisons: list[Comparison]) -> pd.DataFrame:

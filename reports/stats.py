@@ -204,16 +204,16 @@ def paired_image_difference(a_values: np.ndarray, b_values: np.ndarray, level: f
 
 
 def paired_seed_difference(a: Sequence[float], b: Sequence[float], level: float,
-                           bounds: Bounds = (-math.inf, math.inf)) -> Difference:
+                           bounds: Bounds = (-math.inf, math.inf), why: str = SEED_ONLY) -> Difference:
     """Mean of ``a − b`` over seeds (paired by position), its paired Student t interval (clipped
     to ``bounds``) and p-value (``ttest_1samp`` of the differences, = ``ttest_rel``); no test for
     n < 2. The fallback where a metric has no per-image values: it covers training variance, not
-    the test images' (``SEED_ONLY``)."""
+    the test images', which ``why`` says in the test's name (default ``SEED_ONLY``)."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if len(d) < MIN_SEEDS:
         return Difference(float(d.mean()) if len(d) else math.nan, NO_INTERVAL, math.nan,
                           f"n = {len(d)} seed: no test (needs {MIN_SEEDS})", n_seeds=len(d))
-    got = student_t(d, level, bounds, f"{SEED_TEST} ({len(d)} seeds; {SEED_ONLY})")
+    got = student_t(d, level, bounds, f"{SEED_TEST} ({len(d)} seeds; {why})")
     return Difference(got.difference, got.ci, got.p_value, got.test, got.clipped, n_seeds=len(d))
 
 

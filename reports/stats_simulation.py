@@ -18,9 +18,12 @@ is drawn from a logistic model (base accuracy p₀; logit-scale effects):
 A true null is δ = 0 (both methods have the same expected value over images and seeds). Coverage
 and power are of δ set so a beats b by ``+2`` points (its true value computed by Monte Carlo on
 200 × 5,000 fresh images). Each procedure is run through the suite's own code on every
-simulated design at once: ``crossed`` (``reports.crossed``, what ``compare`` uses), and the two
-it replaced: ``image t`` (Student t over images of each image's seed-averaged difference) and
-``seed t`` (paired Student t over the seeds' means).
+simulated design at once: ``crossed`` (``reports.crossed``, what ``compare`` uses), the two it
+replaced: ``image t`` (Student t over images of each image's seed-averaged difference) and
+``seed t`` (paired Student t over the seeds' means), and two alternatives it was chosen over:
+``Satterthwaite`` (its variance with Satterthwaite's df at every S, not Cochran–Cox at 2–3 seeds)
+and ``truncated`` (both variance components set to 0 when negative, as a mixed model's REML fit
+does in a balanced design, with Satterthwaite's df).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from reports.crossed import reference
+from reports.crossed import mean_squares, reference
 
 ALPHA = 0.05
 METRICS = ("acc", "sta")
@@ -96,9 +99,25 @@ def rejections(d: np.ndarray, truth: float = 0.0) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
             "crossed": np.abs(crossed.mean - truth) > half,
+            "Satterthwaite": np.abs(crossed.mean - truth) > stats.t.isf(ALPHA / 2, crossed.df) * crossed.se,
+            "truncated": _truncated(d, truth),
             "image t": np.abs(image_means.mean(-1) - truth) > stats.t.isf(ALPHA / 2, d.shape[2] - 1) * image_se,
             "seed t": np.abs(seed_means.mean(-1) - truth) > stats.t.isf(ALPHA / 2, d.shape[1] - 1) * seed_se,
         }
+
+
+def _truncated(d: np.ndarray, truth: float) -> np.ndarray:
+    """The interval with both variance components truncated at 0 (σ²_seed and σ²_image; the
+    residual's always counts) and Satterthwaite's df of the mean squares that remain."""
+    ms = mean_squares(d)
+    s, i = ms.seeds, ms.images
+    has_seed, has_image = ms.seed > ms.residual, ms.image > ms.residual
+    c_seed, c_image = has_seed.astype(float), has_image.astype(float)
+    c_resid = 1.0 - c_seed - c_image  # σ²_s/S + σ²_i/I + σ²_e/(SI) as a sum of mean squares over S·I
+    total = c_seed * ms.seed + c_image * ms.image + c_resid * ms.residual
+    df = total ** 2 / ((c_seed * ms.seed) ** 2 / (s - 1) + (c_image * ms.image) ** 2 / (i - 1)
+                       + (c_resid * ms.residual) ** 2 / ((s - 1) * (i - 1)))
+    return np.abs(ms.mean - truth) > stats.t.isf(ALPHA / 2, df) * np.sqrt(total / (s * i))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ class CellView:
     reference: Reference | None
     n: int = 0
     ci: tuple[str, str] | None = None  # report --ci: (lo, hi) over seeds, as shown
-    image_ci: tuple[str, str] | None = None  # report --ci, accuracy: (lo, hi) over test images
+    image_ci: tuple[str, str] | None = None  # report --ci, accuracy: (lo, hi) over seeds × test images
     stat: Stat | None = None  # the unrounded statistic (report --format csv writes it to read back)
 
 

@@ -117,7 +117,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="published numbers to show next to ours, e.g. reports/paper/cub_main.csv")
     parser.add_argument("--decimals", type=int, default=1, help="digits after the point (default: 1)")
     parser.add_argument("--ci", type=float, nargs="?", const=95.0, metavar="LEVEL",
-                        help="every cell with its confidence interval over seeds (accuracy also over test images), "
+                        help="every cell with its confidence interval over seeds (accuracy also over seeds × test images), "
                              "at LEVEL percent (default 95); docs/guides/statistics.md")
     parser.add_argument("--significance", type=float, nargs="?", const=0.05, metavar="ALPHA",
                         help="bold the best cell only where a paired test finds it better than the runner-up, and "

@@ -184,3 +184,13 @@ def test_paired_runs_on_different_test_images_are_refused_naming_them(runs, caps
     assert main(["compare", str(runs), "--by", "J", "--metrics", "acc"]) == 2
     err = capsys.readouterr().err
     assert "hold different test images" in err and "j2s1" in err and err.count("\n") <= 2
+
+
+def test_one_side_without_records_falls_back_to_seeds_and_says_which(runs, capsys) -> None:
+    for run in (runs / "grid").glob("j2s*"):
+        for table in run.glob("per_image.*"):
+            table.unlink()
+    assert main(["compare", str(runs), "--by", "J", "--metrics", "acc", "--format", "csv"]) == 0
+    acc = pd.read_csv(io.StringIO(capsys.readouterr().out)).iloc[0]
+    assert acc["test"] == "paired Student t over seeds (3 seeds; training variance only: J=2 has no per-image acc records)"
+    assert np.isnan(acc["n_images"])

@@ -4,16 +4,15 @@ printed interval leaves the metric's range; too few seeds or images say so inste
 ``--ci`` alone draws no best/second-best marks."""
 from __future__ import annotations
 
-import math
-
 import csv
 import io
+import math
 import re
 
 import numpy as np
-from scipy.stats import binomtest
 import pandas as pd
 import pytest
+from scipy.stats import binomtest
 
 from benchmark.cli import main
 from benchmark.run.records import write_records
