@@ -169,3 +169,21 @@ def test_fewer_than_three_methods_or_one_metric_is_one_error_with_nothing_writte
 
     with pytest.raises(ProtobenchError, match="at least 3 methods"):
         build_agreement(load_runs([tmp_path / "two"], csv=False), Bootstrap())
+
+
+def test_rank_stability_across_j_is_tau_between_the_rankings_at_each_pair_of_j(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    acc = {(m, j): float(rng.uniform(0, 100)) for m in METHODS for j in (3, 5, 7)}
+    for (method, j), value in acc.items():
+        for s in (0, 1):
+            write_run(tmp_path / "g", f"{method}-{j}-{s}", method=method, J=j, seed=s,
+                      metrics={"acc": value + s, "con": 100 - value})
+    from reports.agreement import rank_stability
+    from reports.load import load_runs
+
+    found = {(s.a, s.b, s.metric): s for s in rank_stability(load_runs([tmp_path], csv=False), ["acc", "con"], "J")}
+    assert set(found) == {(a, b, m) for a, b in (("3", "5"), ("3", "7"), ("5", "7")) for m in ("acc", "con")}
+    for (a, b, metric), stability in found.items():
+        x = np.array([acc[(m, int(a))] for m in sorted(METHODS)])
+        y = np.array([acc[(m, int(b))] for m in sorted(METHODS)])
+        assert stability.methods == 4 and stability.tau == pytest.approx(brute_force_tau_b(x, y))

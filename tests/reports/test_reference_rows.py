@@ -1,13 +1,15 @@
 """Issue 40 end to end on synthbirds: protopnet, kmex, knn and linear_probe over seeds 0 and 1;
 every result has ``sanity`` (and its per-image records); ``report --reference`` adds each method's
-gap to the reference row, equal to the difference of the runs' own numbers; a reference not in
-the runs is one error naming those present and the closest, with nothing written."""
+gap to the reference row, equal to the difference of the runs' own numbers, and the site shows
+the same gaps; ``agreement`` prints Kendall's τ with intervals over the test images; a reference
+not in the runs is one error naming those present and the closest, with nothing written."""
 from __future__ import annotations
 
 import csv
 import io
 import json
 
+import pandas as pd
 import pytest
 
 from benchmark.cli import main
@@ -67,3 +69,34 @@ def test_a_reference_not_in_the_runs_is_one_error_naming_those_present(runs, tmp
     err = capsys.readouterr().err
     assert "did you mean 'linear_probe'" in err and "kmex, knn, linear_probe, protopnet" in err, err
     assert not out.exists()
+
+
+def test_the_site_shows_the_same_gaps_and_the_agreement(runs, tmp_path, capsys) -> None:
+    assert main(["report", str(runs), "--reference", "linear_probe", "--format", "csv"]) == 0
+    printed = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    site = tmp_path / "site"
+    assert main(["site", str(runs), "--out", str(site), "--reference", "linear_probe"]) == 0
+    shown = pd.read_csv(site / "reference.csv")
+    pd.testing.assert_frame_equal(shown, printed)
+    index = (site / "index.html").read_text()
+    assert 'href="reference.html"' in index and 'href="agreement.html"' in index
+    assert "Gaps to linear_probe" in index and "gap to linear_probe" in (site / "reference.html").read_text()
+    tau = pd.read_csv(site / "agreement.csv")
+    assert len(tau) > 0 and "Kendall" in (site / "agreement.html").read_text()
+    capsys.readouterr()
+    assert main(["site", str(runs), "--out", str(tmp_path / "other"), "--reference", "linear_prob"]) != 0
+    assert "did you mean 'linear_probe'" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_agreement_prints_kendalls_tau_with_intervals_over_the_test_images(runs, capsys) -> None:
+    assert main(["agreement", str(runs), "--resamples", "200"]) == 0
+    text = capsys.readouterr().out
+    for part in ("## Kendall's τ between the metrics' method rankings", "## Reliability over seeds",
+                 "## Rank stability across J", "## What this grid supports"):
+        assert part in text
+    assert main(["agreement", str(runs), "--resamples", "200", "--format", "csv"]) == 0
+    tau = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index(["metric_a", "metric_b"])
+    row = tau.loc[("acc", "sanity")]
+    assert row["methods"] == 4 and row["n_images"] == 16 and row["ci_low"] <= row["tau"] <= row["ci_high"]
+    assert "percentile bootstrap over 16 test images" in row["interval"]
+    assert tau.loc[("acc", "con"), "interval"] == "no interval: no per-image values of con"
