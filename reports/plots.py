@@ -25,7 +25,7 @@ from reports.pivot import METRICS, dimension_label, display_names, fixed_dimensi
 
 FIGURE_FORMATS: tuple[str, ...] = (".png", ".pdf", ".svg")
 X_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, "seed")
-PERCENT_METRICS = frozenset({"acc", "con", "sta", "dis", "comp", "purity", "loc", "del"})
+PERCENT_METRICS = frozenset({"acc", "con", "sta", "dis", "comp", "purity", "loc", "del", "sanity"})
 _PANEL_INCHES = (4.2, 3.2)
 #: axis titles of the dimensions
 AXIS_NAMES: dict[str, str] = {"dataset": "dataset", "backbone": "backbone", "method": "method",

@@ -246,6 +246,7 @@ def _cli(argv: list[str], *, blocked: bool, cwd: Path) -> tuple[int, str, str, l
     ["report", str(FIXTURE_RUNS)],
     ["report", str(FIXTURE_RUNS), "--format", "latex"],
     ["compare", str(FIXTURE_RUNS), "--by", "method"],
+    ["agreement", str(FIXTURE_RUNS), "--resamples", "100"],
     ["status", str(FIXTURE_RUNS)],
     ["status", str(FIXTURE_RUNS), "--json"],
     ["list", "methods"],

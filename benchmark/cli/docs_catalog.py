@@ -34,6 +34,7 @@ METRIC_MODULES: dict[str, str] = {
     "size_local": "metrics.size",
     "size_global": "metrics.size",
     "del": "metrics.deletion",
+    "sanity": "metrics.sanity",
 }
 
 #: dataset name → the module that reads it

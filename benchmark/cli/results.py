@@ -1,4 +1,4 @@
-"""The commands that read finished runs: ``report``, ``export``, ``compare``, ``plot`` (tables,
+"""The commands that read finished runs: ``report``, ``export``, ``compare``, ``agreement``, ``plot`` (tables,
 rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototype maps) and
 ``tensorboard`` (training curves).
 
@@ -8,6 +8,7 @@ rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototyp
     protobench report --list
     protobench export RUNS_DIR... --out FILE.csv|.jsonl|.parquet [--per-image]
     protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
+    protobench agreement RUNS_DIR... [--level P] [--resamples N] [--seed N] [--format markdown|csv] [--out FILE]
     protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
     protobench plot --curves RUN_DIR... [--y TERM,...] --out FILE
     protobench plot --cd RUNS_DIR|CSV... [--y METRIC] [--hue KEY] --out FILE
@@ -37,7 +38,7 @@ DIMENSIONS = "dataset, backbone, method, J, variant"
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add ``report``, ``export``, ``compare``, ``plot``, ``figures`` and ``tensorboard`` to ``sub``."""
+    """Add ``report``, ``export``, ``compare``, ``agreement``, ``plot``, ``figures`` and ``tensorboard`` to ``sub``."""
     p = sub.add_parser("report", help="tables (markdown/LaTeX/CSV) of every result, or of a paper layout")
     add_report_arguments(p)
     p.set_defaults(func=run_report)
@@ -50,6 +51,12 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                                        "Holm-corrected p-values")
     add_compare_arguments(p)
     p.set_defaults(func=run_compare)
+
+    p = sub.add_parser("agreement", help="whether the metrics agree: Kendall's τ between the method rankings of each "
+                                         "pair of metrics (bootstrap intervals over test images), reliability over "
+                                         "seeds (ICC), rank stability across J and backbones, the supported orderings")
+    add_agreement_arguments(p)
+    p.set_defaults(func=run_agreement)
 
     p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
     add_plot_arguments(p)
@@ -122,6 +129,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--significance", type=float, nargs="?", const=0.05, metavar="ALPHA",
                         help="bold the best cell only where a paired test finds it better than the runner-up, and "
                              "mark cells tied with the best (≈), at ALPHA (default 0.05); docs/guides/statistics.md")
+    parser.add_argument("--reference", metavar="METHOD",
+                        help="add each method's gap to this method's row (linear_probe, knn) on the same dataset and "
+                             "trunk for every metric, with the paired interval (seeds × images where per-image "
+                             "records exist; --ci sets the level, default 95); with --format csv the gaps alone")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the table here instead of stdout")
     parser.add_argument("--list", dest="list_layouts", action="store_true", help="list the layouts and exit")
     add_check_adapters_argument(parser)
@@ -161,11 +172,24 @@ def run_report(args: argparse.Namespace) -> int:
     if layout is None:
         layout = pivot_layout(frame, rows=args.rows, cols=args.cols, metrics=args.metrics)
     against = load_csv(args.against) if args.against is not None else None
+    gaps = None
+    if args.reference is not None:  # checked, and computed, before anything is written
+        from reports.reference import reference_gaps, render_gaps
+
+        if args.fmt == "latex":
+            raise ProtobenchError("--reference writes its gaps as markdown (after the table) or CSV (the gaps "
+                                  "alone); pass --format markdown or --format csv.")
+        gap_level = (args.ci or 95.0) / 100
+        gaps = render_gaps(reference_gaps(frame, args.reference, gap_level), args.reference, args.fmt, gap_level,
+                           args.decimals)
     report = render_report(
         frame, layout, args.fmt, against=against, decimals=args.decimals, method_macro=args.method_macro,
         level=None if args.ci is None else args.ci / 100, significance=args.significance,
     )
-    emit(report.text, args.out)
+    if gaps is not None:  # CSV: the gaps alone (one table per file); markdown: after the table
+        emit(gaps if args.fmt == "csv" else report.text.rstrip("\n") + "\n\n" + gaps, args.out)
+    else:
+        emit(report.text, args.out)
     if report.interval_note and args.fmt == "csv":
         print(report.interval_note, file=sys.stderr)
     if report.missing and args.layout is None:
@@ -314,6 +338,39 @@ def run_compare(args: argparse.Namespace) -> int:
     comparisons = compare_levels(frame, args.by, baseline=baseline, metrics=args.metrics, level=args.level / 100)
     text = render_comparisons(comparisons, args.fmt, args.level / 100)
     emit(text, args.out)
+    return 0
+
+
+def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``agreement`` subcommand's arguments to ``parser``."""
+    parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
+                        help="folders searched recursively for result.json (three or more methods, two or more metrics)")
+    add_where_argument(parser)
+    parser.add_argument("--level", type=float, default=95.0, metavar="P",
+                        help="confidence level of the τ intervals and the tests, in percent (default 95)")
+    parser.add_argument("--resamples", type=int, default=2000, metavar="N",
+                        help="bootstrap resamples of the test images per τ interval (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="the bootstrap's random seed (default 0)")
+    parser.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown",
+                        help="the whole report as markdown, or the τ table as CSV (default: markdown)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write here instead of stdout")
+
+
+def run_agreement(args: argparse.Namespace) -> int:
+    """Whether the metrics agree on the order of the methods (docs/guides/agreement.md)."""
+    from reports.agreement import Bootstrap
+    from reports.agreement_report import build_agreement, render_agreement
+    from reports.load import load_runs
+    from reports.pivot import parse_where
+
+    if not 0 < args.level < 100:
+        raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
+    if args.resamples < 100:
+        raise ProtobenchError(f"--resamples {args.resamples}: a percentile interval needs at least 100 resamples "
+                              "(default 2000).")
+    frame = load_runs(args.runs_dirs, parse_where(args.where), csv=False)
+    report = build_agreement(frame, Bootstrap(n_resamples=args.resamples, seed=args.seed, level=args.level / 100))
+    emit(render_agreement(report, args.fmt), args.out)
     return 0
 
 

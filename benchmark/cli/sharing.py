@@ -3,7 +3,7 @@ optionally with their trained heads) and ``site`` (a static results site).
 
     protobench bundle RUNS_DIR... --out DIR [--checkpoints] [--license ID] [--push REPO_ID]
     protobench bundle verify DIR
-    protobench site RUNS_DIR... --out DIR [--where KEY=VALUE]... [--compare KEY]...
+    protobench site RUNS_DIR... --out DIR [--where KEY=VALUE]... [--compare KEY]... [--reference METHOD]
 
 Building these parsers imports neither torch nor pandas; the command bodies import what they use.
 """
@@ -43,6 +43,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--compare", action="append", metavar="KEY",
                    help="a comparison page of this key's values, as `protobench compare --by KEY` (repeatable; "
                         "default: method and J, those with two or more values)")
+    p.add_argument("--reference", metavar="METHOD",
+                   help="a page of each method's gap to this method's row (linear_probe, knn), as "
+                        "`protobench report --reference METHOD`")
     add_check_adapters_argument(p)
     p.set_defaults(func=cmd_site)
 
@@ -95,7 +98,7 @@ def cmd_site(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     frame = mark_stale(load_runs(args.runs_dirs, parse_where(args.where), csv=False), adapter_imports(args))
-    built = build_site(frame, args.out, compare_keys=args.compare, inputs=args.runs_dirs)
+    built = build_site(frame, args.out, compare_keys=args.compare, inputs=args.runs_dirs, reference=args.reference)
     print(f"wrote {built.pages} page(s), {built.bytes / 2**20:.1f} MiB, to {args.out} in "
           f"{time.perf_counter() - started:.1f} s; open {args.out / 'index.html'}")
     return 0

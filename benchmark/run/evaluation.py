@@ -25,6 +25,7 @@ from benchmark.run.prediction import predict
 from methods.base import PrototypeMethod
 from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins, map_parts_to_frame
 from metrics.comprehensiveness import segmentation_to_frame
+from metrics.sanity import SanityScores, sanity
 
 
 @dataclass
@@ -51,7 +52,7 @@ def load_segmentation_masks(dataset: ImageDataset) -> torch.Tensor | None:
 
 
 def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Tensor,
-                  explained: ExplanationRecords | None) -> dict[str, pd.DataFrame]:
+                  explained: ExplanationRecords | None, checked: SanityScores | None = None) -> dict[str, pd.DataFrame]:
     """The ``per_image`` (and, with explanation metrics, ``per_prototype``) tables of one evaluation."""
     predicted = logits.argmax(dim=1)  # metrics.accuracy: the first maximal logit
     per_image = pd.DataFrame({
@@ -64,6 +65,9 @@ def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Ten
         "margin": logit_margins(logits, labels).numpy(),
     })
     tables = {"per_image": per_image}
+    if checked is not None:  # percent, NaN where ρ is undefined; the SSIM beside it (metrics/sanity.py)
+        per_image["sanity"] = checked.per_image.numpy()
+        per_image["sanity_ssim"] = checked.ssim.numpy()
     if explained is not None:
         for name, values in explained.per_image.items():
             per_image[name] = values.cpu().numpy()
@@ -90,9 +94,11 @@ def evaluate(
     precision: str = "fp32",
     train: TokenSource | None = None,
     train_dataset: ImageDataset | None = None,
+    initial: PrototypeMethod | None = None,
 ) -> Evaluated:
     """Metrics (percent), the evaluation settings that produced them, and the per-image records.
-    ``train`` and ``train_dataset``: the clean training split, for the metrics that read it (purity)."""
+    ``train`` and ``train_dataset``: the clean training split, for the metrics that read it (purity);
+    ``initial``: the method re-initialised as before training, for ``sanity``."""
     pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision, contributions=True,
                    deletion_k=deletion_count(method))  # one pass for the paper's metrics and the extras
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
@@ -124,6 +130,18 @@ def evaluate(
         notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
     metrics.update(extra)
     notes.update(extra_notes)
+    checked = None
+    if initial is not None:  # Adebayo et al. 2018: the same maps from the re-initialised head
+        initial_maps = predict(initial, clean, batch_size=batch_size, device=device, with_logits=False,
+                               precision=precision).maps
+        checked = sanity(pred.maps, initial_maps)
+        metrics["sanity"] = checked.score
+        extra_details["sanity"] = {
+            "spearman_mean": _nan_mean(checked.spearman), "abs_spearman_mean": _nan_mean(checked.spearman.abs()),
+            "ssim_mean": _nan_mean(checked.ssim),
+            "randomised": "the head re-initialised as the method builds it (the run's seed); the trunk unchanged"}
+        if checked.score is None:
+            notes["sanity"] = "undefined: the trained or the re-initialised maps are constant on every image"
     return Evaluated(summary={
         "metrics": metrics,
         "metric_notes": notes,
@@ -134,4 +152,10 @@ def evaluate(
             "num_images": len(pred.labels),
             **extra_details,
         },
-    }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained))
+    }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained, checked))
+
+
+def _nan_mean(values: torch.Tensor) -> float | None:
+    """The mean of the defined (non-NaN) values, None when there are none (JSON has no NaN)."""
+    defined = values[~torch.isnan(values)]
+    return float(defined.mean()) if len(defined) else None

@@ -5,7 +5,8 @@ or damaged file is refused naming the file, the row and the column, never passed
 ``image`` (a relative path below the dataset root), ``label`` and ``predicted`` (class indices
 ≥ 0), ``correct`` (``label == predicted``), ``margin`` (a number, not NaN: ±inf where a logit
 is infinite) and optionally the per-image parts
-``sta``, ``dis``, ``comp`` (percent in [0, 100] or empty). ``per_prototype``: ``class``,
+``sta``, ``dis``, ``comp``, ``sanity`` (percent in [0, 100] or empty) and ``sanity_ssim`` (in
+[−1, 1] or empty). ``per_prototype``: ``class``,
 ``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). Any other column
 is refused: a record can never carry a column of the run's identity (``run_id``, ``method``, …).
 """
@@ -22,7 +23,9 @@ from benchmark.errors import ProtobenchError
 _INDEX_COLUMNS = {"per_image": ("index", "label", "predicted"), "per_prototype": ("class", "prototype")}
 _REQUIRED = {"per_image": ("index", "image", "label", "predicted", "correct", "margin"),
              "per_prototype": ("class", "prototype")}
-_PERCENT = {"per_image": ("sta", "dis", "comp"), "per_prototype": ("con", "sta")}
+_PERCENT = {"per_image": ("sta", "dis", "comp", "sanity"), "per_prototype": ("con", "sta")}
+#: SSIM values in [−1, 1] (or empty): the sanity metric's second measure (metrics/sanity.py)
+_UNIT = {"per_image": ("sanity_ssim",), "per_prototype": ()}
 
 
 def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | None) -> pd.DataFrame:
@@ -35,7 +38,7 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
 
     columns = [str(c) for c in frame.columns]
     missing = [c for c in _REQUIRED[table] if c not in columns]
-    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table]]
+    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table] + _UNIT[table]]
     if missing or unknown:
         raise refuse(", ".join(filter(None, (missing and f"missing column(s) {', '.join(missing)}",
                                               unknown and f"unknown column(s) {', '.join(unknown)}"))))
@@ -44,6 +47,9 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
         checked[column] = [_index(value, refuse, row, column) for row, value in enumerate(checked[column])]
     for column in (c for c in _PERCENT[table] if c in columns):
         checked[column] = [_number(value, refuse, row, column, (0.0, 100.0), undefined=True)
+                           for row, value in enumerate(checked[column])]
+    for column in (c for c in _UNIT[table] if c in columns):
+        checked[column] = [_number(value, refuse, row, column, (-1.0, 1.0), undefined=True)
                            for row, value in enumerate(checked[column])]
     if table == "per_image":
         if checked["index"].tolist() != list(range(len(checked))):

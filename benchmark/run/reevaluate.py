@@ -118,7 +118,7 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
         evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                              device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
                              precision=spec.precision, train=prep.train_source(cache_root, augmented=False),
-                             train_dataset=prep.train_set)
+                             train_dataset=prep.train_set, initial=prep.initial_method())
     summary = evaluated.summary
     summary["provenance"] = {**provenance(prep.device), "precision": spec.precision,
                              "deterministic_algorithms": spec.deterministic, "method_fingerprint": fingerprint,

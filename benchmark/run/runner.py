@@ -129,6 +129,14 @@ class Prepared:
     test_set: ImageDataset | None  # None for a tuning trial: the test split is never opened
     method: PrototypeMethod
 
+    def initial_method(self) -> PrototypeMethod:
+        """The method as the run built it before training (its seed, its hyperparameters, the global
+        RNG left as it was): the re-initialised head of the ``sanity`` metric (metrics/sanity.py)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.spec.seed)
+            method = build_method(self.spec.method, self.method.ctx, **self.spec.method_args)
+        return method.to(self.device).eval()
+
     def _source(self, dataset: Any, view: View, cache_root: Path | None, progress: Progress, *,
                 early: bool) -> TokenSource:
         """Tokens of ``dataset`` through ``view`` (``early``: with the early block's tokens when a
@@ -348,7 +356,8 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     tic = time.perf_counter()
     evaluated = evaluate(prep.method, data.evaluation_set, data.evaluation, data.noisy, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
-                         precision=spec.precision, train=clean_src or train_src, train_dataset=data.train_set)
+                         precision=spec.precision, train=clean_src or train_src, train_dataset=data.train_set,
+                         initial=prep.initial_method())
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),

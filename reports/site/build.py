@@ -1,6 +1,7 @@
 """``protobench site``: write the whole site from the tidy frame (``reports.load.load_runs``, stale
 flags filled by the command): ``index.html`` (overview, plots, downloads), ``runs.html`` and one
-page per run under ``runs/``, ``compare-<key>.html`` per compared key, and ``assets/`` (plotly.js,
+page per run under ``runs/``, ``compare-<key>.html`` per compared key, ``agreement.html`` (whether the
+metrics agree), ``reference.html`` (with a reference row: each method's gap to it), and ``assets/`` (plotly.js,
 the site's own script and style). Every page but the index is a pure function of the results;
 the index differs between two builds only in its build timestamp."""
 from __future__ import annotations
@@ -19,9 +20,11 @@ from benchmark.output_file import within
 from reports.columns import KEY_COLUMNS
 from reports.pivot import METRICS, display_names
 from reports.site import plots
+from reports.site.agreementpage import AGREEMENT_CSV, AGREEMENT_PAGE, agreement_page
 from reports.site.comparepage import compare_page
 from reports.site.html import PLOTLY_JS, SITE_CSS, SITE_JS, esc, figure, page, table
 from reports.site.overview import COLUMNS, FILTERED, downloads, overview
+from reports.site.referencepage import reference_page
 from reports.site.runpage import page_name, run_page
 from reports.site.writer import check_out, replace_site
 
@@ -55,7 +58,8 @@ def _filters(rows: pd.DataFrame) -> str:
     return f'<div class="filters">{"".join(menus)}</div>'
 
 
-def _index(frame: pd.DataFrame, compared: Sequence[str], built: str) -> tuple[str, dict[str, bytes]]:
+def _index(frame: pd.DataFrame, compared: Sequence[str], built: str,
+           reference: str | None) -> tuple[str, dict[str, bytes]]:
     view = overview(frame)
     files = downloads(view)
     shown = view.rows.assign(mean=view.rows["mean"].round(2), std=view.rows["std"].round(2),
@@ -74,7 +78,9 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str) -> tuple[st
         "Holm, α = 0.05, as <code>protobench report --ci --significance</code>).</p>",
         "<p>Download: " + " · ".join(f'<a href="{esc(n)}">{esc(n)}</a>' for n in sorted(files)) + "</p>",
         "<p>" + " · ".join([f'<a href="runs.html">All {len(frame)} runs</a>',
-                            *(f'<a href="compare-{esc(k)}.html">Comparisons of {esc(k)}</a>' for k in compared)])
+                            *(f'<a href="compare-{esc(k)}.html">Comparisons of {esc(k)}</a>' for k in compared),
+                            f'<a href="{AGREEMENT_PAGE}">Whether the metrics agree</a>',
+                            *([f'<a href="reference.html">Gaps to {esc(reference)}</a>'] if reference else [])])
         + "</p>",
         "<h2>Overview</h2>", _filters(shown),
         f'<p><span id="overview-count">{len(shown)}</span> of {len(shown)} cell(s) shown; click a header to sort.</p>',
@@ -91,8 +97,9 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str) -> tuple[st
 
 
 def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | None = None,
-               built: str | None = None, inputs: Sequence[Path] = ()) -> BuiltSite:
+               built: str | None = None, inputs: Sequence[Path] = (), reference: str | None = None) -> BuiltSite:
     """Write the site of ``frame`` to ``out``; ``built``: the footer's timestamp (default: now, UTC);
+    ``reference``: a method whose row every other method's gap is shown against (``reference.html``);
     ``inputs``: the runs folders it was read from, which ``out`` may neither be, hold nor lie in
     (reports/site/writer.py: nothing the suite did not write is ever deleted)."""
     import plotly.offline
@@ -105,13 +112,17 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
     compared = (list(dict.fromkeys(compare_keys)) if compare_keys
                 else [key for key in DEFAULT_COMPARED if frame[key].nunique() > 1])
     check_out(out, [*inputs, *{Path(str(d)) for d in frame["run_dir"]}])
+    if reference is not None:  # a reference not in the runs: one error before anything is computed
+        from reports.reference import check_reference
+
+        check_reference(frame, reference)
     built = built or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     files: dict[str, bytes] = {}
     assets = resources.files("reports.site") / "assets"
     files[f"assets/{PLOTLY_JS}"] = plotly.offline.get_plotlyjs().encode("utf-8")
     files[f"assets/{SITE_JS}"] = (assets / SITE_JS).read_bytes()
     files[f"assets/{SITE_CSS}"] = (assets / SITE_CSS).read_bytes()
-    index, downloaded = _index(frame, compared, built)
+    index, downloaded = _index(frame, compared, built, reference)
     files["index.html"] = index.encode("utf-8")
     files.update(downloaded)
     names = display_names(frame)
@@ -140,6 +151,13 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
         files[f"compare-{key}.html"] = html.encode("utf-8")
         if csv is not None:
             files[f"compare-{key}.csv"] = csv
+    html, csv = agreement_page(frame)
+    files[AGREEMENT_PAGE] = html.encode("utf-8")
+    if csv is not None:
+        files[AGREEMENT_CSV] = csv
+    if reference is not None:
+        html, files["reference.csv"] = reference_page(frame, reference)
+        files["reference.html"] = html.encode("utf-8")
     replace_site(out, files)  # every input read: only now is an older site replaced
     written = [p for p in out.rglob("*") if p.is_file()]
     return BuiltSite(pages=sum(p.suffix == ".html" for p in written), bytes=sum(p.stat().st_size for p in written),

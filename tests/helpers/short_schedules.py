@@ -14,6 +14,8 @@ TWO_EPOCHS: dict[str, dict[str, object]] = {
     "pipnet": {"pretrain_epochs": 1, "epochs": 1, "finetune_epochs": 0},
     "kmex": {},  # one clustering epoch is its whole schedule
     "comfe": {"epochs": 2, "warmup_epochs": 1},
+    "linear_probe": {"epochs": 2},
+    "knn": {},  # one fitting epoch (the memory bank) is its whole schedule
 }
 #: methods whose whole schedule is shorter than two epochs
-ONE_EPOCH = {"kmex"}
+ONE_EPOCH = {"kmex", "knn"}

@@ -31,8 +31,9 @@ class TunesEpochs(CosinePrototypes):
 
 
 # KMEx trains nothing (k-means on frozen embeddings; n_init/max_iter/tol only steer the solver):
-# it is tuned over nothing, one trial at its defaults (docs/protocol/harness.md, "Tuning").
-TRAINING_FREE = {"kmex"}
+# it is tuned over nothing, one trial at its defaults (docs/protocol/harness.md, "Tuning"); nor is
+# the k-NN reference row, whose k and T are DINO's fixed evaluation settings (docs/protocol/knn.md).
+TRAINING_FREE = {"kmex", "knn"}
 
 
 @pytest.mark.parametrize("name", list_methods())

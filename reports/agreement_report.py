@@ -1,0 +1,126 @@
+"""The agreement report of ``protobench agreement`` and the site's agreement page: its parts
+(``reports.agreement``, ``reports.reliability``, ``reports.supported``) computed once, and
+rendered as markdown (tabulate), as CSV (the τ table alone, full precision, no formula cell) or
+as the rows of the site's tables."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from benchmark.csv_cells import frame_csv
+from reports.agreement import MIN_METHODS, Bootstrap, Stability, Tau, check_agreement_input, metric_taus, rank_stability
+from reports.cell_text import markdown_cell
+from reports.reliability import ICC_SOURCE, Reliability, reliability
+from reports.supported import Ordering, orderings
+
+STABILITY_KEYS: tuple[str, ...] = ("J", "backbone")
+
+
+@dataclass(frozen=True)
+class AgreementReport:
+    metrics: list[str]
+    boot: Bootstrap
+    taus: list[Tau]
+    reliabilities: list[Reliability]
+    stability: dict[str, list[Stability]]  # by key, empty where the key has one value
+    orderings: list[Ordering]
+    tests: int  # the comparisons Holm corrects over
+
+
+def build_agreement(frame: pd.DataFrame, boot: Bootstrap) -> AgreementReport:
+    """Every part of the report; bad input is refused before any of it is computed."""
+    metrics = check_agreement_input(frame)
+    found, tests = orderings(frame, metrics, boot.level)
+    return AgreementReport(metrics, boot, metric_taus(frame, metrics, boot), reliability(frame, metrics),
+                           {key: rank_stability(frame, metrics, key) for key in STABILITY_KEYS}, found, tests)
+
+
+def number(value: float, decimals: int = 2) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.{decimals}f}"
+
+
+def interval(low: float, high: float) -> str:
+    return "–" if math.isnan(low) else f"[{number(low)}, {number(high)}]"
+
+
+def tau_rows(report: AgreementReport) -> tuple[list[str], list[list[str]]]:
+    headers = ["cell", "metric a", "metric b", "methods", "Kendall τ", f"{100 * report.boot.level:g}% CI", "images",
+               "interval"]
+    return headers, [[t.cell, t.metric_a, t.metric_b, str(t.methods), number(t.tau), interval(t.ci_low, t.ci_high),
+                      "–" if t.n_images is None else str(t.n_images), t.interval] for t in report.taus]
+
+
+def reliability_rows(report: AgreementReport) -> tuple[list[str], list[list[str]]]:
+    headers = ["cell", "metric", "methods", "seeds", "ICC(3,1) one seed", "95% CI", "ICC(3,k) seed mean", "95% CI",
+               "note"]
+    return headers, [[r.cell, r.metric, str(r.methods), str(r.seeds), number(r.icc_single),
+                      interval(r.single_low, r.single_high), number(r.icc_mean), interval(r.mean_low, r.mean_high),
+                      r.note] for r in report.reliabilities]
+
+
+def stability_rows(found: list[Stability]) -> tuple[list[str], list[list[str]]]:
+    key = found[0].key if found else "key"
+    return (["cell", "metric", f"{key} a", f"{key} b", "methods", "Kendall τ"],
+            [[s.cell, s.metric, s.a, s.b, str(s.methods), number(s.tau)] for s in found])
+
+
+def supported_lines(report: AgreementReport) -> list[str]:
+    """The summary: supported orderings, flips, and how many pairs stay undecided."""
+    alpha = 1 - report.boot.level
+    lines = [f"Pairs of methods compared on every metric both have ({report.tests} paired tests, Holm at "
+             f"α = {alpha:.2g}: the crossed seeds × images procedure where per-image records exist, else paired "
+             f"Student t over seeds; docs/guides/statistics.md)."]
+    supported = [o for o in report.orderings if o.supported]
+    flips = [o for o in report.orderings if o.flips]
+    for o in supported:
+        winner, loser = (o.a, o.b) if o.better else (o.b, o.a)
+        lines.append(f"supported: {winner} > {loser} on every metric ({', '.join(o.better or o.worse)}) [{o.cell}]")
+    for o in flips:
+        lines.append(f"flips: {o.a} > {o.b} on {', '.join(o.better)} but {o.b} > {o.a} on {', '.join(o.worse)} "
+                     f"[{o.cell}]")
+    rest = len(report.orderings) - len(supported) - len(flips)
+    lines.append(f"{len(supported)} ordering(s) supported on every metric, {len(flips)} flip between metrics, {rest} "
+                 "not significant on every metric (no conclusion on their order).")
+    return lines
+
+
+def tau_note(report: AgreementReport) -> str:
+    return ("τ: Kendall's τ-b (scipy.stats.kendalltau) between the method rankings (means over seeds) of two "
+            "metrics in one cell; 1 = same order, −1 = reversed. Interval: the procedure and its n are named in "
+            "each row (images resampled, each method's value recomputed on the drawn images; seeds fixed, so "
+            "training variance is not covered); a metric without per-image values (con) gets τ without an "
+            "interval. docs/guides/agreement.md.")
+
+
+def reliability_note() -> str:
+    return (f"Reliability over seeds: {ICC_SOURCE}; ICC(3,1): of one seed's numbers, ICC(3,k): of the mean over the "
+            "k seeds the tables show; 95% F-based intervals (McGraw & Wong 1996), as pingouin rounds them.")
+
+
+def render_agreement(report: AgreementReport, fmt: str) -> str:
+    """Markdown: every part with its note; CSV: the τ table alone."""
+    if fmt == "csv":
+        return frame_csv(pd.DataFrame([asdict(t) for t in report.taus], columns=list(Tau.__dataclass_fields__))
+                         .astype({"n_images": "Int64"}))
+    from tabulate import tabulate
+
+    def markdown(headers: list[str], rows: list[list[str]]) -> str:
+        return tabulate([[markdown_cell(c) for c in row] for row in rows], headers=headers, tablefmt="github",
+                        disable_numparse=True)
+
+    parts = [f"Agreement of the metrics {', '.join(report.metrics)}", "",
+             "## Kendall's τ between the metrics' method rankings", "",
+             markdown(*tau_rows(report)) if report.taus else "No cell ranks three methods on two metrics.", "",
+             tau_note(report), "", "## Reliability over seeds", "",
+             markdown(*reliability_rows(report)) if report.reliabilities
+             else f"No cell has {MIN_METHODS} methods with a metric.", "",
+             reliability_note(), ""]
+    for key, found in report.stability.items():
+        parts += [f"## Rank stability across {key}", "",
+                  markdown(*stability_rows(found)) + "\n\nτ between a metric's method rankings at two values of "
+                  f"{key} (methods ranked at both; means over seeds, no interval)." if found
+                  else f"One value of {key} per cell (or fewer than three methods at two): no stability to show.", ""]
+    parts += ["## What this grid supports", "", *[f"- {line}" for line in supported_lines(report)], ""]
+    return "\n".join(parts)
