@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ._checks import check_bool, check_labels, check_maps
 from .maps import peak_positions
-from .parts import PartGroundTruth, check_parts, part_vectors
+from .part_truth import PartTruth, check_part_truth, truth_vectors
 
 PART_THRESHOLD = 0.8  # EvalProtoPNet evaluate_consistency(part_thresh=0.8)
 
@@ -86,7 +86,7 @@ def consistency_score(
 def consistency(
     maps: Tensor,
     labels: Tensor,
-    parts: PartGroundTruth,
+    parts: PartTruth,
     num_classes: int,
     *,
     map_pool: int = 1,
@@ -95,11 +95,12 @@ def consistency(
 ) -> float:
     """Consistency (%) from the (N, J, h, w) maps of each image's ground-truth class prototypes.
 
-    bicubic upsampling -> first argmax -> 72-px region -> part vectors -> :func:`consistency_score`.
+    bicubic upsampling -> first argmax -> 72-px region -> part vectors (keypoints or masks:
+    :mod:`metrics.part_truth`) -> :func:`consistency_score`.
     """
     check_maps("maps", maps)
-    check_parts(parts, maps.shape[0], "maps")
+    check_part_truth(parts, maps.shape[0], "maps")
     centres = peak_positions(maps, "bicubic", map_pool=map_pool, chunk_size=chunk_size)
     parts = parts.to(maps.device)
-    o = part_vectors(centres, parts)
+    o = truth_vectors(centres, parts)
     return consistency_score(o, parts.visible, labels, num_classes, threshold)
