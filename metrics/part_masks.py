@@ -140,17 +140,20 @@ def polygon_to_frame(vertices: np.ndarray, width: int, height: int, size: int = 
     xi, yi = v[:, 0] * size / width, v[:, 1] * size / height  # the image's Resize((S, S)) of pixel edges
     xj, yj = np.roll(xi, 1), np.roll(yi, 1)  # PNPOLY's j = i - 1
     centres = np.arange(size, dtype=np.float64) + 0.5
-    y = centres[:, None]  # (S, 1) row centres
-    crosses = (yi > y) != (yj > y)  # (S, V)
+    # only rows whose centre lies in [min y, max y] can cross an edge
+    first, last = np.searchsorted(centres, yi.min(), side="left"), np.searchsorted(centres, yi.max(), side="right")
+    y = centres[first:last, None]  # (R, 1) row centres
+    crosses = (yi > y) != (yj > y)  # (R, V)
     with np.errstate(divide="ignore", invalid="ignore"):
         x_cross = (xj - xi) * (y - yi) / (yj - yi) + xi  # only read where crosses (yj != yi there)
     rows, edges = np.nonzero(crosses)
     # columns whose centre lies left of the crossing: the first searchsorted(centres, x) of the row
     first_right = np.searchsorted(centres, x_cross[rows, edges], side="left")
-    right_of = np.zeros((size, size + 1), dtype=np.int64)
-    np.add.at(right_of, (rows, first_right), 1)
-    count = right_of[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]  # crossings with first_right > column
-    return (count % 2) == 1
+    right_of = np.bincount(rows * (size + 1) + first_right, minlength=(last - first) * (size + 1))
+    count = right_of.reshape(-1, size + 1)[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]  # crossings right of a column
+    mask = np.zeros((size, size), dtype=bool)
+    mask[first:last] = (count % 2) == 1
+    return mask
 
 
 def polygons_to_frame(polygons: Sequence[np.ndarray], width: int, height: int, size: int = FRAME_SIZE) -> np.ndarray:

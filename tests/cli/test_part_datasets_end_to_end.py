@@ -3,6 +3,7 @@ generated sets with a tiny random trunk: the doctor passes the data, and the res
 accuracy, consistency and stability as numbers (docs/protocol/nabirds.md, partimagenet.md)."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -39,3 +40,34 @@ def test_make_data_doctor_and_a_kmex_grid_score_acc_con_and_sta(tmp_path: Path, 
         assert result["metrics"]["comp"] is not None and result["metrics"]["loc"] is not None
     else:  # NABirds has no segmentation masks
         assert result["metrics"]["comp"] is None and "segmentation masks missing" in result["metric_notes"]["comp"]
+
+
+def _corrupt_nabirds(data: Path) -> None:
+    path = data / "parts" / "part_locs.txt"
+    lines = path.read_text().splitlines()
+    lines[2] = f"{lines[2].split()[0]} 11 1 1 1"
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _corrupt_partimagenet(data: Path) -> None:
+    path = data / "annotations" / "test" / "test.json"
+    content = json.loads(path.read_text())
+    content["annotations"][1]["image_id"] = 999
+    path.write_text(json.dumps(content))
+
+
+@pytest.mark.parametrize(("kind", "corrupt", "says"), [
+    ("nabirds", _corrupt_nabirds, "parts/part_locs.txt, line 3: part id 11 is not listed in parts/parts.txt"),
+    ("partimagenet", _corrupt_partimagenet, "test.json, line 1 (annotations[1]): image_id 999 is not listed"),
+])
+def test_doctor_names_a_corrupt_annotation_line_by_file_and_line(tmp_path: Path, monkeypatch, capsys, kind: str,
+                                                                 corrupt, says: str) -> None:
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    data = tmp_path / kind
+    assert main(["make-data", kind, "--out", str(data), "--classes", "2", "--images-per-class", "2"]) == 0
+    corrupt(data)
+    grid = write_tiny_grid(tmp_path / "grid.toml", kind, data, dataset=kind, method="kmex", device="cpu",
+                           without=("dataset_args",))
+    assert main(["doctor", str(grid), "--cache-dir", str(tmp_path / "cache")]) == 1
+    (line,) = [row for row in capsys.readouterr().out.splitlines() if row.startswith(f"[fail] data {kind}")]
+    assert says in line, line
