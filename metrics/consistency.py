@@ -7,6 +7,10 @@ Classes without test images: the official code cannot evaluate them (``np.stack`
 empty list raises). Here their prototypes count as inconsistent, which is what the formula
 of docs/protocol/metrics.md gives (all ratios ``0 / max(1, 0) = 0``), and the C·J denominator is kept;
 a ``UserWarning`` names how many classes were affected.
+
+Parts given as masks (PartImageNet) enter through the same part vectors: a part lies under a
+prototype's peak when the peak's region holds a pixel of its mask (:mod:`metrics.part_masks`,
+docs/protocol/metrics.md "Parts given as masks").
 """
 from __future__ import annotations
 

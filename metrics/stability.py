@@ -10,6 +10,9 @@ part vectors (or the maps of the two passes).
 Classes without test images: a prototype's fraction is 0/0 there (NaN in the official code,
 which would turn the whole score into NaN). Such prototypes are left out of the mean;
 ``None`` is returned when no class has an image.
+
+Parts given as masks (PartImageNet) enter through the same part vectors (:mod:`metrics.part_masks`,
+docs/protocol/metrics.md "Parts given as masks").
 """
 from __future__ import annotations
 
