@@ -113,10 +113,11 @@ class RunSpec:
         return _hash_id(self._declared_identity())
 
     @property
-    def is_cub_format(self) -> bool:
-        """Whether the dataset comes in CUB-200-2011's layout, with part keypoints (its declaration)."""
+    def has_part_annotations(self) -> bool:
+        """Whether the dataset annotates parts, keypoints or masks (its declaration): the part
+        metrics, and the stability-noise view of the test split, are computed."""
         found = dataset_declaration(self.dataset)
-        return found is not None and found[0].cub_layout
+        return found is not None and found[0].parts
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -19,6 +19,8 @@ from .maps import (
     select_topk_maps,
     upsample_maps,
 )
+from .part_masks import MAX_PARTS_PER_IMAGE, PartMasks, mask_part_vectors, pack_part_masks, polygons_to_frame
+from .part_truth import PartTruth, truth_vectors
 from .parts import (
     FRAME_SIZE,
     HALF_SIZE,
@@ -33,9 +35,12 @@ from .stability import stability, stability_score, unchanged_fractions
 __all__ = [
     "FRAME_SIZE",
     "HALF_SIZE",
+    "MAX_PARTS_PER_IMAGE",
     "METRIC_KEYS",
     "TIE_RTOL",
     "PartGroundTruth",
+    "PartMasks",
+    "PartTruth",
     "accuracy",
     "argmax_positions",
     "boxes_from_xywh",
@@ -53,18 +58,22 @@ __all__ = [
     "logit_margins",
     "map_parts_to_frame",
     "map_scale",
+    "mask_part_vectors",
     "mask_iou",
     "mean_pairwise_iou",
     "nppp_peaks",
+    "pack_part_masks",
     "part_hit_ratios",
     "part_vectors",
     "peak_positions",
+    "polygons_to_frame",
     "pool_maps",
     "region_bounds",
     "segmentation_to_frame",
     "select_topk_maps",
     "stability",
     "stability_score",
+    "truth_vectors",
     "unchanged_fractions",
     "upsample_maps",
 ]

@@ -7,6 +7,10 @@ Classes without test images: the official code cannot evaluate them (``np.stack`
 empty list raises). Here their prototypes count as inconsistent, which is what the formula
 of docs/protocol/metrics.md gives (all ratios ``0 / max(1, 0) = 0``), and the C·J denominator is kept;
 a ``UserWarning`` names how many classes were affected.
+
+Parts given as masks (PartImageNet) enter through the same part vectors: a part lies under a
+prototype's peak when the peak's region holds a pixel of its mask (:mod:`metrics.part_masks`,
+docs/protocol/metrics.md "Parts given as masks").
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from torch import Tensor
 
 from ._checks import check_bool, check_labels, check_maps
 from .maps import peak_positions
-from .parts import PartGroundTruth, check_parts, part_vectors
+from .part_truth import PartTruth, check_part_truth, truth_vectors
 
 PART_THRESHOLD = 0.8  # EvalProtoPNet evaluate_consistency(part_thresh=0.8)
 
@@ -86,7 +90,7 @@ def consistency_score(
 def consistency(
     maps: Tensor,
     labels: Tensor,
-    parts: PartGroundTruth,
+    parts: PartTruth,
     num_classes: int,
     *,
     map_pool: int = 1,
@@ -95,11 +99,12 @@ def consistency(
 ) -> float:
     """Consistency (%) from the (N, J, h, w) maps of each image's ground-truth class prototypes.
 
-    bicubic upsampling -> first argmax -> 72-px region -> part vectors -> :func:`consistency_score`.
+    bicubic upsampling -> first argmax -> 72-px region -> part vectors (keypoints or masks:
+    :mod:`metrics.part_truth`) -> :func:`consistency_score`.
     """
     check_maps("maps", maps)
-    check_parts(parts, maps.shape[0], "maps")
+    check_part_truth(parts, maps.shape[0], "maps")
     centres = peak_positions(maps, "bicubic", map_pool=map_pool, chunk_size=chunk_size)
     parts = parts.to(maps.device)
-    o = part_vectors(centres, parts)
+    o = truth_vectors(centres, parts)
     return consistency_score(o, parts.visible, labels, num_classes, threshold)

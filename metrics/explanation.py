@@ -19,7 +19,7 @@ from .consistency import consistency_flags, consistency_score
 from .distinctiveness import distinctiveness_score, mean_pairwise_iou
 from .float32_bilinear import nppp_peaks
 from .maps import iter_chunks, pool_maps, select_topk_maps, upsample_maps, upsampled_peaks
-from .parts import PartGroundTruth, check_parts, part_vectors
+from .part_truth import PartTruth, check_part_truth, truth_vectors
 from .stability import stability_score, unchanged_fractions
 
 METRIC_KEYS = ("con", "sta", "dis", "comp")
@@ -54,7 +54,7 @@ def explanation_records(
     clean_maps: Tensor,
     noisy_maps: Tensor | None,
     labels: Tensor,
-    parts: PartGroundTruth,
+    parts: PartTruth,
     num_classes: int,
     *,
     map_pool: int = 1,
@@ -66,8 +66,9 @@ def explanation_records(
 
     clean_maps, noisy_maps: (N, J, h, w) maps of each image's ground-truth class prototypes
         (higher = more similar) on the clean and the noise-perturbed input (docs/protocol/metrics.md).
-    labels: (N,) ground-truth classes in ``[0, num_classes)``; parts: the N images' parts in
-        the 224 frame (:func:`metrics.parts.map_parts_to_frame`).
+    labels: (N,) ground-truth classes in ``[0, num_classes)``; parts: the N images' part keypoints
+        in the 224 frame (:func:`metrics.parts.map_parts_to_frame`) or their part masks there
+        (:class:`metrics.part_masks.PartMasks`).
     map_pool: 1 (native grid) or 2 (NPPP's 2x2 average pooling), applied to every metric.
     masks: optional (N, 224, 224) foreground masks for comprehensiveness.
     chunk_size: images upsampled at once (memory bound; None: 64 on CUDA, 4 on CPU).
@@ -85,7 +86,7 @@ def explanation_records(
     if noisy_maps is not None:
         check_noisy_maps(noisy_maps, clean_maps)
     labels = check_labels("labels", labels, n, num_classes, dev)
-    parts = check_parts(parts, n, "clean_maps").to(dev)
+    parts = check_part_truth(parts, n, "clean_maps").to(dev)
     if masks is not None:
         masks = check_masks(masks, n)  # moved to the device chunk by chunk
 
@@ -116,13 +117,13 @@ def explanation_records(
                 ious[sl] = mask_iou(foreground_union(upsample_maps(chosen, mode="bilinear"), MAP_THRESHOLD),
                                     masks[sl].to(dev))
 
-    o_clean = part_vectors(peaks_clean, parts)
+    o_clean = truth_vectors(peaks_clean, parts)
     result: dict[str, float | None] = {key: None for key in METRIC_KEYS}
     records = ExplanationRecords(result)
     result["con"] = consistency_score(o_clean, parts.visible, labels, num_classes)
     records.per_prototype["con"] = 100.0 * consistency_flags(o_clean, parts.visible, labels, num_classes).double()
     if peaks_noisy is not None:
-        o_noisy = part_vectors(peaks_noisy, parts)
+        o_noisy = truth_vectors(peaks_noisy, parts)
         result["sta"] = stability_score(o_clean, o_noisy, labels, num_classes)
         records.per_prototype["sta"] = 100.0 * unchanged_fractions(o_clean, o_noisy, labels, num_classes)
         records.per_image["sta"] = 100.0 * (o_clean == o_noisy).all(dim=-1).double().mean(dim=1)

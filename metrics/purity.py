@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ._checks import check_labels, check_maps, check_positive_int
 from .maps import pool_maps, upsampled_peaks
-from .parts import PartGroundTruth, check_parts, part_vectors
+from .part_truth import PartTruth, check_part_truth, truth_vectors
 
 PURITY_TOPK = 10  # PIP-Net eval_prototypes_cub_parts_csv: topk = 10 image patches per prototype
 PURITY_HALF_SIZE = 16  # PIP-Net: a 32 x 32 patch (patchsize = 32 at 224 px)
@@ -32,7 +32,7 @@ PURITY_HALF_SIZE = 16  # PIP-Net: a 32 x 32 patch (patchsize = 32 at 224 px)
 def prototype_purities(
     maps: Tensor,
     labels: Tensor,
-    parts: PartGroundTruth,
+    parts: PartTruth,
     num_classes: int,
     *,
     topk: int = PURITY_TOPK,
@@ -42,14 +42,15 @@ def prototype_purities(
     """(C, J) purity in [0, 1] of every prototype; NaN for the classes without training images.
 
     maps: (N, J, h, w) maps of each training image's own-class prototypes; labels (N,);
-    parts: the N images' parts in the 224 frame. The top ``min(topk, n_c)`` images of a
+    parts: the N images' part keypoints or masks in the 224 frame (a mask lies in a patch when the
+    patch holds one of its pixels, :mod:`metrics.part_masks`). The top ``min(topk, n_c)`` images of a
     prototype are the largest map maxima among the n_c images of its class (ties: the earlier
     image, a stable sort)."""
     check_maps("maps", maps)
     check_positive_int("topk", topk)
     n, j = maps.shape[:2]
     labels = check_labels("labels", labels, n, num_classes, maps.device)
-    parts = check_parts(parts, n, "maps").to(maps.device)
+    parts = check_part_truth(parts, n, "maps").to(maps.device)
     pooled = pool_maps(maps.to(torch.float64), map_pool)
     presence = pooled.flatten(2).amax(dim=-1)  # (N, J)
     purities = torch.full((num_classes, j), float("nan"), dtype=torch.float64, device=maps.device)
@@ -63,7 +64,7 @@ def prototype_purities(
         images = members[order]  # (k, J) image index of each prototype's i-th patch
         centres = upsampled_peaks(pooled[images, columns], "bicubic")  # (k, J, 2)
         flat = images.reshape(-1)
-        hits = part_vectors(centres.reshape(-1, 1, 2), parts[flat], half_size=half_size)  # (k·J, 1, P)
+        hits = truth_vectors(centres.reshape(-1, 1, 2), parts[flat], half_size=half_size)  # (k·J, 1, P)
         shares = hits.reshape(k, j, -1).to(torch.float64).mean(dim=0)  # (J, P)
         purities[c] = shares.amax(dim=-1) if shares.shape[-1] else 0.0
     return purities
@@ -72,7 +73,7 @@ def prototype_purities(
 def purity(
     maps: Tensor,
     labels: Tensor,
-    parts: PartGroundTruth,
+    parts: PartTruth,
     num_classes: int,
     *,
     topk: int = PURITY_TOPK,

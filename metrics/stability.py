@@ -10,6 +10,9 @@ part vectors (or the maps of the two passes).
 Classes without test images: a prototype's fraction is 0/0 there (NaN in the official code,
 which would turn the whole score into NaN). Such prototypes are left out of the mean;
 ``None`` is returned when no class has an image.
+
+Parts given as masks (PartImageNet) enter through the same part vectors (:mod:`metrics.part_masks`,
+docs/protocol/metrics.md "Parts given as masks").
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from torch import Tensor
 
 from ._checks import check_bool, check_labels, check_maps, check_noisy_maps
 from .maps import peak_positions
-from .parts import PartGroundTruth, check_parts, part_vectors
+from .part_truth import PartTruth, check_part_truth, truth_vectors
 
 
 def unchanged_fractions(o_clean: Tensor, o_noisy: Tensor, labels: Tensor, num_classes: int) -> Tensor:
@@ -57,7 +60,7 @@ def stability(
     clean_maps: Tensor,
     noisy_maps: Tensor,
     labels: Tensor,
-    parts: PartGroundTruth,
+    parts: PartTruth,
     num_classes: int,
     *,
     map_pool: int = 1,
@@ -66,10 +69,10 @@ def stability(
     """Stability (%) from the clean and noisy (N, J, h, w) maps of the ground-truth class prototypes."""
     check_maps("clean_maps", clean_maps)
     check_noisy_maps(noisy_maps, clean_maps)
-    check_parts(parts, clean_maps.shape[0], "clean_maps")
+    check_part_truth(parts, clean_maps.shape[0], "clean_maps")
     parts = parts.to(clean_maps.device)
-    o_clean = part_vectors(peak_positions(clean_maps, "bicubic", map_pool=map_pool, chunk_size=chunk_size), parts)
-    o_noisy = part_vectors(
+    o_clean = truth_vectors(peak_positions(clean_maps, "bicubic", map_pool=map_pool, chunk_size=chunk_size), parts)
+    o_noisy = truth_vectors(
         peak_positions(noisy_maps.to(clean_maps.device), "bicubic", map_pool=map_pool, chunk_size=chunk_size), parts
     )
     return stability_score(o_clean, o_noisy, labels, num_classes)

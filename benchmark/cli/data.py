@@ -3,6 +3,7 @@ backbones, datasets, grids) and ``cache`` (token-cache entries)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from datetime import datetime
@@ -17,15 +18,23 @@ from benchmark.errors import ProtobenchError
 
 
 LIST_SECTIONS = ("methods", "backbones", "datasets", "grids")
+#: make-data KIND → (module, its defaults, its generator); the dataset a grid then names is KIND
+GENERATORS: dict[str, tuple[str, str, str]] = {
+    "synthbirds": ("benchmark.data.synthbirds", "SYNTHBIRDS_DEFAULTS", "generate_synthbirds"),
+    "nabirds": ("benchmark.data.synthetic_nabirds", "NABIRDS_DEFAULTS", "generate_nabirds"),
+    "partimagenet": ("benchmark.data.synthetic_partimagenet", "PARTIMAGENET_DEFAULTS", "generate_partimagenet"),
+}
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``make-data``, ``list`` and ``cache`` to ``sub``."""
-    p = sub.add_parser("make-data", help="generate a synthetic CUB-format dataset")
-    p.add_argument("kind", help="what to generate: synthbirds")
+    p = sub.add_parser("make-data", help="generate a small synthetic dataset in an official layout: synthbirds "
+                                         "(CUB-200-2011's), nabirds (NABirds'), partimagenet (PartImageNet_Seg's)")
+    p.add_argument("kind", help=f"what to generate: {', '.join(GENERATORS)}")
     p.add_argument("--out", required=True, help="folder to write the dataset to")
     for option in ("classes", "images-per-class", "seed"):
-        p.add_argument(f"--{option}", type=int, help="default: synthbirds.SYNTHBIRDS_DEFAULTS, printed when written")
+        p.add_argument(f"--{option}", type=int, help="default: the kind's defaults (SYNTHBIRDS_DEFAULTS, "
+                                                     "NABIRDS_DEFAULTS, PARTIMAGENET_DEFAULTS), printed when written")
     p.set_defaults(func=cmd_make_data)
 
     p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids; "
@@ -50,14 +59,14 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
-    from benchmark.data import SYNTHBIRDS_DEFAULTS, generate_synthbirds
-
-    if args.kind != "synthbirds":
-        raise ProtobenchError(f"unknown generator {args.kind!r}; the suite generates 'synthbirds'")
+    if args.kind not in GENERATORS:
+        raise ProtobenchError(f"unknown generator {args.kind!r}; the suite generates {', '.join(map(repr, GENERATORS))}")
+    module, defaults, function = GENERATORS[args.kind]
+    home = importlib.import_module(module)
     given = {"classes": args.classes, "images_per_class": args.images_per_class, "seed": args.seed}
-    chosen = {**SYNTHBIRDS_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
-    out = generate_synthbirds(args.out, **chosen)
-    print(f"wrote synthbirds ({chosen['classes']} classes × {chosen['images_per_class']} images, "
+    chosen = {**getattr(home, defaults), **{k: v for k, v in given.items() if v is not None}}
+    out = getattr(home, function)(args.out, **chosen)
+    print(f"wrote {args.kind} ({chosen['classes']} classes × {chosen['images_per_class']} images, "
           f"seed {chosen['seed']}) to {out}")
     return 0
 

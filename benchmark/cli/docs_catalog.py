@@ -170,6 +170,7 @@ def metrics_reference() -> str:
 # ---- datasets and backbones --------------------------------------------------------------------
 
 def datasets_reference() -> str:
+    from benchmark.cli.data import GENERATORS
     from benchmark.config import DATASET_NAMES
     from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 
@@ -180,6 +181,12 @@ def datasets_reference() -> str:
         if name == "synthbirds":
             parts += ["Generation arguments (`dataset_args`) and their defaults: "
                       + ", ".join(f"`{k} = {v!r}`" for k, v in SYNTHBIRDS_DEFAULTS.items()) + ".", ""]
+        elif name in GENERATORS:
+            home, defaults, _ = GENERATORS[name]
+            values = getattr(importlib.import_module(home), defaults)
+            parts += [f"`protobench make-data {name} --out DIR` writes a small synthetic set in this layout "
+                      f"({_source_link(home)}); its defaults: "
+                      + ", ".join(f"`{k} = {v!r}`" for k, v in values.items()) + ".", ""]
     return "\n".join(parts)
 
 

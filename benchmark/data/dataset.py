@@ -1,4 +1,5 @@
-"""The dataset object every reader returns: images, labels and (for CUB-format data) parts."""
+"""The dataset object every reader returns: images, labels and their parts: keypoints with the
+box to crop to (CUB-200-2011, NABirds) or segmentation polygons (PartImageNet)."""
 from __future__ import annotations
 
 import os
@@ -58,9 +59,12 @@ def check_images(dataset: ImageDataset) -> None:
     reads the whole compressed stream, so a corrupt or truncated file fails here. A CUB-format
     box must start inside its image (x1 < width, y1 < height); its far edge may reach past the
     border, where the crop is clipped as the official ``img[y1:y2, x1:x2]`` slice is
-    (:func:`crop_to_box`). One error names the first bad image and how many are bad."""
+    (:func:`crop_to_box`). Where the annotations give each image's size (NABirds' ``sizes.txt``,
+    PartImageNet's JSON), the decoded size must be that size: the parts were drawn on it. One
+    error names the first bad image and how many are bad."""
     bad: list[str] = []
     boxes = None if dataset.annotations is None else dataset.annotations.boxes
+    sizes = dataset.image_sizes
     for i, path in enumerate(dataset.image_paths):
         try:
             with Image.open(path) as image:
@@ -70,6 +74,10 @@ def check_images(dataset: ImageDataset) -> None:
                     image.load()
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
             bad.append(f"{path} cannot be decoded ({err}); re-download or regenerate the dataset")
+            continue
+        if sizes is not None and (width, height) != (int(sizes[i, 0]), int(sizes[i, 1])):
+            bad.append(f"{path} is {width}×{height} but its annotations give {int(sizes[i, 0])}×{int(sizes[i, 1])}; "
+                       "re-download the image or fix its size in the annotation file")
             continue
         problem = None if boxes is None else box_outside_image(boxes[i], width, height, path)
         if problem:
@@ -81,7 +89,8 @@ def check_images(dataset: ImageDataset) -> None:
 
 @dataclass(frozen=True, eq=False)
 class PartAnnotations:
-    """CUB part annotations of one split, in dataset order, exactly as read from disk.
+    """Part keypoints and boxes of one split (CUB-200-2011, NABirds), in dataset order, exactly as
+    read from disk.
 
     part_names          P names from ``parts/parts.txt``
     boxes               N×4 int64 ``(x1, y1, x2, y2)``: the ``bounding_boxes.txt`` floats truncated,
@@ -99,11 +108,26 @@ class PartAnnotations:
     segmentation_paths: list[Path | None]
 
 
+@dataclass(frozen=True, eq=False)
+class PartPolygons:
+    """Part segmentation polygons of one split (PartImageNet), in dataset order, as read from disk.
+
+    part_names  P names (the annotation file's categories in the order of their ids)
+    polygons    per image, ``(part index, V×2 float64 vertices (x, y) in image pixels)`` of every
+                polygon of its part annotations; the image's size is ``ImageDataset.image_sizes``
+    """
+
+    part_names: list[str]
+    polygons: list[list[tuple[int, np.ndarray]]]
+
+
 class ImageDataset(torch.utils.data.Dataset):
     """One split of a dataset; item ``i`` is ``(3×S×S normalised image, label, i)``.
 
-    CUB-format datasets (those with ``annotations``) are cropped to the annotation box before
-    the shared resize/normalise transform; Dogs and Cars use the full image (docs/protocol/harness.md).
+    Datasets with keypoints and boxes (``annotations``: CUB-200-2011, NABirds) are cropped to the
+    annotation box before the shared resize/normalise transform; the others (Dogs, Cars,
+    PartImageNet with its ``part_polygons``) use the full image (docs/protocol/harness.md).
+    ``image_sizes``: N×2 ``(width, height)`` where the annotations give them (else None).
     """
 
     def __init__(
@@ -118,6 +142,8 @@ class ImageDataset(torch.utils.data.Dataset):
         annotations: PartAnnotations | None,
         annotation_files: list[Path],
         image_size: int = 224,
+        part_polygons: PartPolygons | None = None,
+        image_sizes: np.ndarray | None = None,
     ) -> None:
         self.name = name
         self.root = root
@@ -126,6 +152,8 @@ class ImageDataset(torch.utils.data.Dataset):
         self.labels = np.asarray(labels, dtype=np.int64)
         self.image_paths = image_paths
         self.annotations = annotations
+        self.part_polygons = part_polygons
+        self.image_sizes = image_sizes
         self.annotation_files = annotation_files
         self.image_size = image_size
         self.transform = model_transform(image_size)

@@ -21,8 +21,10 @@ PLUGIN_GROUP = "protobench.datasets"
 @dataclass(frozen=True)
 class DatasetDeclaration:
     """``classes`` and ``split_images`` (train, test) are the official counts (0 and (0, 0) for the
-    generated synthbirds, whose counts come from its ``dataset_args``); ``parts``: part keypoints
-    (consistency and stability need them); ``cub_layout``: files in CUB-200-2011's layout."""
+    generated synthbirds, whose counts come from its ``dataset_args``; for PartImageNet, whose
+    release does not publish its Seg split's sizes, the release's total bounds each split);
+    ``parts``: part annotations, keypoints or masks (consistency and stability need them);
+    ``cub_layout``: files in CUB-200-2011's layout."""
 
     name: str
     display_name: str
@@ -44,6 +46,12 @@ DATASETS: dict[str, DatasetDeclaration] = {
                            cub_layout=False),
         DatasetDeclaration("cars", "Stanford Cars", "benchmark.data.cars", 196, (8144, 8041), parts=False,
                            cub_layout=False),
+        # NABirds README / Van Horn et al. 2015: 48,562 images, 555 leaf classes, official split 23,929 / 24,633
+        DatasetDeclaration("nabirds", "NABirds", "benchmark.data.nabirds", 555, (23929, 24633), parts=True,
+                           cub_layout=False),
+        # PartImageNet README: 158 classes, 24,095 images; the Seg split's sizes are not published
+        DatasetDeclaration("partimagenet", "PartImageNet (Seg split)", "benchmark.data.partimagenet", 158,
+                           (24095, 24095), parts=True, cub_layout=False),
     )
 }
 

@@ -10,6 +10,8 @@ from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
 from benchmark.data.dataset import ImageDataset, check_split
 from benchmark.data.dogs import read_dogs
+from benchmark.data.nabirds import read_nabirds
+from benchmark.data.partimagenet import read_partimagenet
 from benchmark.errors import ProtobenchError
 
 _READERS: dict[str, Callable[[Path, str, int], ImageDataset]] = {
@@ -17,6 +19,8 @@ _READERS: dict[str, Callable[[Path, str, int], ImageDataset]] = {
     "synthbirds": lambda root, split, size: read_cub(root, split, name="synthbirds", image_size=size),
     "dogs": lambda root, split, size: read_dogs(root, split, image_size=size),
     "cars": lambda root, split, size: read_cars(root, split, image_size=size),
+    "nabirds": lambda root, split, size: read_nabirds(root, split, image_size=size),
+    "partimagenet": lambda root, split, size: read_partimagenet(root, split, image_size=size),
 }
 
 

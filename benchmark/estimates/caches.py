@@ -53,7 +53,7 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     if spec.augmentation != "none":  # the epochs read the copies, push the clean split (runner.py)
         views.append(("train", f"{spec.augmentation} seed {AUGMENTATION_SEED}",
                       split_images(spec, "train") * augmentation_factor(spec.augmentation), early, None))
-    if spec.is_cub_format:
+    if spec.has_part_annotations:
         views.append(("test", f"noise seed {STABILITY_NOISE_SEED}", split_images(spec, "test"), False,
                       STABILITY_NOISE_SEED))
     return [((*trunk, split, view, with_early),

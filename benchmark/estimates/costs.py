@@ -95,7 +95,7 @@ class Costs:
             factor = shape.flops() / found.shape.flops()
             return seconds * factor, (f"scaled from measured ({found.label}, {found.shape.describe()}) "
                                       f"by block + head FLOPs ×{factor:.2f} to {shape.describe()}")
-        test = split_images(spec, "test") * (2 if spec.is_cub_format else 1)  # clean + noisy views
+        test = split_images(spec, "test") * (2 if spec.has_part_annotations else 1)  # clean + noisy views
         cost = self.model.run_cost(method=spec.method, precision=spec.precision, head_macs=shape.flops(),
                                    live_trunk_macs=0.0 if spec.cache else trunk_macs(spec), epochs=epochs,
                                    pushes=push_count(spec), train_images=train,

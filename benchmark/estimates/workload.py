@@ -13,6 +13,7 @@ from benchmark.config import RunSpec
 from benchmark.data.declared import DatasetDeclaration, dataset_declaration
 from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
+from benchmark.errors import ProtobenchError
 from benchmark.method_lookup import stand_in_method
 
 

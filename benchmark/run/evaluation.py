@@ -1,5 +1,6 @@
-"""Evaluation of a trained method: accuracy on the test split and, on CUB-format datasets, the
-explanation metrics of ``docs/protocol/metrics.md`` from ground-truth-class activation maps.
+"""Evaluation of a trained method: accuracy on the test split and, on datasets with part
+annotations (keypoints or masks: :mod:`benchmark.run.ground_truth`), the explanation metrics of
+``docs/protocol/metrics.md`` from ground-truth-class activation maps.
 
 One pass over the clean test tokens gives logits and maps (the appended block runs once per
 batch for both: :func:`benchmark.run.prediction.block_output_reused`); a second pass over the noised view (stability
@@ -13,18 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
-from PIL import Image
 
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
 from benchmark.run.extra_metrics import deletion_count, extra_metrics
+from benchmark.run.ground_truth import object_masks, part_truth
 from benchmark.run.prediction import predict
 from methods.base import PrototypeMethod
-from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins, map_parts_to_frame
-from metrics.comprehensiveness import segmentation_to_frame
+from metrics import ExplanationRecords, accuracy, explanation_records, logit_margins
 from metrics.sanity import SanityScores, sanity
 
 
@@ -36,19 +35,6 @@ class Evaluated:
 
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame]
-
-
-def load_segmentation_masks(dataset: ImageDataset) -> torch.Tensor | None:
-    """N×224×224 bool masks in the cropped frame (NPPP's protocol, ``segmentation_to_frame``);
-    None if any mask is missing."""
-    ann = dataset.annotations
-    if ann is None or any(p is None or not p.exists() for p in ann.segmentation_paths):
-        return None
-    masks = []
-    for i, path in enumerate(ann.segmentation_paths):
-        with Image.open(path) as im:
-            masks.append(segmentation_to_frame(np.asarray(im), tuple(int(v) for v in ann.boxes[i])))
-    return torch.stack(masks)
 
 
 def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Tensor,
@@ -103,14 +89,13 @@ def evaluate(
                    deletion_k=deletion_count(method))  # one pass for the paper's metrics and the extras
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
     notes: dict[str, str] = {}
-    ann = test_dataset.annotations
+    parts = part_truth(test_dataset)
     explained = None
-    masks = load_segmentation_masks(test_dataset)
+    masks = object_masks(test_dataset, parts)
     extra, extra_notes, extra_details = extra_metrics(
         method, pred, masks, train, train_dataset, batch_size=batch_size, device=device,
         precision=precision, map_pool=map_pool)
-    if ann is not None:
-        parts = map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
+    if parts is not None:
         noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False,
                              precision=precision).maps \
             if noisy is not None else None
@@ -148,7 +133,7 @@ def evaluate(
         "evaluation": {
             "map_grid": list(pred.maps.shape[-2:]),
             "map_pool": map_pool,
-            "noise_seed": noise_seed if ann is not None else None,
+            "noise_seed": noise_seed if parts is not None else None,
             "num_images": len(pred.labels),
             **extra_details,
         },

@@ -15,9 +15,9 @@ from torch import Tensor
 
 from benchmark.cache.tokens import TokenSource
 from benchmark.data import ImageDataset
+from benchmark.run.ground_truth import part_truth
 from benchmark.run.prediction import Predictions, predict
 from methods.base import PrototypeMethod
-from metrics import map_parts_to_frame
 from metrics.deletion import DELETION_K, DELETION_SEED, deletion
 from metrics.localisation import localisation
 from metrics.purity import PURITY_TOPK, purity
@@ -68,11 +68,10 @@ def extra_metrics(
         values["loc"] = localisation(test.maps, masks, map_pool=map_pool)
     else:
         notes["loc"] = "not computed: segmentation masks missing"
-    annotations = None if train_dataset is None else train_dataset.annotations
-    if train is not None and annotations is not None:
+    parts = None if train_dataset is None else part_truth(train_dataset)
+    if train is not None and parts is not None:
         maps = predict(method, train, batch_size=batch_size, device=device, with_logits=False,
                        precision=precision).maps
-        parts = map_parts_to_frame(annotations.part_xy, annotations.boxes, annotations.part_visible)
         values["purity"] = purity(maps, train.labels, parts, method.num_classes, map_pool=map_pool)
         details["purity_topk"] = PURITY_TOPK
     else:

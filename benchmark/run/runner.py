@@ -175,10 +175,10 @@ class Prepared:
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:
         """Clean test tokens, and the stability-noise view of the fixed ``STABILITY_NOISE_SEED``
-        (CUB-format datasets only)."""
+        (datasets with part annotations only)."""
         clean = self.test_source(cache_root, progress=progress)
         noisy = self._source(self.test_set, View("noise", STABILITY_NOISE_SEED), cache_root, progress, early=False) \
-            if self.spec.is_cub_format else None
+            if self.spec.has_part_annotations else None
         return clean, noisy
 
 

@@ -55,5 +55,10 @@ def dataset_rows(dataset: ImageDataset, rows: np.ndarray, split: str) -> ImageDa
         subset.annotations = replace(ann, boxes=ann.boxes[rows], part_xy=ann.part_xy[rows],
                                      part_visible=ann.part_visible[rows],
                                      segmentation_paths=[ann.segmentation_paths[r] for r in rows])
+    if dataset.part_polygons is not None:
+        subset.part_polygons = replace(dataset.part_polygons,
+                                       polygons=[dataset.part_polygons.polygons[r] for r in rows])
+    if dataset.image_sizes is not None:
+        subset.image_sizes = dataset.image_sizes[rows]
     subset._fingerprint = f"{dataset.fingerprint()}:{split}"
     return subset

@@ -206,7 +206,7 @@ def test_make_data_command_fills_unset_options_from_the_defaults(tmp_path: Path,
 
 def test_interrupted_generation_leaves_nothing_that_looks_complete(tmp_path: Path, monkeypatch) -> None:
     calls = []
-    draw = synthbirds._draw_bird
+    draw = synthbirds.draw_bird
 
     def failing(*args, **kwargs):
         calls.append(1)
@@ -214,7 +214,7 @@ def test_interrupted_generation_leaves_nothing_that_looks_complete(tmp_path: Pat
             raise KeyboardInterrupt
         return draw(*args, **kwargs)
 
-    monkeypatch.setattr(synthbirds, "_draw_bird", failing)
+    monkeypatch.setattr(synthbirds, "draw_bird", failing)
     with pytest.raises(KeyboardInterrupt):
         generate_synthbirds(tmp_path / "sb", classes=2, images_per_class=2, seed=0)
     assert list(tmp_path.iterdir()) == []

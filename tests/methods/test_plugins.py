@@ -129,7 +129,7 @@ def test_an_installed_dataset_runs_by_name_and_records_its_distribution(site: Pa
     assert len(load_dataset("lab_birds", root, "train", image_size=56)) == 16
     spec = build_run_spec({"dataset": "lab_birds", "backbone": "dinov2_vits14", "method": "vmfproto",
                            "prototypes_per_class": 2}, where="grid")
-    assert spec.is_cub_format
+    assert spec.has_part_annotations
     with pytest.raises(ProtobenchError, match=r"unknown dataset 'lab_bird' \(did you mean 'lab_birds'\?\)"):
         build_run_spec({**spec.to_json(), "dataset": "lab_bird"}, where="grid")
 
