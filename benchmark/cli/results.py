@@ -319,14 +319,19 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here instead of stdout")
 
 
+def check_level(level: float) -> None:
+    """A confidence ``--level`` in percent, strictly inside (0, 100)."""
+    if not 0 < level < 100:
+        raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {level:g}.")
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """Paired comparisons of the values of one key, cell by cell (docs/guides/statistics.md)."""
     from reports.load import load_runs
     from reports.paired import compare_levels, render_comparisons
     from reports.pivot import parse_where
 
-    if not 0 < args.level < 100:
-        raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
+    check_level(args.level)
     frame = load_runs(args.runs_dirs, parse_where(args.where))
     baseline = args.baseline
     if args.by == "method":  # the tables' names ("ProtoPool-lite", not its import path); --baseline takes either
@@ -363,8 +368,7 @@ def run_agreement(args: argparse.Namespace) -> int:
     from reports.load import load_runs
     from reports.pivot import parse_where
 
-    if not 0 < args.level < 100:
-        raise ProtobenchError(f"--level must lie strictly between 0 and 100 (percent), got {args.level:g}.")
+    check_level(args.level)
     if args.resamples < 100:
         raise ProtobenchError(f"--resamples {args.resamples}: a percentile interval needs at least 100 resamples "
                               "(default 2000).")
