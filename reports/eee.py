@@ -18,7 +18,7 @@ JSON format for evaluation results; its schema ``eval.schema.json`` version 0.2.
 - ``detailed_evaluation_results``: the run's per-image records file, its path relative to the
   RUNS folder given, its SHA-256 and row count.
 
-The docs list each mapping (docs/protocol/harness.md, "Sharing and interchange").
+The docs list each mapping (docs/protocol/harness.md, "Reports").
 """
 from __future__ import annotations
 
