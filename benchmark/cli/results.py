@@ -7,6 +7,7 @@ rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototyp
                       [--decimals N] [--method-macro] [--ci [LEVEL]] [--significance [ALPHA]] [--out FILE]
     protobench report --list
     protobench export RUNS_DIR... --out FILE.csv|.jsonl|.parquet [--per-image]
+    protobench export RUNS_DIR... --format eee --out DIR [--organization NAME]
     protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
     protobench agreement RUNS_DIR... [--level P] [--resamples N] [--seed N] [--format markdown|csv] [--out FILE]
     protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
@@ -249,10 +250,16 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="folders searched recursively for result.json")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE",
-                        help="FILE.csv, FILE.jsonl or FILE.parquet (needs pyarrow: the 'parquet' extra)")
+                        help="FILE.csv, FILE.jsonl or FILE.parquet (needs pyarrow: the 'parquet' extra); with "
+                             "--format eee a new folder")
     parser.add_argument("--per-image", action="store_true",
                         help="one row per run × test image: label, prediction, correctness, logit margin and each "
                              "metric's per-image part")
+    parser.add_argument("--format", choices=("table", "eee"), default="table", dest="export_format",
+                        help="table (default): one file, its type from the --out suffix; eee: one Every Eval Ever "
+                             "record (eval.schema.json 0.2.2) per run, DIR/<run_id>.json")
+    parser.add_argument("--organization", default="unknown", metavar="NAME",
+                        help="with --format eee: the lab that ran the evaluations (source_organization_name)")
     add_check_adapters_argument(parser)
 
 
@@ -262,6 +269,8 @@ def run_export(args: argparse.Namespace) -> int:
     from reports.export import check_export_path, export_records, per_image_records, write_export
     from reports.load import load_runs, stale_note
 
+    if args.export_format == "eee":
+        return _export_eee(args)
     check_export_path(args.out)
     if args.per_image:  # each run's rows carry its verdict, as the per-run export's
         records = per_image_records(args.runs_dirs, result_judge(adapter_imports(args)))
@@ -272,6 +281,24 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"wrote {len(records)} row(s) of {len(runs)} run(s) to {args.out}" if args.per_image
           else f"wrote {len(records)} run(s) to {args.out}")
     _print_stale(stale_note(runs.items()))
+    return 0
+
+
+def _export_eee(args: argparse.Namespace) -> int:
+    """One Every Eval Ever record per run into the new folder ``--out`` (reports/eee.py)."""
+    from benchmark.run.identity import mark_stale
+    from reports.eee import check_eee_out, eee_files, write_eee
+    from reports.load import load_runs, stale_note
+
+    if args.per_image:
+        raise ProtobenchError("--per-image and --format eee do not combine: each Every Eval Ever record already "
+                              "names its run's per-image file (detailed_evaluation_results); drop one of them")
+    check_eee_out(args.out)
+    frame = mark_stale(load_runs(args.runs_dirs, csv=False), adapter_imports(args))  # the readers' checks
+    files = eee_files(args.runs_dirs, organization=args.organization)
+    write_eee(files, args.out)
+    print(f"wrote {len(files)} Every Eval Ever record(s) to {args.out}")
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
     return 0
 
 
