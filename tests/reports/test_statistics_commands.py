@@ -194,3 +194,14 @@ def test_one_side_without_records_falls_back_to_seeds_and_says_which(runs, capsy
     acc = pd.read_csv(io.StringIO(capsys.readouterr().out)).iloc[0]
     assert acc["test"] == "paired Student t over seeds (3 seeds; training variance only: J=2 has no per-image acc records)"
     assert np.isnan(acc["n_images"])
+
+
+def test_report_ci_gives_no_zero_width_interval_when_every_seed_is_equal(tmp_path, capsys) -> None:
+    root = tmp_path / "same" / "grid"
+    for seed in SEEDS:  # con 50.0 on every seed: no spread, so no interval (never [50.0, 50.0])
+        write_run(root, f"s{seed}", J=2, seed=seed, metrics={"acc": 60.0 + seed, "con": 50.0, "sta": None,
+                                                             "dis": None, "comp": None})
+    assert main(["report", str(tmp_path / "same"), "--ci", "--metrics", "acc,con"]) == 0
+    out = capsys.readouterr().out
+    con = next(cell for cell in markdown_rows(out)[0] if cell.startswith("50.0"))
+    assert "[no spread]" in con and "[50.0, 50.0]" not in con
