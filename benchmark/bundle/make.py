@@ -1,6 +1,7 @@
 """``protobench bundle RUNS… --out DIR [--checkpoints]``: the finished runs under RUNS copied as
 ``DIR/<grid>/<run_id>/`` (spec, result, per-image and per-prototype records, training curves, log;
-with ``checkpoints`` the trained head as safetensors), a model card, the SHA-256 manifest, and
+with ``checkpoints`` the trained head as safetensors), a model card, Hugging Face eval-results files
+(``.eval_results/*.yaml``, benchmark/bundle/eval_results.py), the SHA-256 manifest, and
 ``DIR.tar.gz`` of the same files. Everything is checked before the first file is written, and the
 folder appears whole or not at all (built beside it, then renamed)."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.bundle.card import CARD_FILE, model_card
+from benchmark.bundle.eval_results import HUB_BENCHMARK, eval_results_files
 from benchmark.bundle.manifest import HEAD_FILE, MANIFEST_FILE, write_manifest
 from benchmark.errors import ProtobenchError
 from benchmark.output_file import staging_path, within
@@ -92,8 +94,10 @@ def _archive(folder: Path, out: Path, name: str) -> None:
 
 
 def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False, license: str = "unknown",
-                name: str | None = None) -> Bundled:
-    """Bundle the finished runs under ``inputs`` into ``out`` and ``out``.tar.gz (see the module)."""
+                name: str | None = None, hub_benchmark: str | None = None, repo_id: str | None = None) -> Bundled:
+    """Bundle the finished runs under ``inputs`` into ``out`` and ``out``.tar.gz (see the module);
+    ``hub_benchmark`` (default :data:`HUB_BENCHMARK`) and ``repo_id`` (the model repository it is
+    pushed to, if any) go into the eval-results files (benchmark/bundle/eval_results.py)."""
     archive = out.parent / f"{out.name}.tar.gz"
     for target in (out, archive):
         if target.exists():
@@ -105,6 +109,8 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
             raise ProtobenchError(f"{len(without)} run(s) have no checkpoint.pt to take the head from: "
                                   f"{', '.join(without[:5])}; bundle without --checkpoints, or leave them out")
     copied = [(rd, result, _bundled_files(rd)) for rd, result in runs]  # every link refused before writing
+    evals = eval_results_files([(result, rd.result_path) for rd, result in runs],  # refusals before writing
+                               hub_benchmark=hub_benchmark or HUB_BENCHMARK, repo_id=repo_id)
     if checkpoints:  # the head is read from checkpoint.pt: torch, only here
         from benchmark.bundle.head import write_head
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +131,9 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
                     "weights_checksum": str((result.get("provenance") or {}).get("weights_checksum"))})
         card = model_card([r for _, r in runs], license=license, checkpoints=checkpoints, name=name or out.name)
         (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        for relative, data in evals.items():
+            (staging / relative).parent.mkdir(exist_ok=True)
+            (staging / relative).write_bytes(data)
         for path in staging.rglob("*"):  # a umask's 0700 and safetensors' 0600 would keep co-authors out
             path.chmod(0o755 if path.is_dir() else 0o644)
         staging.chmod(0o755)

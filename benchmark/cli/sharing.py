@@ -2,6 +2,7 @@
 optionally with their trained heads) and ``site`` (a static results site).
 
     protobench bundle RUNS_DIR... --out DIR [--checkpoints] [--license ID] [--push REPO_ID]
+        [--hub-benchmark REPO_ID]
     protobench bundle verify DIR
     protobench site RUNS_DIR... --out DIR [--where KEY=VALUE]... [--compare KEY]... [--reference METHOD]
 
@@ -30,7 +31,11 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="add each run's trained head as head.safetensors (the frozen trunk is referenced, not copied)")
     p.add_argument("--license", default="unknown", metavar="ID",
                    help="the model card's license field, a Hugging Face license id (default: unknown)")
-    p.add_argument("--push", metavar="REPO_ID", help="then upload the folder to this Hugging Face model repository")
+    p.add_argument("--push", metavar="REPO_ID", help="then upload the folder to this Hugging Face model repository "
+                                                     "(the eval-results files name it as each result's source)")
+    p.add_argument("--hub-benchmark", metavar="REPO_ID",
+                   help="the Hugging Face benchmark dataset the .eval_results/*.yaml files report to "
+                        "(default: protobench/protobench)")
     p.set_defaults(func=cmd_bundle)
 
     p = sub.add_parser("site", help="a self-contained static results site (overview, plots, one page per run, "
@@ -58,7 +63,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if args.out is None:
         raise ProtobenchError("bundle needs --out DIR (the folder to write; DIR.tar.gz goes beside it)")
     bundled = make_bundle([Path(d) for d in args.runs_dirs], args.out, checkpoints=args.checkpoints,
-                          license=args.license)
+                          license=args.license, hub_benchmark=args.hub_benchmark, repo_id=args.push)
     print(f"bundled {bundled.runs} run(s), {bundled.files} file(s), to {bundled.folder} and {bundled.archive}")
     if args.push:
         print(f"pushed to {push_bundle(bundled.folder, args.push)}")
