@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from methods.base import MethodContext, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import PASS_BATCH_SIZE, check_count, check_positive
-from methods.common.pooled import frozen_final_norm, pooled_features
+from methods.common.pooled import feature_width, frozen_final_norm, pooled_features
 from methods.registry import register_method
 
 #: the bank entries a vote reads: (indices B×k', weights exp(sim/T) B×k')
@@ -44,7 +44,7 @@ class WeightedKNN(PrototypeMethod):
         check_positive("knn", temperature=temperature)
         self.pool, self.k, self.temperature = pool, k, float(temperature)
         self.final_norm = frozen_final_norm(ctx, "knn", pool)
-        width = ctx.embed_dim * (2 if pool == "cls+mean" else 1)
+        width = feature_width(ctx.embed_dim, pool)
         self.loss_weights = {"vote_error": 1.0}
         # placeholders until fitting replaces them: J random unit vectors per class (torch's seeded RNG)
         self.register_buffer("bank", F.normalize(torch.randn(ctx.num_prototypes, width), dim=1))

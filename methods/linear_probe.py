@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, WarmupCosine
 from methods.common.lineage import check_count, check_positive
-from methods.common.pooled import frozen_final_norm, pooled_features
+from methods.common.pooled import POOLS, feature_width, frozen_final_norm, pooled_features
 from methods.registry import register_method
 from methods.space import Categorical, LogUniform
 
@@ -41,7 +41,7 @@ class LinearProbe(PrototypeMethod):
     display_name = "Linear probe"
     reads = frozenset({"tokens", "block_input"})
     # the official grid of learning rates (1e-5 … 0.1) scaled to batch 128 (lr · 128/256)
-    search_space = {"lr": LogUniform(5e-06, 0.05), "pool": Categorical(("cls", "mean", "cls+mean"))}
+    search_space = {"lr": LogUniform(5e-06, 0.05), "pool": Categorical(POOLS)}
 
     def __init__(self, ctx: MethodContext, *, pool: str = "cls+mean", epochs: int = 20, lr: float = 0.005) -> None:
         super().__init__(ctx)
@@ -49,7 +49,7 @@ class LinearProbe(PrototypeMethod):
         check_positive("linear_probe", lr=lr)
         self.pool, self.epochs, self.lr = pool, epochs, float(lr)
         self.final_norm = frozen_final_norm(ctx, "linear_probe", pool)
-        width = ctx.embed_dim * (2 if pool == "cls+mean" else 1)
+        width = feature_width(ctx.embed_dim, pool)
         self.linear = nn.Linear(width, ctx.num_classes)
         self.reset_head()
         self.loss_weights = {"ce": 1.0}

@@ -24,7 +24,8 @@ import numpy as np
 
 from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images_exist, check_split
 from benchmark.data.keypoints import keypoint_arrays
-from benchmark.data.tables import TableFile, check_contiguous, check_same_ids, finite, rows_by_id
+from benchmark.data.tables import (TableFile, check_contiguous, check_same_ids, read_boxes, read_split_flags,
+                                   rows_by_id)
 from benchmark.data.transforms import integer_box
 from benchmark.errors import ProtobenchError
 
@@ -102,18 +103,9 @@ def read_cub(root: str | Path, split: str, *, name: str = "cub", image_size: int
             raise t_labels.error(lineno, f"class id {class_id} is not listed in classes.txt")
 
     t_split = table("train_test_split.txt", "<image_id> <1 for train, 0 for test>")
-    is_train = rows_by_id(t_split, t_split.rows((int, int)), "image id")
-    check_same_ids(t_split, is_train, images)
-    for lineno, (flag,) in is_train.values():
-        if flag not in (0, 1):
-            raise t_split.error(lineno, f"the split flag must be 1 (train) or 0 (test), got {flag}")
+    is_train = read_split_flags(t_split, int, images)
 
-    t_boxes = table("bounding_boxes.txt", "<image_id> <x> <y> <width> <height>")
-    boxes = rows_by_id(t_boxes, t_boxes.rows((int, finite, finite, finite, finite)), "image id")
-    check_same_ids(t_boxes, boxes, images)
-    for lineno, (x, y, w, h) in boxes.values():
-        if x < 0 or y < 0 or w < 1 or h < 1:
-            raise t_boxes.error(lineno, f"the box needs x, y >= 0 and width, height >= 1, got {x} {y} {w} {h}")
+    boxes = read_boxes(table("bounding_boxes.txt", "<image_id> <x> <y> <width> <height>"), int, images)
 
     t_parts = table("parts/parts.txt", "<part_id> <part_name>")
     parts = rows_by_id(t_parts, t_parts.rows((int, str), rest=True), "part id")

@@ -38,7 +38,8 @@ import numpy as np
 
 from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images_exist, check_split
 from benchmark.data.keypoints import keypoint_arrays
-from benchmark.data.tables import TableFile, check_contiguous, check_same_ids, finite, rows_by_id
+from benchmark.data.tables import (TableFile, check_contiguous, check_same_ids, finite, read_boxes, read_split_flags,
+                                   rows_by_id)
 from benchmark.data.transforms import integer_box
 from benchmark.errors import ProtobenchError
 
@@ -142,11 +143,7 @@ def read_nabirds(root: str | Path, split: str, *, image_size: int = 224) -> Imag
                                          "classifies the leaves of the hierarchy")
 
     t_split = table("train_test_split.txt", "<image_id> <1 for train, 0 for test>")
-    is_train = rows_by_id(t_split, t_split.rows((str, int)), "image id")
-    check_same_ids(t_split, is_train, images)
-    for lineno, (flag,) in is_train.values():
-        if flag not in (0, 1):
-            raise t_split.error(lineno, f"the split flag must be 1 (train) or 0 (test), got {flag}")
+    is_train = read_split_flags(t_split, str, images)
 
     t_sizes = table("sizes.txt", "<image_id> <width> <height>")
     sizes = rows_by_id(t_sizes, t_sizes.rows((str, int, int)), "image id")
@@ -156,11 +153,8 @@ def read_nabirds(root: str | Path, split: str, *, image_size: int = 224) -> Imag
             raise t_sizes.error(lineno, f"the size needs width, height >= 1, got {width} {height}")
 
     t_boxes = table("bounding_boxes.txt", "<image_id> <x> <y> <width> <height>")
-    boxes = rows_by_id(t_boxes, t_boxes.rows((str, finite, finite, finite, finite)), "image id")
-    check_same_ids(t_boxes, boxes, images)
+    boxes = read_boxes(t_boxes, str, images)
     for key, (lineno, (x, y, w, h)) in boxes.items():
-        if x < 0 or y < 0 or w < 1 or h < 1:
-            raise t_boxes.error(lineno, f"the box needs x, y >= 0 and width, height >= 1, got {x} {y} {w} {h}")
         width, height = sizes[key][1]
         if int(x) >= width or int(y) >= height:
             raise t_boxes.error(lineno, f"the box ({x} {y} {w} {h}) starts outside its {width}×{height} image "

@@ -108,3 +108,27 @@ def check_same_ids(table: TableFile, ids: dict[Hashable, Any], images: dict[Hash
             f"{table.path} has no line for image id {missing[0]} (images.txt, line {images[missing[0]][0]}; "
             f"{len(missing)} ids missing in all); {table.fix}."
         )
+
+
+Rows = dict[Hashable, tuple[int, list[Any]]]
+
+
+def read_split_flags(table: TableFile, id_type: Callable[[str], Any], images: Rows) -> Rows:
+    """``train_test_split.txt``: one ``<image_id> <1 train / 0 test>`` line per image of images.txt."""
+    flags = rows_by_id(table, table.rows((id_type, int)), "image id")
+    check_same_ids(table, flags, images)
+    for lineno, (flag,) in flags.values():
+        if flag not in (0, 1):
+            raise table.error(lineno, f"the split flag must be 1 (train) or 0 (test), got {flag}")
+    return flags
+
+
+def read_boxes(table: TableFile, id_type: Callable[[str], Any], images: Rows) -> Rows:
+    """``bounding_boxes.txt``: one ``<image_id> <x> <y> <width> <height>`` line per image of
+    images.txt, x, y ≥ 0 and width, height ≥ 1."""
+    boxes = rows_by_id(table, table.rows((id_type, finite, finite, finite, finite)), "image id")
+    check_same_ids(table, boxes, images)
+    for lineno, (x, y, w, h) in boxes.values():
+        if x < 0 or y < 0 or w < 1 or h < 1:
+            raise table.error(lineno, f"the box needs x, y >= 0 and width, height >= 1, got {x} {y} {w} {h}")
+    return boxes

@@ -37,6 +37,11 @@ def frozen_final_norm(ctx: MethodContext, method: str, pool: str) -> nn.Module:
     return norm
 
 
+def feature_width(embed_dim: int, pool: str) -> int:
+    """The width of ``pool``'s features: D, or 2D for ``cls+mean``."""
+    return embed_dim * (2 if pool == "cls+mean" else 1)
+
+
 def cls_token(batch: TokenBatch, norm: nn.Module) -> Tensor:
     """B×D final-norm CLS token: ``norm(block_input)[:, 0]`` (timm puts CLS before registers)."""
     return norm(batch.block_input[:, :1].float())[:, 0].float()
