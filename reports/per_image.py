@@ -7,6 +7,10 @@ subset, a renamed dataset) instead of being mis-paired.
 """
 from __future__ import annotations
 
+import os
+from functools import lru_cache
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -21,14 +25,12 @@ def seed_values(rows: pd.DataFrame, metric: str) -> pd.DataFrame | None:
     ``metric`` in percent (NaN where undefined) of a cell's single runs; None when the metric has
     no per-image part or a run has no records with it (a published number, a run evaluated
     before records existed). Runs whose image sets differ are refused."""
-    from benchmark.run.records import read_records
-
     column = PER_IMAGE_METRICS.get(metric)
     if column is None:
         return None
     values: dict[int, pd.Series] = {}
     for seed, run_dir in zip(rows["seed"], rows["run_dir"]):
-        records = read_records(run_dir) if isinstance(run_dir, str) else None
+        records = run_records(run_dir) if isinstance(run_dir, str) else None
         if records is None or column not in records.columns:
             return None
         ids = records["image"].astype(str)
@@ -39,6 +41,32 @@ def seed_values(rows: pd.DataFrame, metric: str) -> pd.DataFrame | None:
         values[int(seed)] = pd.Series(scale * records[column].astype(np.float64).to_numpy(), index=ids.to_numpy())
     runs = dict(zip(rows["seed"].astype(int), rows["run_dir"].astype(str)))
     return _aligned(values, runs)
+
+
+def run_records(run_dir: str) -> pd.DataFrame | None:
+    """The run's per-image records (``benchmark.run.records.read_records``: checked against their
+    schema), read once per version of its files: a table with several metric columns compares
+    every metric of every cell, and each comparison needs the same runs' records. The files'
+    identity (inode, size, modification time) keys the cache, so a rewritten file is read again."""
+    from benchmark.run.store import RECORD_SUFFIXES, RESULT_FILE
+
+    files = [Path(run_dir) / name for name in (RESULT_FILE, *(f"per_image{s}" for s in RECORD_SUFFIXES))]
+    stamps = tuple((f.name, st.st_ino, st.st_size, st.st_mtime_ns) for f in files if (st := _stat(f)) is not None)
+    return _read_records(run_dir, stamps)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=256)  # a cell's runs and those it is compared with, about 1 MB each on CUB's test split
+def _read_records(run_dir: str, stamps: tuple) -> pd.DataFrame | None:
+    from benchmark.run.records import read_records
+
+    return read_records(run_dir)
 
 
 def _aligned(values: dict[int, pd.Series], runs: dict[int, str]) -> pd.DataFrame:
