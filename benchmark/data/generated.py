@@ -12,12 +12,39 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmark.errors import ProtobenchError
+
+
+@dataclass(frozen=True)
+class Generator:
+    """One generated dataset: its generator name and version (recorded in ``marker``), the public
+    function that writes it (named in errors), what it is called in messages, its class limit and
+    ``write(folder, classes, images_per_class, seed, image_size)``."""
+
+    name: str
+    version: int
+    function: str
+    what: str
+    marker: str
+    max_classes: int
+    write: Callable[[Path, int, int, int, int], None]
+
+
+def generate_set(out: str | Path, generator: Generator, *, classes: int, images_per_class: int, seed: int,
+                 image_size: int) -> Path:
+    """Check the arguments, then write ``generator``'s set into ``out`` (:func:`generate_into`)."""
+    check_generation_args(generator.function, classes=classes, images_per_class=images_per_class, seed=seed,
+                          image_size=image_size, max_classes=generator.max_classes)
+    record = {"generator": generator.name, "version": generator.version, "classes": int(classes),
+              "images_per_class": int(images_per_class), "seed": int(seed), "image_size": int(image_size)}
+    return generate_into(out, what=generator.what, marker=generator.marker, record=record,
+                         write=lambda folder: generator.write(folder, classes, images_per_class, seed, image_size))
 
 
 def check_generation_args(function: str, *, classes: int, images_per_class: int, seed: int, image_size: int,

@@ -33,7 +33,7 @@ from PIL import Image
 
 from benchmark.data.bird_classes import PART_NAMES, design_classes
 from benchmark.data.bird_drawing import draw_bird, part_locations, tight_box
-from benchmark.data.generated import check_generation_args, generate_into, read_marker
+from benchmark.data.generated import Generator, generate_set, read_marker
 from benchmark.errors import ProtobenchError
 
 GENERATOR = "protobench.synthbirds"  # the "generator" field of MARKER
@@ -89,12 +89,9 @@ def generate_synthbirds(
     never a folder that looks complete after an interruption; the same arguments keep an existing
     output; other synthbirds output is replaced; any other non-empty folder is refused.
     """
-    check_generation_args("generate_synthbirds", classes=classes, images_per_class=images_per_class, seed=seed,
-                          image_size=image_size, max_classes=MAX_CLASSES)
-    record = {"generator": GENERATOR, "version": GENERATOR_VERSION, "classes": int(classes),
-              "images_per_class": int(images_per_class), "seed": int(seed), "image_size": int(image_size)}
-    return generate_into(out, what="synthbirds", marker=MARKER, record=record,
-                         write=lambda folder: _write_dataset(folder, classes, images_per_class, seed, image_size))
+    generator = Generator(GENERATOR, GENERATOR_VERSION, "generate_synthbirds", "synthbirds", MARKER, MAX_CLASSES, _write_dataset)
+    return generate_set(out, generator, classes=classes, images_per_class=images_per_class, seed=seed,
+                        image_size=image_size)
 
 
 def ensure_synthbirds(root: str | Path, dataset_args: dict[str, int]) -> Path:

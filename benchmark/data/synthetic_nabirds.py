@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmark.data.bird_classes import design_classes
 from benchmark.data.bird_drawing import draw_bird, part_locations, tight_box
-from benchmark.data.generated import check_generation_args, generate_into
+from benchmark.data.generated import Generator, generate_set
 
 GENERATOR = "protobench.nabirds"
 GENERATOR_VERSION = 1
@@ -71,9 +71,6 @@ def generate_nabirds(out: str | Path, *, classes: int, images_per_class: int, se
                      image_size: int = NABIRDS_DEFAULTS["image_size"]) -> Path:
     """Write the synthetic NABirds set to ``out`` (as :mod:`benchmark.data.generated` writes a
     generated folder, with ``generated-nabirds.json`` inside) and return ``out``."""
-    check_generation_args("generate_nabirds", classes=classes, images_per_class=images_per_class, seed=seed,
-                          image_size=image_size, max_classes=MAX_CLASSES)
-    record = {"generator": GENERATOR, "version": GENERATOR_VERSION, "classes": int(classes),
-              "images_per_class": int(images_per_class), "seed": int(seed), "image_size": int(image_size)}
-    return generate_into(out, what="generated NABirds", marker=MARKER, record=record,
-                         write=lambda folder: _write_dataset(folder, classes, images_per_class, seed, image_size))
+    generator = Generator(GENERATOR, GENERATOR_VERSION, "generate_nabirds", "generated NABirds", MARKER, MAX_CLASSES, _write_dataset)
+    return generate_set(out, generator, classes=classes, images_per_class=images_per_class, seed=seed,
+                        image_size=image_size)

@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmark.data.bird_classes import design_classes
 from benchmark.data.bird_drawing import BEAK, BODY, BREAST, CROWN, EYE, HEAD, LEG, TAIL, WING, draw_bird, tight_box
-from benchmark.data.generated import check_generation_args, generate_into
+from benchmark.data.generated import Generator, generate_set
 from benchmark.data.partimagenet import RELEASE_SPLITS
 
 GENERATOR = "protobench.partimagenet"
@@ -97,9 +97,6 @@ def generate_partimagenet(out: str | Path, *, classes: int, images_per_class: in
                           image_size: int = PARTIMAGENET_DEFAULTS["image_size"]) -> Path:
     """Write the synthetic PartImageNet_Seg set to ``out`` (as :mod:`benchmark.data.generated`
     writes a generated folder, with ``generated-partimagenet.json`` inside) and return ``out``."""
-    check_generation_args("generate_partimagenet", classes=classes, images_per_class=images_per_class, seed=seed,
-                          image_size=image_size, max_classes=MAX_CLASSES)
-    record = {"generator": GENERATOR, "version": GENERATOR_VERSION, "classes": int(classes),
-              "images_per_class": int(images_per_class), "seed": int(seed), "image_size": int(image_size)}
-    return generate_into(out, what="generated PartImageNet", marker=MARKER, record=record,
-                         write=lambda folder: _write_dataset(folder, classes, images_per_class, seed, image_size))
+    generator = Generator(GENERATOR, GENERATOR_VERSION, "generate_partimagenet", "generated PartImageNet", MARKER, MAX_CLASSES, _write_dataset)
+    return generate_set(out, generator, classes=classes, images_per_class=images_per_class, seed=seed,
+                        image_size=image_size)
