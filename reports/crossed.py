@@ -110,7 +110,11 @@ class Reference:
 def reference(y: np.ndarray) -> Reference:
     """The crossed design's standard error and reference distribution (module docstring) of the
     mean of ``y[..., s, i]`` with S ≥ 2 seeds and I ≥ 2 images."""
-    ms = mean_squares(y)
+    return reference_of(mean_squares(y))
+
+
+def reference_of(ms: MeanSquares) -> Reference:
+    """:func:`reference` from the design's mean squares."""
     s, i = ms.seeds, ms.images
     image_part = np.maximum(ms.image - ms.residual, 0.0)
     has_image = image_part > 0

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from reports.crossed import mean_squares, reference
+from reports.crossed import MeanSquares, mean_squares, reference_of
 
 ALPHA = 0.05
 METRICS = ("acc", "sta")
@@ -90,7 +90,8 @@ def true_difference(rng: np.random.Generator, design: Design, delta: float) -> f
 
 def rejections(d: np.ndarray, truth: float = 0.0) -> dict[str, np.ndarray]:
     """Per procedure, whether its 1 − ALPHA interval excludes ``truth`` on each design of ``d``."""
-    crossed = reference(d)
+    ms = mean_squares(d)
+    crossed = reference_of(ms)
     half = crossed.critical(1 - ALPHA) * crossed.se
     image_means = d.mean(axis=1)
     image_se = image_means.std(axis=-1, ddof=1) / np.sqrt(d.shape[2])
@@ -100,16 +101,15 @@ def rejections(d: np.ndarray, truth: float = 0.0) -> dict[str, np.ndarray]:
         return {
             "crossed": np.abs(crossed.mean - truth) > half,
             "Satterthwaite": np.abs(crossed.mean - truth) > stats.t.isf(ALPHA / 2, crossed.df) * crossed.se,
-            "truncated": _truncated(d, truth),
+            "truncated": _truncated(ms, truth),
             "image t": np.abs(image_means.mean(-1) - truth) > stats.t.isf(ALPHA / 2, d.shape[2] - 1) * image_se,
             "seed t": np.abs(seed_means.mean(-1) - truth) > stats.t.isf(ALPHA / 2, d.shape[1] - 1) * seed_se,
         }
 
 
-def _truncated(d: np.ndarray, truth: float) -> np.ndarray:
+def _truncated(ms: MeanSquares, truth: float) -> np.ndarray:
     """The interval with both variance components truncated at 0 (σ²_seed and σ²_image; the
     residual's always counts) and Satterthwaite's df of the mean squares that remain."""
-    ms = mean_squares(d)
     s, i = ms.seeds, ms.images
     has_seed, has_image = ms.seed > ms.residual, ms.image > ms.residual
     c_seed, c_image = has_seed.astype(float), has_image.astype(float)
