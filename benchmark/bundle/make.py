@@ -1,6 +1,7 @@
 """``protobench bundle RUNS… --out DIR [--checkpoints]``: the finished runs under RUNS copied as
 ``DIR/<grid>/<run_id>/`` (spec, result, per-image and per-prototype records, training curves, log;
-with ``checkpoints`` the trained head as safetensors), a model card, Hugging Face eval-results files
+with ``checkpoints`` the trained head as safetensors), its format record (``bundle.json``,
+benchmark/bundle/format.py), a model card, Hugging Face eval-results files
 (``.eval_results/*.yaml``, benchmark/bundle/eval_results.py), the SHA-256 manifest, and
 ``DIR.tar.gz`` of the same files. Everything is checked before the first file is written, and the
 folder appears whole or not at all (built beside it, then renamed)."""
@@ -18,6 +19,7 @@ from typing import Any
 
 from benchmark.bundle.card import CARD_FILE, model_card
 from benchmark.bundle.eval_results import HUB_BENCHMARK, eval_results_files
+from benchmark.bundle.format import BUNDLE_FILE, bundle_record
 from benchmark.bundle.manifest import HEAD_FILE, MANIFEST_FILE, write_manifest
 from benchmark.errors import ProtobenchError
 from benchmark.output_file import staging_path, within
@@ -131,6 +133,7 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
                     "weights_checksum": str((result.get("provenance") or {}).get("weights_checksum"))})
         card = model_card([r for _, r in runs], license=license, checkpoints=checkpoints, name=name or out.name)
         (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        (staging / BUNDLE_FILE).write_bytes(bundle_record())
         for relative, data in evals.items():
             (staging / relative).parent.mkdir(exist_ok=True)
             (staging / relative).write_bytes(data)

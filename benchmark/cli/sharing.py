@@ -4,6 +4,8 @@ optionally with their trained heads) and ``site`` (a static results site).
     protobench bundle RUNS_DIR... --out DIR [--checkpoints] [--license ID] [--push REPO_ID]
         [--hub-benchmark REPO_ID]
     protobench bundle verify DIR
+    protobench bundle pull ORG/NAME --out DIR [--revision REV]
+    protobench leaderboard SOURCE... --out DIR [--allow-unverified] [--level L] [--alpha A]
     protobench site RUNS_DIR... --out DIR [--where KEY=VALUE]... [--compare KEY]... [--reference METHOD]
 
 Building these parsers imports neither torch nor pandas; the command bodies import what they use.
@@ -23,9 +25,11 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     """Add ``bundle`` and ``site`` to ``sub``."""
     p = sub.add_parser("bundle", help="finished runs as a shareable folder + .tar.gz with a SHA-256 manifest and a "
                                       "model card (--checkpoints: trained heads as safetensors); `bundle verify DIR` "
-                                      "checks one")
+                                      "checks one; `bundle pull ORG/NAME --out DIR` fetches one from the Hub")
     p.add_argument("runs_dirs", nargs="+", metavar="RUNS_DIR",
-                   help="folders holding finished runs; or `verify DIR` to check a bundle")
+                   help="folders holding finished runs; or `verify DIR` to check a bundle; or `pull ORG/NAME` to "
+                        "fetch a bundle from the Hugging Face Hub into --out (verified before it is kept)")
+    p.add_argument("--revision", metavar="REV", help="with pull: the Hub revision (branch, tag or commit)")
     p.add_argument("--out", type=Path, metavar="DIR", help="the bundle folder to write (DIR.tar.gz beside it)")
     p.add_argument("--checkpoints", action="store_true",
                    help="add each run's trained head as head.safetensors (the frozen trunk is referenced, not copied)")
@@ -51,13 +55,31 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--reference", metavar="METHOD",
                    help="a page of each method's gap to this method's row (linear_probe, knn), as "
                         "`protobench report --reference METHOD`")
+    p.add_argument("--leaderboard", type=Path, metavar="DIR",
+                   help="a leaderboard folder (`protobench leaderboard --out DIR`): the site gets its page, "
+                        "leaderboard.html, linked from the overview")
     add_check_adapters_argument(p)
     p.set_defaults(func=cmd_site)
+
+    p = sub.add_parser("leaderboard", help="results from many labs' bundles, verified, re-scored from their records, "
+                                           "ranked with statistical ties: JSON (+ schema), CSV, markdown, LaTeX, an "
+                                           "offline page and the Hub's eval.yaml")
+    p.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="a bundle folder, a bundle archive (.tar.gz), a runs folder, or hf:ORG/NAME[@REVISION]")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the leaderboard folder to write")
+    p.add_argument("--allow-unverified", action="store_true",
+                   help="list a bundle that fails its SHA256SUMS check, its rows marked unverified (default: refuse it)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the ties with the best (Holm-adjusted; default 0.05)")
+    p.set_defaults(func=cmd_leaderboard)
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
     if args.runs_dirs[0] == "verify":
         return _verify(args)
+    if args.runs_dirs[0] == "pull":
+        return _pull(args)
     from benchmark.bundle.make import make_bundle, push_bundle
 
     if args.out is None:
@@ -67,6 +89,16 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     print(f"bundled {bundled.runs} run(s), {bundled.files} file(s), to {bundled.folder} and {bundled.archive}")
     if args.push:
         print(f"pushed to {push_bundle(bundled.folder, args.push)}")
+    return 0
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from benchmark.bundle.pull import pull_bundle
+
+    if len(args.runs_dirs) != 2 or args.out is None or args.checkpoints or args.push:
+        raise ProtobenchError("usage: protobench bundle pull ORG/NAME --out DIR [--revision REV]")
+    folder, commit, checked = pull_bundle(args.runs_dirs[1], args.out, revision=args.revision)
+    print(f"pulled hf:{args.runs_dirs[1]}@{commit} to {folder}: all {checked} file(s) match SHA256SUMS")
     return 0
 
 
@@ -103,7 +135,30 @@ def cmd_site(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     frame = mark_stale(load_runs(args.runs_dirs, parse_where(args.where), csv=False), adapter_imports(args))
-    built = build_site(frame, args.out, compare_keys=args.compare, inputs=args.runs_dirs, reference=args.reference)
+    built = build_site(frame, args.out, compare_keys=args.compare, inputs=args.runs_dirs, reference=args.reference,
+                       leaderboard=args.leaderboard)
     print(f"wrote {built.pages} page(s), {built.bytes / 2**20:.1f} MiB, to {args.out} in "
           f"{time.perf_counter() - started:.1f} s; open {args.out / 'index.html'}")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from benchmark.bundle.sources import HUB_PREFIX, open_sources
+    from reports.leaderboard.build import build_leaderboard, check_target
+
+    started = time.perf_counter()
+    local = [Path(s) for s in args.sources if not s.startswith(HUB_PREFIX)]
+    check_target(args.out, local)  # before any source is read or unpacked
+    with tempfile.TemporaryDirectory(prefix="protobench-leaderboard-") as work:
+        sources = open_sources(args.sources, Path(work), allow_unverified=args.allow_unverified)
+        built = build_leaderboard(sources, args.out, level=args.level, alpha=args.alpha)
+    for source in sources:
+        if not source.verified:
+            print(f"note: source {source.name} is not verified ({source.verification}); its rows say so",
+                  file=sys.stderr)
+    print(f"leaderboard of {built.runs} run(s) from {len(sources)} source(s): {built.entries} entr(y/ies) on "
+          f"{built.boards} board(s), written to {args.out} in {time.perf_counter() - started:.1f} s; open "
+          f"{args.out / 'index.html'}")
     return 0

@@ -21,12 +21,40 @@ from reports.columns import KEY_COLUMNS
 from reports.pivot import METRICS, display_names
 from reports.site import plots
 from reports.site.agreementpage import AGREEMENT_CSV, AGREEMENT_PAGE, agreement_page
+from reports.leaderboard.page import leaderboard_page
 from reports.site.comparepage import compare_page
 from reports.site.html import PLOTLY_JS, SITE_CSS, SITE_JS, esc, figure, page, table
 from reports.site.overview import COLUMNS, FILTERED, downloads, overview
 from reports.site.referencepage import reference_page
 from reports.site.runpage import page_name, run_page
 from reports.site.writer import check_out, replace_site
+
+LEADERBOARD_PAGE = "leaderboard.html"
+MAX_LEADERBOARD_BYTES = 64 << 20
+
+
+def read_leaderboard(folder: Path) -> dict:
+    """A leaderboard folder's ``leaderboard.json``, checked against the shipped schema (a crafted
+    file is refused, never rendered)."""
+    import json
+
+    import jsonschema
+
+    from reports.leaderboard.build import DOCUMENT_FILE
+    from reports.leaderboard.document import check_document
+
+    path = folder / DOCUMENT_FILE
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_LEADERBOARD_BYTES:
+        raise ProtobenchError(f"--leaderboard {folder} holds no {DOCUMENT_FILE} (a regular file under "
+                              f"{MAX_LEADERBOARD_BYTES >> 20} MiB); build one with `protobench leaderboard SOURCE... "
+                              "--out DIR`")
+    try:
+        document = json.loads(path.read_bytes())
+        check_document(document)
+    except (ValueError, RecursionError, jsonschema.ValidationError) as err:
+        raise ProtobenchError(f"{path} is not a leaderboard this protobench reads ({str(err).splitlines()[0]}); "
+                              "rebuild it with `protobench leaderboard`") from None
+    return document
 
 PLOTTED = ("acc", "con", "sta", "dis", "comp")
 DEFAULT_COMPARED = ("method", "J")  # comparison pages without --compare: those of these keys that vary
@@ -59,7 +87,7 @@ def _filters(rows: pd.DataFrame) -> str:
 
 
 def _index(frame: pd.DataFrame, compared: Sequence[str], built: str,
-           reference: str | None) -> tuple[str, dict[str, bytes]]:
+           reference: str | None, leaderboard: bool = False) -> tuple[str, dict[str, bytes]]:
     view = overview(frame)
     files = downloads(view)
     shown = view.rows.assign(mean=view.rows["mean"].round(2), std=view.rows["std"].round(2),
@@ -80,7 +108,8 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str,
         "<p>" + " · ".join([f'<a href="runs.html">All {len(frame)} runs</a>',
                             *(f'<a href="compare-{esc(k)}.html">Comparisons of {esc(k)}</a>' for k in compared),
                             f'<a href="{AGREEMENT_PAGE}">Whether the metrics agree</a>',
-                            *([f'<a href="reference.html">Gaps to {esc(reference)}</a>'] if reference else [])])
+                            *([f'<a href="reference.html">Gaps to {esc(reference)}</a>'] if reference else []),
+                            *([f'<a href="{LEADERBOARD_PAGE}">Leaderboard</a>'] if leaderboard else [])])
         + "</p>",
         "<h2>Overview</h2>", _filters(shown),
         f'<p><span id="overview-count">{len(shown)}</span> of {len(shown)} cell(s) shown; click a header to sort.</p>',
@@ -97,11 +126,13 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str,
 
 
 def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | None = None,
-               built: str | None = None, inputs: Sequence[Path] = (), reference: str | None = None) -> BuiltSite:
+               built: str | None = None, inputs: Sequence[Path] = (), reference: str | None = None,
+               leaderboard: Path | None = None) -> BuiltSite:
     """Write the site of ``frame`` to ``out``; ``built``: the footer's timestamp (default: now, UTC);
     ``reference``: a method whose row every other method's gap is shown against (``reference.html``);
     ``inputs``: the runs folders it was read from, which ``out`` may neither be, hold nor lie in
-    (reports/site/writer.py: nothing the suite did not write is ever deleted)."""
+    (reports/site/writer.py: nothing the suite did not write is ever deleted); ``leaderboard``: a
+    ``protobench leaderboard`` folder whose page the site gets (``leaderboard.html``)."""
     import plotly.offline
 
     if frame["source"].astype(str).str.endswith(".csv").any() or frame["run_dir"].isna().any():
@@ -116,13 +147,14 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
         from reports.reference import check_reference
 
         check_reference(frame, reference)
+    board = read_leaderboard(leaderboard) if leaderboard is not None else None
     built = built or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     files: dict[str, bytes] = {}
     assets = resources.files("reports.site") / "assets"
     files[f"assets/{PLOTLY_JS}"] = plotly.offline.get_plotlyjs().encode("utf-8")
     files[f"assets/{SITE_JS}"] = (assets / SITE_JS).read_bytes()
     files[f"assets/{SITE_CSS}"] = (assets / SITE_CSS).read_bytes()
-    index, downloaded = _index(frame, compared, built, reference)
+    index, downloaded = _index(frame, compared, built, reference, leaderboard=board is not None)
     files["index.html"] = index.encode("utf-8")
     files.update(downloaded)
     names = display_names(frame)
@@ -158,6 +190,8 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
     if reference is not None:
         html, files["reference.csv"] = reference_page(frame, reference)
         files["reference.html"] = html.encode("utf-8")
+    if board is not None:
+        files[LEADERBOARD_PAGE] = leaderboard_page(board, downloads=False, nav=nav).encode("utf-8")
     replace_site(out, files)  # every input read: only now is an older site replaced
     written = [p for p in out.rglob("*") if p.is_file()]
     return BuiltSite(pages=sum(p.suffix == ".html" for p in written), bytes=sum(p.stat().st_size for p in written),

@@ -1,0 +1,242 @@
+"""The sources a leaderboard reads, each made a local folder before any of it is read: a bundle
+folder, a bundle archive (``.tar.gz``, ``.tgz``, ``.tar``), a bundle on the Hugging Face Hub
+(``hf:ORG/NAME[@REVISION]``), or a runs folder (a lab's own runs, no manifest).
+
+A source from another lab is untrusted data:
+
+- every bundle is checked against its ``SHA256SUMS`` (benchmark/bundle/manifest.py); one that fails
+  is refused by name unless the caller allows unverified sources, which are then marked;
+- an archive member or Hub file that is a link, a device, an absolute path or a path with ``..``
+  is refused before anything is written; an archive is unpacked by this module (never
+  ``extractall``), into a folder of the caller's;
+- the number of files and their sizes are bounded (:data:`MAX_FILES`, :data:`MAX_FILE_BYTES`,
+  :data:`MAX_TOTAL_BYTES`), so a crafted source cannot fill the disk or the memory;
+- nothing in a source is executed or imported: results are JSON, records Parquet or CSV.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from benchmark.bundle.format import bundle_version
+from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of, verify_bundle
+from benchmark.errors import ProtobenchError
+
+HUB_PREFIX = "hf:"
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+MAX_FILES = 200_000  # files in one source
+MAX_FILE_BYTES = 1 << 30  # one file (a run's per-image records on CUB are about 1 MB)
+MAX_TOTAL_BYTES = 16 << 30  # one source, unpacked
+#: files the Hub adds to every repository, and huggingface_hub's own folder in a local download:
+#: never part of a bundle, left out when a Hub snapshot is copied
+HUB_LOCAL = (".gitattributes", ".cache")
+#: the files a leaderboard reads from a runs folder (the bounds and the link check apply to them)
+READ_NAMES = ("result.json", "per_image.parquet", "per_image.csv.gz", "per_prototype.parquet", "per_prototype.csv.gz")
+
+VERIFIED = "verified"
+RUNS_FOLDER = "runs folder: no manifest to verify"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One SOURCE as read: ``name`` (how outputs name it), ``root`` (a local folder), ``checksum``
+    (SHA-256 of the archive, else of the bundle's SHA256SUMS; None for a runs folder) and
+    ``verification`` (:data:`VERIFIED`, :data:`RUNS_FOLDER`, or ``UNVERIFIED: why``)."""
+
+    given: str
+    name: str
+    kind: str  # "bundle", "archive", "hub" or "runs"
+    root: Path
+    checksum: str | None
+    verification: str
+
+    @property
+    def verified(self) -> bool:
+        return self.verification == VERIFIED
+
+
+class UnsafeSource(ProtobenchError):
+    """A source that would write or read outside its folder, or exceeds the bounds."""
+
+
+def open_sources(given: Sequence[str], workdir: Path, *, allow_unverified: bool = False) -> list[Source]:
+    """Every SOURCE as a local, checked folder (archives and Hub bundles unpacked under
+    ``workdir``); one error, naming the source, for the first that cannot be read or fails
+    verification (unless ``allow_unverified``)."""
+    if not given:
+        raise ProtobenchError("give at least one SOURCE: a bundle folder or archive, a runs folder, or hf:ORG/NAME")
+    sources = [open_source(text, workdir / f"source-{i}", allow_unverified=allow_unverified)
+               for i, text in enumerate(given)]
+    names = [s.name for s in sources]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ProtobenchError(f"two sources are named {repeated[0]!r} ({', '.join(s.given for s in sources if s.name == repeated[0])}); "
+                              "a leaderboard names each row's source: rename one folder or archive")
+    return sources
+
+
+def open_source(text: str, workdir: Path, *, allow_unverified: bool = False) -> Source:
+    if text.startswith(HUB_PREFIX):
+        from benchmark.bundle.pull import hub_bundle
+
+        repo, _, revision = text.removeprefix(HUB_PREFIX).partition("@")
+        root, commit = hub_bundle(repo, revision or None, workdir)
+        return _bundle(text, f"{HUB_PREFIX}{repo}@{commit}", "hub", root, allow_unverified)
+    path = Path(text)
+    if path.is_symlink():
+        raise UnsafeSource(f"source {text} is a symbolic link; give the folder or archive it points to")
+    if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
+        root = unpack_archive(path, workdir)
+        return _bundle(text, path.name, "archive", root, allow_unverified, checksum=sha256_of(path))
+    if path.is_dir():
+        if (path / MANIFEST_FILE).exists():
+            return _bundle(text, path.name, "bundle", path, allow_unverified)
+        if any(True for _ in _read_files(path)):
+            check_runs_folder(path)
+            return Source(text, path.name, "runs", path, None, RUNS_FOLDER)
+    raise ProtobenchError(f"source {text} is neither a bundle (a folder with {MANIFEST_FILE}, or its "
+                          f"{'/'.join(ARCHIVE_SUFFIXES)} archive), a runs folder (holding result.json files) nor "
+                          f"{HUB_PREFIX}ORG/NAME; give one of those")
+
+
+def _bundle(given: str, name: str, kind: str, root: Path, allow_unverified: bool, *,
+            checksum: str | None = None) -> Source:
+    check_bounds(root, given)
+    bundle_version(root)  # a newer layout is refused before anything of it is read
+    try:
+        found = verify_bundle(root)
+        problem = None if found.ok else (f"{len(found.links)} link(s), {len(found.changed)} changed, "
+                                         f"{len(found.missing)} missing, {len(found.unlisted)} unlisted file(s)"
+                                         f" (first: {(found.links + found.changed + found.missing + found.unlisted)[0]})")
+    except ProtobenchError as err:  # no readable manifest
+        problem = str(err)
+    if problem is not None and not allow_unverified:
+        raise ProtobenchError(f"bundle {given} FAILED verification against its {MANIFEST_FILE}: {problem}; it is "
+                              "refused (ask its lab for it again, or pass --allow-unverified to list its rows "
+                              "marked as unverified)")
+    if (root / MANIFEST_FILE).is_file() and not (root / MANIFEST_FILE).is_symlink():
+        checksum = checksum or sha256_of(root / MANIFEST_FILE)
+    links = [p for p in _all_entries(root) if p.is_symlink()]
+    if links:  # even an unverified bundle is never read through a link
+        raise UnsafeSource(f"bundle {given} holds a symbolic link ({links[0].relative_to(root)}); a bundle holds "
+                           "none and a leaderboard reads none: it is refused")
+    return Source(given, name, kind, root, checksum, VERIFIED if problem is None else f"UNVERIFIED: {problem}")
+
+
+def _all_entries(root: Path):
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            yield Path(folder) / name
+
+
+def check_bounds(root: Path, given: str) -> None:
+    """At most :data:`MAX_FILES` files, each at most :data:`MAX_FILE_BYTES`, :data:`MAX_TOTAL_BYTES` in all."""
+    count = total = 0
+    for path in _all_entries(root):
+        if path.is_symlink() or not path.is_file():
+            continue
+        count += 1
+        size = path.stat().st_size
+        total += size
+        if count > MAX_FILES or size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
+            raise UnsafeSource(_too_big(given, count, size, total))
+
+
+def _too_big(given: str, count: int, size: int, total: int) -> str:
+    return (f"source {given} exceeds a leaderboard's bounds ({count} file(s) so far, one of {size} bytes, "
+            f"{total} bytes in all; at most {MAX_FILES} files, {MAX_FILE_BYTES} bytes per file, {MAX_TOTAL_BYTES} "
+            "in all): it is refused")
+
+
+def _read_files(root: Path):
+    for path in _all_entries(root):
+        if path.name in READ_NAMES:
+            yield path
+
+
+def check_runs_folder(root: Path) -> None:
+    """A runs folder: the files a leaderboard reads are regular files within the bounds (a link
+    among them could read a file from outside the folder)."""
+    count = total = 0
+    for path in _read_files(root):
+        if path.is_symlink() or not path.is_file():
+            raise UnsafeSource(f"{path} is a symbolic link or not a file; a leaderboard reads only regular files "
+                               "inside the source: replace the link with the file")
+        count += 1
+        size = path.stat().st_size
+        total += size
+        if count > MAX_FILES or size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
+            raise UnsafeSource(_too_big(str(root), count, size, total))
+
+
+def member_path(name: str) -> PurePosixPath | None:
+    """An archive member's or Hub file's relative path, or None when it is absolute or climbs
+    out (``..``)."""
+    path = PurePosixPath(name)
+    if not name or path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts:
+        return None
+    return path
+
+
+def unpack_archive(archive: Path, workdir: Path) -> Path:
+    """The bundle folder of ``archive`` unpacked under ``workdir``: every member checked first
+    (regular files and folders only, relative paths inside one top folder, the bounds), then
+    written by this function; the folder is returned."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = _checked_members(tar, archive)
+            tops = {member_path(m.name).parts[0] for m in members}  # type: ignore[union-attr]
+            if len(tops) != 1:
+                raise ProtobenchError(f"archive {archive} holds {len(tops)} top folder(s); a bundle archive holds "
+                                      "one (as `protobench bundle` writes it)")
+            workdir.mkdir(parents=True)
+            for member in members:
+                target = workdir / member_path(member.name)  # type: ignore[operator]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                if source is None:
+                    raise UnsafeSource(f"archive {archive}: member {member.name!r} cannot be read as a file")
+                try:
+                    with source, target.open("xb") as out:  # "x": a repeated member never overwrites
+                        shutil.copyfileobj(source, out, 1 << 20)
+                except FileExistsError:
+                    raise UnsafeSource(f"archive {archive} holds {member.name!r} twice; it is refused") from None
+    except (tarfile.TarError, EOFError, OSError) as err:
+        if isinstance(err, ProtobenchError):
+            raise
+        raise ProtobenchError(f"archive {archive} cannot be read ({err}); give a bundle archive as `protobench "
+                              "bundle` writes it") from None
+    return workdir / tops.pop()
+
+
+def _checked_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for count, member in enumerate(tar, start=1):
+        if member_path(member.name) is None:
+            raise UnsafeSource(f"archive {archive} has an unsafe member {member.name!r} (an absolute path or one "
+                               "with ..); it is refused and nothing was unpacked")
+        if member.isdir():
+            continue
+        if not member.isreg():
+            raise UnsafeSource(f"archive {archive} has member {member.name!r} that is a link or a special file; a "
+                               "bundle holds regular files only: it is refused and nothing was unpacked")
+        total += member.size
+        if count > MAX_FILES or member.size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
+            raise UnsafeSource(_too_big(str(archive), count, member.size, total))
+        members.append(member)
+    return members
+
+
+def content_digest(paths: Sequence[Path]) -> str:
+    """SHA-256 over the given files' bytes (a run's result and records: two runs with one id and
+    different content are told apart by it)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + sha256_of(path).encode() + b"\0")
+    return digest.hexdigest()

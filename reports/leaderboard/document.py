@@ -1,0 +1,123 @@
+"""``leaderboard.json``: the leaderboard as one versioned document, checked against
+``leaderboard.schema.json`` (JSON Schema 2020-12, shipped in this package and written beside the
+document) before it is written. The same inputs give the same bytes: sorted keys, sorted lists,
+and no clock (the only times in it are the runs' own)."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from importlib import resources
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from reports.leaderboard.entries import Entry
+from reports.leaderboard.ranking import Standing, rank_metric
+
+if TYPE_CHECKING:
+    from benchmark.bundle.sources import Source
+
+SCHEMA_FILE = "leaderboard.schema.json"
+SCHEMA_VERSION = 1
+#: the metrics ranked (every one a percentage, higher is better), in the order the tables show them
+RANKED_METRICS = ("acc", "con", "sta", "dis", "comp")
+
+
+def schema() -> dict[str, Any]:
+    return json.loads((resources.files("reports.leaderboard") / SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+def schema_bytes() -> bytes:
+    return (resources.files("reports.leaderboard") / SCHEMA_FILE).read_bytes()
+
+
+def _version() -> str:
+    try:
+        return version("protobench")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _standing(s: Standing) -> dict[str, Any]:
+    return {"entry": s.entry, "mean": _number(s.mean), "std": _number(s.std), "n_seeds": s.n_seeds,
+            "ci_low": None if s.ci is None else _number(s.ci[0]), "ci_high": None if s.ci is None else _number(s.ci[1]),
+            "interval": s.interval, "rank": s.rank, "group": s.group, "difference_to_best": _number(s.difference),
+            "p": _number(s.p), "p_holm": _number(s.p_holm), "test": s.test}
+
+
+def _entry(e: Entry) -> dict[str, Any]:
+    runs = e.runs
+    images = sorted({int(n) for n in runs["n_images"].dropna()})
+    return {
+        "id": e.id, "method": e.method, "display_name": e.display_name, "label": e.label, **e.aligned,
+        "differs": e.differs,
+        "seeds": sorted(int(s) for s in runs["seed"]),
+        "test_images": images,
+        "rescored": bool(runs["rescored"].all()),
+        "devices": sorted({str(d) for d in runs["device"].dropna()}),
+        "code_versions": sorted({str(c) for c in runs["code_version"].dropna()}),
+        "runs": sorted(f"{g}/{r}" for g, r in zip(runs["grid"], runs["run_id"])),
+        "sources": e.sources,
+        "verified": all(s["verification"] == "verified" for s in e.sources),
+    }
+
+
+def build_document(sources: Sequence["Source"], built: list[Entry], *, level: float, alpha: float,
+                   runs_per_source: dict[str, int]) -> dict[str, Any]:
+    """The leaderboard document (see the module) of the entries, ranked per board and metric."""
+    boards: dict[tuple[str, str, int], list[Entry]] = {}
+    for entry in built:
+        boards.setdefault(entry.board, []).append(entry)
+    methods = sorted({e.method for e in built})
+    board_records = []
+    for key in sorted(boards):
+        members = boards[key]
+        rankings = [{"metric": metric, "standings": [_standing(s) for s in found]}
+                    for metric in RANKED_METRICS
+                    if (found := rank_metric(members, metric, level=level, alpha=alpha))]
+        devices = sorted({str(d) for e in members for d in e.runs["device_type"].dropna()})
+        present = {e.method for e in members}
+        board_records.append({
+            "id": f"{key[0]}/{key[1]}/J={key[2]}", "dataset": key[0], "backbone": key[1], "J": key[2],
+            "entries": [_entry(e) for e in members],
+            "rankings": rankings,
+            "missing_methods": [m for m in methods if m not in present],
+            "device_types": devices,
+            "hardware_note": (f"entries ran on different kinds of device ({', '.join(devices)}): accuracy and the "
+                              "explanation metrics do not depend on it beyond floating-point order; timings do"
+                              if len(devices) > 1 else None),
+        })
+    return {
+        "$schema": SCHEMA_FILE,
+        "schema_version": SCHEMA_VERSION,
+        "generator": {"name": "protobench", "version": _version()},
+        "settings": {
+            "level": level, "alpha": alpha, "metrics": list(RANKED_METRICS),
+            "ranking": "entries ordered by mean over seeds (higher is better); the leader and every entry whose "
+                       "Holm-adjusted p against it (paired on seeds and test images, as `protobench compare`) is "
+                       f"≥ {alpha:g} share rank 1 (tied with the best); others: 1 + entries with a higher mean",
+            "rescoring": "per-image metrics and con recomputed from each run's records; a result that disagrees "
+                         "with its records is refused",
+        },
+        "sources": [{"name": s.name, "kind": s.kind, "checksum": s.checksum, "verification": s.verification,
+                     "runs": runs_per_source.get(s.name, 0)} for s in sorted(sources, key=lambda s: s.name)],
+        "methods": methods,
+        "boards": board_records,
+        "coverage": [{"method": m, "missing": [b["id"] for b in board_records if m in b["missing_methods"]]}
+                     for m in methods],
+    }
+
+
+def check_document(document: dict[str, Any]) -> None:
+    """Validate against the shipped schema (jsonschema); a failure is a bug of this code."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator(schema()).validate(document)
+
+
+def document_bytes(document: dict[str, Any]) -> bytes:
+    return (json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

@@ -1,0 +1,63 @@
+"""The leaderboard's offline page (``index.html`` with the site's style and script under
+``assets/``; no network asset), rendered from the document alone: ``site --leaderboard DIR``
+renders the same page into a results site. Every string from a source (method names, labels,
+paths) is HTML-escaped (reports/site/html.py)."""
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from reports.leaderboard.tables import TIE_MARK, board_cells, leaderboard_note, cell_value
+from reports.site.html import SITE_CSS, SITE_JS, esc, page, table
+
+
+def assets() -> dict[str, bytes]:
+    folder = resources.files("reports.site") / "assets"
+    return {f"assets/{name}": (folder / name).read_bytes() for name in (SITE_CSS, SITE_JS)}
+
+
+def _board(board: dict[str, Any]) -> str:
+    metrics, ordered, standing = board_cells(board)
+    rows = [(e["label"] + ("" if e["verified"] else " (unverified)"), len(e["seeds"]),
+             *(cell_value(standing.get((m, e["id"])), 1) for m in metrics)) for e in ordered]
+    details = [(e["label"], e["budget"], " ".join(map(str, e["seeds"])), " ".join(map(str, e["test_images"])),
+                "; ".join(e["devices"]), " ".join(e["code_versions"]),
+                "; ".join(f"{s['name']} ({s['verification']}, {(s['checksum'] or 'no checksum')[:16]})"
+                          for s in e["sources"]),
+                "; ".join(e["differs"]), "yes" if e["rescored"] else "no (no records: as reported)")
+               for e in ordered]
+    tests = [(r["metric"], next(e["label"] for e in ordered if e["id"] == s["entry"]), s["rank"], s["group"],
+              s["difference_to_best"], s["p_holm"], s["test"], s["interval"])
+             for r in board["rankings"] for s in r["standings"]]
+    parts = [f"<h2>{esc(board['id'])}</h2>",
+             table(("entry", "seeds", *metrics), rows, table_id=f"board-{board['id']}", sortable=True)]
+    if board["missing_methods"]:
+        parts.append(f"<p>Not submitted for this board: {esc(', '.join(board['missing_methods']))}.</p>")
+    if board["hardware_note"]:
+        parts.append(f"<p>{esc(board['hardware_note'])}.</p>")
+    parts += ["<details><summary>Provenance of each entry</summary>",
+              table(("entry", "budget", "seeds", "test images", "devices", "code", "sources", "differs in",
+                     "re-scored from records"), details), "</details>",
+              "<details><summary>Tests against the leader</summary>",
+              table(("metric", "entry", "rank", "group", "difference to the leader", "p (Holm)", "test", "interval"),
+                    tests), "</details>"]
+    return "\n".join(parts)
+
+
+def leaderboard_page(document: dict[str, Any], *, downloads: bool = True,
+                     nav: tuple[tuple[str, str], ...] = ()) -> str:
+    """The page; ``downloads``: link the leaderboard's files (they lie beside it; not in a site)."""
+    sources = [(s["name"], s["kind"], s["checksum"] or "", s["verification"], s["runs"]) for s in document["sources"]]
+    coverage = [(c["method"], ", ".join(c["missing"]) or "complete") for c in document["coverage"]]
+    body = "\n".join([
+        f"<p>{esc(leaderboard_note(document))} Each cell: mean ± std (rank{esc(TIE_MARK)}). "
+        f"{esc(document['settings']['ranking'])}; {esc(document['settings']['rescoring'])}.</p>",
+        "<p>Download: " + " · ".join(f'<a href="{n}">{n}</a>' for n in
+                                     ("leaderboard.json", "leaderboard.schema.json", "leaderboard.csv",
+                                      "leaderboard.md", "leaderboard.tex", "eval.yaml")) + "</p>" if downloads else "",
+        "<h2>Sources</h2>", table(("source", "kind", "SHA-256", "verification", "runs"), sources),
+        *(_board(b) for b in document["boards"]),
+        "<h2>Coverage</h2>", table(("method", "boards without it"), coverage),
+    ])
+    footer = f"protobench {esc(document['generator']['version'])}, leaderboard schema {document['schema_version']}."
+    return page("protobench leaderboard", body, depth=0, plots=False, nav=nav, footer=footer)

@@ -1,0 +1,104 @@
+"""Ranking the entries of a board on one metric, with statistical ties.
+
+Entries are ordered by their mean over seeds (higher is better: every ranked metric is a
+percentage, docs/protocol/metrics.md), ties in the mean broken by label for a stable order. The
+entry with the highest mean leads; every other entry is compared with it by the procedure of
+``protobench compare`` (``reports.paired.cell_difference``: paired on seeds and, where both have
+per-image records, on test images: the crossed seeds × images design, ``reports/crossed.py``),
+and the p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An
+entry whose Holm-adjusted p is at least α is **tied with the best**; the group is decided by these
+tests, never by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
+gets 1 + the number of entries with a higher mean (competition ranking). An entry that shares no
+seed with the leader, or whose test images differ, cannot be tested: it is marked ``untested``
+with the reason, not tied.
+
+Each entry's own interval is that of ``report --ci``: over seeds × test images for a metric with
+per-image records (``reports.stats.crossed_mean``), else Student t over seeds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from benchmark.errors import ProtobenchError
+from reports.columns import METRIC_RANGES
+from reports.leaderboard.entries import Entry
+from reports.paired import cell_difference
+from reports.per_image import seed_values
+from reports.stats import crossed_mean, holm, seed_interval
+
+BEST, TIED, BELOW, UNTESTED = "best", "tied", "below", "untested"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One entry's line in one board × metric."""
+
+    entry: str  # Entry.id
+    mean: float
+    std: float | None
+    n_seeds: int
+    ci: tuple[float, float] | None
+    interval: str  # the interval's procedure and n, or why there is none
+    rank: int
+    group: str  # BEST, TIED, BELOW or UNTESTED
+    difference: float | None  # entry − leader
+    p: float | None
+    p_holm: float | None
+    test: str  # the procedure of p with its n, or why there is no test
+
+
+def _own_interval(entry: Entry, metric: str, level: float) -> tuple[tuple[float, float] | None, str]:
+    runs = entry.runs[entry.runs[metric].notna()]
+    values = seed_values(runs, metric) if len(runs) else None
+    if values is not None:
+        stat = crossed_mean(values.to_numpy(), level, METRIC_RANGES[metric], difference=False)
+        return (stat.ci if stat.has_interval else None), stat.test
+    found = seed_interval(runs[metric].tolist(), level, METRIC_RANGES[metric])
+    if found is None:
+        return None, f"Student t over {len(runs)} seed(s): no interval (needs 2 seeds with a spread)"
+    return found[0], f"Student t over {len(runs)} seeds"
+
+
+def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha: float) -> list[Standing]:
+    """The standings of the entries that have ``metric`` (see the module)."""
+    scored = [e for e in board_entries if e.runs[metric].notna().any()]
+    if not scored:
+        return []
+    means = {e.id: float(e.runs[metric].mean()) for e in scored}
+    order = sorted(scored, key=lambda e: (-means[e.id], e.label, e.id))
+    leader = order[0]
+    tests: dict[str, tuple[float | None, float | None, str]] = {}
+    for entry in order[1:]:
+        a, b = (x.runs.dropna(subset=[metric]).set_index("seed") for x in (entry, leader))
+        try:
+            found = cell_difference(a, b, metric, level, names=(entry.label, leader.label))
+        except ProtobenchError as err:
+            tests[entry.id] = (None, None, f"not comparable: {err}")
+            continue
+        if found is None:
+            tests[entry.id] = (None, None, "no seed in common with the leader: no paired test")
+        else:
+            p = None if math.isnan(found.p_value) else found.p_value
+            tests[entry.id] = (found.difference, p, found.test)
+    tested = [k for k, (_, p, _) in tests.items() if p is not None]
+    adjusted = dict(zip(tested, holm([tests[k][1] for k in tested]))) if tested else {}
+    standings = []
+    for entry in order:
+        runs = entry.runs[metric].dropna()
+        ci, interval = _own_interval(entry, metric, level)
+        std = float(runs.std(ddof=1)) if len(runs) > 1 else None
+        if entry is leader:
+            group, difference, p, p_holm, test = BEST, 0.0, None, None, "the leader (highest mean)"
+        else:
+            difference, p, test = tests[entry.id]
+            p_holm = adjusted.get(entry.id)
+            group = UNTESTED if p_holm is None else (TIED if p_holm >= alpha else BELOW)
+        rank = 1 if group in (BEST, TIED) else 1 + sum(means[o.id] > means[entry.id] for o in scored)
+        standings.append(Standing(entry=entry.id, mean=means[entry.id], std=std, n_seeds=len(runs), ci=ci,
+                                  interval=interval, rank=rank, group=group,
+                                  difference=None if difference is None or np.isnan(difference) else difference,
+                                  p=p, p_holm=p_holm, test=test))
+    return standings

@@ -1,0 +1,111 @@
+"""The leaderboard document as tables: ``leaderboard.csv`` (one line per board × metric × entry,
+full precision, no formula cell: benchmark/csv_cells.py), ``leaderboard.md`` and
+``leaderboard.tex`` (one table per board: entries in accuracy order, each metric as mean ± std
+with its rank; ``*`` marks the leader and the entries tied with it). Every table is a function of
+the document alone."""
+from __future__ import annotations
+
+from typing import Any
+
+from benchmark.csv_cells import csv_text
+from reports.cell_text import markdown_cell
+
+CSV_COLUMNS = ("board", "dataset", "backbone", "J", "metric", "rank", "group", "entry", "method", "variant", "budget",
+               "mean", "std", "ci_low", "ci_high", "interval", "n_seeds", "test_images", "difference_to_best", "p",
+               "p_holm", "test", "differs", "sources", "verified", "rescored")
+TIE_MARK = "*"
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _entries(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["id"]: e for e in board["entries"]}
+
+
+def render_csv(document: dict[str, Any]) -> str:
+    lines = []
+    for board in document["boards"]:
+        entries = _entries(board)
+        for ranking in board["rankings"]:
+            for s in ranking["standings"]:
+                e = entries[s["entry"]]
+                lines.append([board["id"], board["dataset"], board["backbone"], board["J"], ranking["metric"],
+                              s["rank"], s["group"], e["label"], e["method"], e["variant"], e["budget"], s["mean"],
+                              s["std"], s["ci_low"], s["ci_high"], s["interval"], s["n_seeds"],
+                              " ".join(map(str, e["test_images"])), s["difference_to_best"], s["p"], s["p_holm"],
+                              s["test"], "; ".join(e["differs"]), " ".join(x["name"] for x in e["sources"]),
+                              e["verified"], e["rescored"]])
+    return csv_text(CSV_COLUMNS, ([("" if v is None else v) for v in line] for line in lines))
+
+
+def board_cells(board: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
+    """The metrics of the board, its entries in the first metric's order, and each standing."""
+    metrics = [r["metric"] for r in board["rankings"]]
+    standing = {(r["metric"], s["entry"]): s for r in board["rankings"] for s in r["standings"]}
+    entries = _entries(board)
+    first = [s["entry"] for s in board["rankings"][0]["standings"]] if board["rankings"] else []
+    ordered = [entries[i] for i in first] + [e for i, e in sorted(entries.items()) if i not in first]
+    return metrics, ordered, standing
+
+
+def cell_value(s: dict[str, Any] | None, decimals: int) -> str:
+    if s is None:
+        return "–"
+    spread = "" if s["std"] is None else f" ± {s['std']:.{decimals}f}"
+    return f"{s['mean']:.{decimals}f}{spread} ({s['rank']}{TIE_MARK if s['group'] in ('best', 'tied') else ''})"
+
+
+def leaderboard_note(document: dict[str, Any]) -> str:
+    settings = document["settings"]
+    return (f"Mean ± std over seeds (rank; {TIE_MARK}: the leader or tied with it, Holm-adjusted paired tests at "
+            f"α = {settings['alpha']:g}, as `protobench compare`). –: not submitted for this board. Unverified "
+            "sources are marked (unverified).")
+
+
+def render_markdown(document: dict[str, Any], decimals: int = 1) -> str:
+    from tabulate import tabulate
+
+    parts = ["# Leaderboard", "", leaderboard_note(document), ""]
+    for board in document["boards"]:
+        metrics, ordered, standing = board_cells(board)
+        rows = [[markdown_cell(e["label"] + ("" if e["verified"] else " (unverified)")),
+                 markdown_cell(", ".join(x["name"] for x in e["sources"])), str(len(e["seeds"])),
+                 *(cell_value(standing.get((m, e["id"])), decimals) for m in metrics)] for e in ordered]
+        parts += [f"## {markdown_cell(board['id'])}", "",
+                  tabulate(rows, headers=["entry", "sources", "seeds", *metrics], tablefmt="github",
+                           disable_numparse=True), ""]
+        if board["missing_methods"]:
+            parts += [f"Not submitted: {markdown_cell(', '.join(board['missing_methods']))}.", ""]
+        if board["hardware_note"]:
+            parts += [markdown_cell(board["hardware_note"]) + ".", ""]
+    return "\n".join(parts)
+
+
+def _latex_value(s: dict[str, Any] | None, decimals: int) -> str:
+    if s is None:
+        return "--"
+    spread = "" if s["std"] is None else rf" $\pm$ {s['std']:.{decimals}f}"
+    return f"{s['mean']:.{decimals}f}{spread} ({s['rank']}{TIE_MARK if s['group'] in ('best', 'tied') else ''})"
+
+
+def latex_text(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
+
+
+def render_latex(document: dict[str, Any], decimals: int = 1) -> str:
+    parts = [f"% protobench leaderboard (schema {document['schema_version']}); needs \\usepackage{{booktabs}}",
+             f"% {latex_text(leaderboard_note(document))}"]
+    for board in document["boards"]:
+        metrics, ordered, standing = board_cells(board)
+        parts += [r"\begin{table}[t]", r"\centering", rf"\caption{{Leaderboard: {latex_text(board['id'])}.}}",
+                  r"\begin{tabular}{l" + "c" * (len(metrics) + 1) + "}", r"\toprule",
+                  " & ".join(["Entry", "Seeds", *(latex_text(m) for m in metrics)]) + r" \\", r"\midrule"]
+        for e in ordered:
+            cells = [latex_text(e["label"] + ("" if e["verified"] else " (unverified)")), str(len(e["seeds"]))]
+            for m in metrics:
+                s = standing.get((m, e["id"]))
+                text = _latex_value(s, decimals)
+                cells.append(rf"\textbf{{{text}}}" if s is not None and s["group"] in ("best", "tied") else text)
+            parts.append(" & ".join(cells) + r" \\")
+        parts += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,41 @@
+"""Runs of several labs for the leaderboard tests: result.json files (reports_support.write_run)
+with per-image and per-prototype records whose means are the recorded metrics."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmark.run.records import write_records
+from reports_support import write_run
+
+IMAGES = 60
+
+
+def lab_run(root: Path, method: str, seed: int, accuracy: float, *, J: int = 3, grid: str = "lab",
+            sta: float = 80.0, noise: int = 0) -> Path:
+    """One run under ``root/grid/RUN_ID`` right on the first ``accuracy`` share of the images (the
+    images shuffled by ``noise``), with per-image stability around ``sta``; its folder."""
+    rng = np.random.default_rng(1000 * seed + noise + len(method))
+    right = np.zeros(IMAGES, dtype=bool)
+    right[rng.permutation(IMAGES)[: int(round(accuracy * IMAGES / 100))]] = True
+    labels = np.arange(IMAGES) % 5
+    predicted = np.where(right, labels, (labels + 1) % 5)
+    stability = np.clip(sta + rng.normal(0, 5, IMAGES), 0, 100)
+    con = np.resize([0.0, 50.0, 100.0, 50.0], 5 * J)
+    metrics = {"acc": 100.0 * right.mean(), "sta": float(stability.mean()), "con": float(con.mean())}
+    path = write_run(root / grid, "staging", method=method, J=J, seed=seed, metrics=metrics,
+                     evaluation={"num_images": IMAGES},
+                     provenance={"code_version": "abc1234", "device": "cpu: test", "device_type": "cpu",
+                                 "dataset_fingerprint": {"test": "feedfacecafebeef"}, "finished": "2026-01-01T00:00:00"})
+    run_id = json.loads(path.read_text())["run_id"]
+    folder = path.parent.rename(path.parent.parent / run_id)
+    images = pd.DataFrame({"index": range(IMAGES), "image": [f"images/{i:03d}.jpg" for i in range(IMAGES)],
+                           "label": labels, "predicted": predicted, "correct": right,
+                           "margin": np.where(right, 1.0, -1.0), "sta": stability})
+    prototypes = pd.DataFrame({"class": np.repeat(np.arange(5), J), "prototype": np.tile(np.arange(J), 5), "con": con})
+    write_records(folder, {"per_image": images, "per_prototype": prototypes})
+    (folder / "spec.json").write_text(json.dumps(json.loads((folder / "result.json").read_text())["spec"]))
+    return folder
