@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from benchmark.bundle.manifest import verify_bundle
-from benchmark.bundle.sources import HUB_LOCAL, MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, UnsafeSource, member_path
+from benchmark.bundle.limits import HUB_LOCAL, UnsafeSource, member_path, too_big, within_bounds
 from benchmark.errors import ProtobenchError
 from benchmark.output_file import staging_path
 
@@ -64,9 +64,8 @@ def copy_snapshot(snapshot: Path, target: Path, label: str) -> None:
             count += 1
             size = real.stat().st_size
             total += size
-            if count > MAX_FILES or size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-                raise UnsafeSource(f"{label} exceeds the bounds of a bundle (at most {MAX_FILES} files, "
-                                   f"{MAX_FILE_BYTES} bytes per file, {MAX_TOTAL_BYTES} in all); it is refused")
+            if not within_bounds(count, size, total):
+                raise too_big(label, count, size, total)
             planned.append((real, target / relative))
     target.mkdir(parents=True)
     for real, destination in planned:

@@ -9,34 +9,30 @@ A source from another lab is untrusted data:
 - an archive member or Hub file that is a link, a device, an absolute path or a path with ``..``
   is refused before anything is written; an archive is unpacked by this module (never
   ``extractall``), into a folder of the caller's;
-- the number of files and their sizes are bounded (:data:`MAX_FILES`, :data:`MAX_FILE_BYTES`,
-  :data:`MAX_TOTAL_BYTES`), so a crafted source cannot fill the disk or the memory;
+- the number of files and their sizes are bounded (benchmark/bundle/limits.py), so a crafted
+  source cannot fill the disk or the memory;
 - nothing in a source is executed or imported: results are JSON, records Parquet or CSV.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from benchmark.bundle.format import bundle_version
+from benchmark.bundle.limits import UnsafeSource, member_path, too_big, within_bounds
 from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of, verify_bundle
+from benchmark.bundle.pull import hub_bundle
 from benchmark.errors import ProtobenchError
+from benchmark.run.store import SCORED_FILES
 
 HUB_PREFIX = "hf:"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-MAX_FILES = 200_000  # files in one source
-MAX_FILE_BYTES = 1 << 30  # one file (a run's per-image records on CUB are about 1 MB)
-MAX_TOTAL_BYTES = 16 << 30  # one source, unpacked
-#: files the Hub adds to every repository, and huggingface_hub's own folder in a local download:
-#: never part of a bundle, left out when a Hub snapshot is copied
-HUB_LOCAL = (".gitattributes", ".cache")
 #: the files a leaderboard reads from a runs folder (the bounds and the link check apply to them)
-READ_NAMES = ("result.json", "per_image.parquet", "per_image.csv.gz", "per_prototype.parquet", "per_prototype.csv.gz")
+READ_NAMES = SCORED_FILES
 
 VERIFIED = "verified"
 RUNS_FOLDER = "runs folder: no manifest to verify"
@@ -60,10 +56,6 @@ class Source:
         return self.verification == VERIFIED
 
 
-class UnsafeSource(ProtobenchError):
-    """A source that would write or read outside its folder, or exceeds the bounds."""
-
-
 def open_sources(given: Sequence[str], workdir: Path, *, allow_unverified: bool = False) -> list[Source]:
     """Every SOURCE as a local, checked folder (archives and Hub bundles unpacked under
     ``workdir``); one error, naming the source, for the first that cannot be read or fails
@@ -82,8 +74,6 @@ def open_sources(given: Sequence[str], workdir: Path, *, allow_unverified: bool 
 
 def open_source(text: str, workdir: Path, *, allow_unverified: bool = False) -> Source:
     if text.startswith(HUB_PREFIX):
-        from benchmark.bundle.pull import hub_bundle
-
         repo, _, revision = text.removeprefix(HUB_PREFIX).partition("@")
         root, commit = hub_bundle(repo, revision or None, workdir)
         return _bundle(text, f"{HUB_PREFIX}{repo}@{commit}", "hub", root, allow_unverified)
@@ -135,7 +125,7 @@ def _all_entries(root: Path):
 
 
 def check_bounds(root: Path, given: str) -> None:
-    """At most :data:`MAX_FILES` files, each at most :data:`MAX_FILE_BYTES`, :data:`MAX_TOTAL_BYTES` in all."""
+    """At most ``limits.MAX_FILES`` files, each at most ``MAX_FILE_BYTES``, ``MAX_TOTAL_BYTES`` in all."""
     count = total = 0
     for path in _all_entries(root):
         if path.is_symlink() or not path.is_file():
@@ -143,14 +133,8 @@ def check_bounds(root: Path, given: str) -> None:
         count += 1
         size = path.stat().st_size
         total += size
-        if count > MAX_FILES or size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-            raise UnsafeSource(_too_big(given, count, size, total))
-
-
-def _too_big(given: str, count: int, size: int, total: int) -> str:
-    return (f"source {given} exceeds a leaderboard's bounds ({count} file(s) so far, one of {size} bytes, "
-            f"{total} bytes in all; at most {MAX_FILES} files, {MAX_FILE_BYTES} bytes per file, {MAX_TOTAL_BYTES} "
-            "in all): it is refused")
+        if not within_bounds(count, size, total):
+            raise too_big(given, count, size, total)
 
 
 def _read_files(root: Path):
@@ -170,17 +154,8 @@ def check_runs_folder(root: Path) -> None:
         count += 1
         size = path.stat().st_size
         total += size
-        if count > MAX_FILES or size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-            raise UnsafeSource(_too_big(str(root), count, size, total))
-
-
-def member_path(name: str) -> PurePosixPath | None:
-    """An archive member's or Hub file's relative path, or None when it is absolute or climbs
-    out (``..``)."""
-    path = PurePosixPath(name)
-    if not name or path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts:
-        return None
-    return path
+        if not within_bounds(count, size, total):
+            raise too_big(str(root), count, size, total)
 
 
 def unpack_archive(archive: Path, workdir: Path) -> Path:
@@ -227,16 +202,7 @@ def _checked_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInf
             raise UnsafeSource(f"archive {archive} has member {member.name!r} that is a link or a special file; a "
                                "bundle holds regular files only: it is refused and nothing was unpacked")
         total += member.size
-        if count > MAX_FILES or member.size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-            raise UnsafeSource(_too_big(str(archive), count, member.size, total))
+        if not within_bounds(count, member.size, total):
+            raise too_big(str(archive), count, member.size, total)
         members.append(member)
     return members
-
-
-def content_digest(paths: Sequence[Path]) -> str:
-    """SHA-256 over the given files' bytes (a run's result and records: two runs with one id and
-    different content are told apart by it)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.name.encode() + b"\0" + sha256_of(path).encode() + b"\0")
-    return digest.hexdigest()

@@ -35,6 +35,8 @@ METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.r
 RECORD_TABLES = ("per_image", "per_prototype")  # benchmark.run.records, beside result.json
 RECORD_SUFFIXES = (".parquet", ".csv.gz")  # Parquet with pyarrow, else gzip CSV
 RECORD_FILES = tuple(f"{table}{suffix}" for table in RECORD_TABLES for suffix in RECORD_SUFFIXES)
+#: the files that hold a run's scores: what ``leaderboard`` reads of a run, and tells copies apart by
+SCORED_FILES = (RESULT_FILE, *RECORD_FILES)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (see run_lock)
 # Files only the lock holder writes: their temporary files left by a killed process are stale
 # once the lock is held. (spec.json and job.json are also written by a submitting process

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
+from benchmark.run.store import SCORED_FILES
 from reports.columns import flatten
 from reports.load import load_results, read_result_json
 
@@ -129,9 +130,12 @@ def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[
 
 
 def _content(run_dir: Path) -> str:
-    from benchmark.bundle.sources import READ_NAMES, content_digest
-
-    return content_digest([run_dir / name for name in READ_NAMES if (run_dir / name).is_file()])
+    """SHA-256 over the run's result and records: two copies of one run id are told apart by it."""
+    digest = hashlib.sha256()
+    for name in SCORED_FILES:
+        if (run_dir / name).is_file():
+            digest.update(name.encode() + b"\0" + hashlib.sha256((run_dir / name).read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def read_source(source: "Source", metrics: Sequence[str]) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from benchmark.bundle.make import make_bundle
-from benchmark.bundle.manifest import MANIFEST_FILE, write_manifest
+from benchmark.bundle.manifest import write_manifest
 from benchmark.cli import main
 from leaderboard_runs import lab_run
 from reports.load import load_results
@@ -216,7 +216,7 @@ def test_duplicate_run_ids_newer_formats_and_contradicted_results_are_refused(bu
     other = tmp_path / "other"
     folder = lab_run(other, "vmfproto", 0, 50)  # lab A's spec and seed, another result
     assert main(["leaderboard", str(bundles[0]), str(other), "--out", str(tmp_path / "L2")]) == 2
-    assert f"with different content" in capsys.readouterr().err
+    assert "with different content" in capsys.readouterr().err
     newer = _copy_bundle(bundles[0], tmp_path / "newer")
     (newer / "bundle.json").write_text(json.dumps({"format": "protobench-bundle", "version": 99}))
     write_manifest(newer)
