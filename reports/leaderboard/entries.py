@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 #: |result.json − records| above which a result is refused (percent; the records' float32 sums)
 RESCORE_TOLERANCE = 1e-6
 PER_IMAGE_COLUMNS = {"sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity"}
+#: every metric the records re-score (and so every one a result.json is checked on)
+RESCORED = ("acc", "con", *PER_IMAGE_COLUMNS)
 #: the fields (besides the board and the method) an entry is aligned on, as the outputs name them
 ALIGNED = ("variant", "budget", "validation_split", "metric_code", "test_data", "setting")
 
@@ -148,7 +150,7 @@ def read_source(source: "Source", metrics: Sequence[str]) -> pd.DataFrame:
         spec = result["spec"]
         provenance = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
         where = f"source {source.name}: run {row['grid']}/{row['run_id']}"
-        recorded = {m: float(row[m]) for m in metrics}
+        recorded = {m: float(row[m]) for m in dict.fromkeys((*metrics, *RESCORED))}
         scores, n_images, rescored = rescore(str(row["run_dir"]), recorded, where)
         row.update(scores)
         fingerprints = provenance.get("dataset_fingerprint") if isinstance(provenance.get("dataset_fingerprint"),

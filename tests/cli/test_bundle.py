@@ -149,3 +149,29 @@ def test_figures_and_site_read_a_bundle(bundle: Path, tmp_path: Path) -> None:
     assert list((tmp_path / "figures").glob("*.png"))
     assert main(["site", str(bundle), "--out", str(tmp_path / "site")]) == 0
     assert len(list((tmp_path / "site" / "runs").glob("*.html"))) == len(run_dirs(bundle))
+
+
+def test_two_labs_split_by_seed_make_one_leaderboard(runs: Path, tmp_path: Path) -> None:
+    """The leaderboard's done-when: the trained runs split by seed into two labs, each bundled; the
+    leaderboard pools the seeds, re-scores them from their records (equal to result.json), and a
+    second build is byte-identical."""
+    import jsonschema
+
+    for run in run_dirs(runs):
+        seed = json.loads((run / "result.json").read_text())["spec"]["seed"]
+        shutil.copytree(run, tmp_path / f"lab{seed}" / run.parent.name / run.name, ignore=shutil.ignore_patterns("*.pt"))
+    for seed in (0, 1):
+        assert main(["bundle", str(tmp_path / f"lab{seed}"), "--out", str(tmp_path / f"bundle{seed}")]) == 0
+    boards = []
+    for out in ("L", "L2"):
+        assert main(["leaderboard", str(tmp_path / "bundle0"), str(tmp_path / "bundle1.tar.gz"),
+                     "--out", str(tmp_path / out)]) == 0
+        boards.append({p.name: p.read_bytes() for p in (tmp_path / out).iterdir() if p.is_file()})
+    assert boards[0] == boards[1]
+    document = json.loads(boards[0]["leaderboard.json"])
+    jsonschema.Draft202012Validator(json.loads(boards[0]["leaderboard.schema.json"])).validate(document)
+    entry = document["boards"][0]["entries"][0]
+    assert entry["seeds"] == [0, 1] and entry["rescored"] and entry["verified"]
+    acc = next(r for r in document["boards"][0]["rankings"] if r["metric"] == "acc")["standings"][0]
+    recorded = [json.loads((r / "result.json").read_text())["metrics"]["acc"] for r in run_dirs(runs)]
+    assert acc["mean"] == pytest.approx(sum(recorded) / 2, abs=1e-9)

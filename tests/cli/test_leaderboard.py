@@ -332,3 +332,17 @@ def test_headless_chromium_renders_the_page_offline_without_console_messages(boa
     assert done.returncode == 0, done.stderr[-2000:]
     assert "synthbirds/dinov2_vits14/J=3" in done.stdout and "<table" in done.stdout
     assert "CONSOLE" not in done.stderr, [line for line in done.stderr.splitlines() if "CONSOLE" in line]
+
+
+def test_sources_beyond_the_bounds_are_refused(bundles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys) -> None:
+    import benchmark.bundle.limits as limits
+
+    monkeypatch.setattr(limits, "MAX_FILES", 3)
+    for source in bundles:  # a folder, and an archive before anything of it is unpacked
+        assert main(["leaderboard", str(source), "--out", str(tmp_path / "L")]) == 2
+        assert "exceeds a leaderboard's bounds" in capsys.readouterr().err
+    monkeypatch.setattr(limits, "MAX_FILES", 200_000)
+    monkeypatch.setattr(limits, "MAX_FILE_BYTES", 100)
+    assert main(["leaderboard", str(bundles[1]), "--out", str(tmp_path / "L")]) == 2
+    assert "exceeds a leaderboard's bounds" in capsys.readouterr().err and not (tmp_path / "L").exists()
