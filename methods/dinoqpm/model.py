@@ -34,6 +34,7 @@ from methods.common.pooled import cls_token, frozen_final_norm
 from methods.dinoqpm.assignment import check_program, qpm_constants, solve_assignment
 from methods.dinoqpm.losses import feature_diversity_loss
 from methods.registry import register_method
+from methods.space import LogUniform
 
 #: ``SLDDLevel.forward``: ``(input - mean) / torch.clamp(std, min=1e-6)``
 STD_FLOOR = 1e-6
@@ -69,6 +70,8 @@ class DinoQPM(PrototypeMethod):
 
     display_name = "DINO-QPM"
     reads = frozenset({"tokens", "block_input"})
+    # a decade around each phase's official learning rate (configs/models/qpm/dinov2.yaml)
+    search_space = {"lr_dense": LogUniform(3e-4, 3e-3), "lr_finetune": LogUniform(1.5e-3, 1.5e-2)}
 
     def __init__(self, ctx: MethodContext, *, feature_dim: int = 512, hidden_dim: int = 2048, layers: int = 4,
                  n_features: int = 50, dense_epochs: int = 25, finetune_epochs: int = 25,
@@ -157,10 +160,6 @@ class DinoQPM(PrototypeMethod):
         official evaluation: un-normalised means); before the assignment, all ``feature_dim``."""
         _, vector = self.feature_maps(batch)
         return vector[:, self.selection] if bool(self.assigned) else vector
-
-    def feature_class_weights(self) -> Tensor:
-        """C×K: the final layer's weights over :meth:`global_features`."""
-        return self.sparse_weight.clone() if bool(self.assigned) else self.linear.weight.detach().clone()
 
     # ---- training ---------------------------------------------------------------------------
     def stages(self) -> list[Stage]:

@@ -1,5 +1,6 @@
 """DINO-QPM (``dinoqpm``): what it declares, read without torch (methods/declaration.py)."""
 from methods.declaration import MethodDeclaration, choice, count, flag, interval, non_negative, positive
+from methods.space import LogUniform
 
 DECLARATION = MethodDeclaration(
     name="dinoqpm",
@@ -27,6 +28,7 @@ DECLARATION = MethodDeclaration(
         "time_limit": positive(10800.0),
         "mip_gap": interval(5e-3, 0.0, 1.0, high_open=True),
     },
+    search_space={"lr_dense": LogUniform(3e-4, 3e-3), "lr_finetune": LogUniform(1.5e-3, 1.5e-2)},
     references=(
         "Zimmermann, Norrenbrock and Rosenhahn, DINO-QPM: Adapting Visual Foundation Models for Globally "
         "Interpretable Image Classification, CVPR 2026",
