@@ -146,3 +146,77 @@ def official_fdl(feature_maps: torch.Tensor, outputs: torch.Tensor, weight: torc
     scaled = soft * factor[..., None]
     weighted = scaled * relevant[..., None]
     return -weighted.amax(dim=1).sum() / feature_maps.shape[0] * scaling
+
+
+def pointing_by_loops(peaks: np.ndarray, keypoints: np.ndarray, visible: np.ndarray, labels: np.ndarray,
+                      train_peaks: np.ndarray, train_keypoints: np.ndarray, train_visible: np.ndarray,
+                      train_labels: np.ndarray, num_classes: int, radius: float) -> float | None:
+    """Pointing accuracy as docs/protocol/metrics.md states it, by plain loops over images,
+    prototypes and parts: ``peaks`` (N, J, 2) ``(row, col)``, ``keypoints`` (N, P, 2) ``(x, y)``."""
+    def hit(peak, keypoint, seen):
+        return bool(seen) and ((peak[0] - keypoint[1]) ** 2 + (peak[1] - keypoint[0]) ** 2) ** 0.5 <= radius
+
+    J, P = peaks.shape[1], keypoints.shape[1]
+    counts = np.zeros((num_classes, J, P), dtype=int)
+    for n in range(len(train_labels)):
+        for j in range(J):
+            for p in range(P):
+                counts[train_labels[n], j, p] += hit(train_peaks[n, j], train_keypoints[n, p], train_visible[n, p])
+    hits = total = 0
+    for n in range(len(labels)):
+        for j in range(J):
+            row = counts[labels[n], j]
+            if row.max() == 0:
+                total += 1
+                continue
+            p = int(np.argmax(row))
+            if visible[n, p]:
+                total += 1
+                hits += hit(peaks[n, j], keypoints[n, p], True)
+    return None if total == 0 else 100.0 * hits / total
+
+
+def gurobi_assignment(a: np.ndarray, r: np.ndarray | None, threshold: float, n_features: int,
+                      n_per_class: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """The official Gurobi model (``qpm_solving.solve_qp``: ``existing_edges == mat_w * s``, the
+    quadratic penalty ``s_i s_j R̃_ij`` on pairs with ``R_ij ≥ τ``) in the state its iterations end in
+    (exactly ``n_per_class`` edges per class, no duplicated classes, added lazily as there), solved to
+    optimality (MIPGap 0). Needs gurobipy (its size-limited licence); returns objective, s, edges."""
+    import gurobipy as gp
+    from gurobipy import GRB
+
+    num_f, num_c = a.shape
+    model = gp.Model("assignment")
+    model.setParam("OutputFlag", 0)
+    model.setParam("MIPGap", 0.0)
+    mat_w = model.addMVar((num_f, num_c), vtype=GRB.BINARY, name="edges")
+    s = model.addMVar((num_f, 1), vtype=GRB.BINARY, name="features")
+    existing = model.addMVar(a.shape, vtype=GRB.BINARY, name="existing_edges")
+    model.addConstr(existing == mat_w * s)
+    model.addConstr(s.sum() == n_features)
+    model.addConstrs(existing[:, c].sum() == n_per_class for c in range(num_c))
+    objective = 1000 / (n_per_class * num_c) * (existing * a).sum()
+    if r is not None:
+        raw = np.array(r, dtype=np.float64)
+        np.fill_diagonal(raw, 0.0)
+        shifted = raw - raw[raw != 0].min()
+        scaled = shifted / shifted.max()
+        for i, j in zip(*np.nonzero(np.triu(raw >= threshold, k=1))):
+            objective -= s[i, 0] * s[j, 0] * float(scaled[i, j])
+    model.setObjective(objective, GRB.MAXIMIZE)
+    while True:
+        model.optimize()
+        edges = np.isclose(existing.X, 1.0)
+        columns = {}
+        duplicated = False
+        for c in range(num_c):
+            key = edges[:, c].tobytes()
+            if key in columns:
+                shared = np.flatnonzero(edges[:, c])
+                model.addConstr(existing[shared, columns[key]].sum() + existing[shared, c].sum()
+                                <= 2 * n_per_class - 1)
+                duplicated = True
+            else:
+                columns[key] = c
+        if not duplicated:
+            return model.ObjVal, np.isclose(s.X[:, 0], 1.0), edges
