@@ -23,6 +23,9 @@ J maps are the class's J largest-weight dense features.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -109,9 +112,10 @@ class DinoQPM(PrototypeMethod):
         self.register_buffer("sparse_weight", torch.zeros(ctx.num_classes, n_features))
         self.register_buffer("feature_mean", torch.zeros(n_features))
         self.register_buffer("feature_std", torch.ones(n_features))
+        # the program's objective, the solver's relative gap, the de-duplication cuts (diagnostics)
+        self.register_buffer("program", torch.zeros(3, dtype=torch.float64))
         self.loss_weights = {"ce": 1.0, "fdl_dense": float(fdl_dense), "fdl_finetune": float(fdl_finetune),
                              "l1_maps": float(l1_maps), "l1_features": float(l1_features)}
-        self.solution: dict[str, float] = {}
 
     # ---- forward pieces ---------------------------------------------------------------------
     def feature_maps(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
@@ -215,8 +219,11 @@ class DinoQPM(PrototypeMethod):
         self.feature_std.copy_(torch.as_tensor(np.sqrt(((chosen - chosen.mean(axis=0)) ** 2).mean(axis=0)),
                                                dtype=torch.float32))
         self.assigned.fill_(True)
-        self.solution = {"objective": solved.objective, "mip_gap": solved.gap, "dedup_cuts": solved.cuts}
+        self.program.copy_(torch.tensor([solved.objective, solved.gap, solved.cuts], dtype=torch.float64))
 
-    def diagnostics(self, splits) -> dict:
+    def diagnostics(self, splits: Mapping[str, TrainData]) -> dict[str, Any]:
         """The program's objective, the gap the solver reached and the de-duplication cuts it needed."""
-        return {"qp": dict(self.solution)} if self.solution else {}
+        if not bool(self.assigned):
+            return {}
+        objective, gap, cuts = self.program.tolist()
+        return {"qp": {"objective": objective, "mip_gap": gap, "dedup_cuts": int(cuts)}}
