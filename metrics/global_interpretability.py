@@ -78,7 +78,10 @@ def contrastiveness(features: Tensor, seed: int = GMM_SEED) -> float:
     """``100 · (1 − mean_k OVL_k)``: a two-component Gaussian mixture fitted to each feature over the
     images (sklearn ``GaussianMixture(n_components=2)``, its defaults, ``random_state=seed``) and the
     overlap of its two normals (``Contrastiveness.gmm_overlap_per_feature``). High: every feature is
-    either clearly on or clearly off."""
+    either clearly on or clearly off. A constant feature is fitted as the official code fits it
+    (sklearn warns that k-means found one cluster): one component on the value, the other empty at 0
+    with variance ``reg_covar``, so its overlap is 1 at the value 0 and about 0 elsewhere — an
+    artefact of the official definition, kept (docs/protocol/metrics.md)."""
     x = _check_features(features).to(torch.float64).cpu().numpy()
     params = np.empty((x.shape[1], 4))
     for k in range(x.shape[1]):

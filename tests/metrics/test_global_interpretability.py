@@ -59,6 +59,17 @@ def test_contrastiveness_equals_gmm_overlap_per_feature():
     assert abs(ours - official) < 1e-9
 
 
+@pytest.mark.parametrize("value", [0.0, 0.25])
+def test_a_constant_feature_is_scored_as_the_official_fit_scores_it(value):
+    features, _ = features_and_labels(2)
+    features[:, 3] = value  # a dead unit: overlap 1 at 0, about 0 elsewhere (the official fit's artefact)
+    with pytest.warns(Warning):  # k-means inside the fit: one distinct value
+        official = official_contrastiveness(features.double().numpy(), random_state=0)
+    with pytest.warns(Warning):
+        ours = contrastiveness(features) / 100
+    assert abs(ours - official) < 1e-9
+
+
 def test_contrastiveness_separates_binary_from_unimodal_features():
     g = torch.Generator().manual_seed(0)
     on_off = (torch.rand(200, 2, generator=g) > 0.5).double() * 5 + 0.01 * torch.randn(200, 2, generator=g,
