@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
+from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
 from methods.common.lineage import PASS_BATCH_SIZE, check_count, check_non_negative, check_positive
 from methods.common.pooled import cls_token, frozen_final_norm
 from methods.dinoqpm.assignment import check_program, qpm_constants, solve_assignment
@@ -227,3 +227,7 @@ class DinoQPM(PrototypeMethod):
             return {}
         objective, gap, cuts = self.program.tolist()
         return {"qp": {"objective": objective, "mip_gap": gap, "dedup_cuts": int(cuts)}}
+
+    def diagnostic_ranges(self) -> dict[str, DiagnosticRange]:
+        """A gap above ``mip_gap``: HiGHS stopped at ``time_limit`` before proving the requested gap."""
+        return {"qp.mip_gap": (0.0, self.mip_gap)}

@@ -140,6 +140,8 @@ def test_sparse_head_equals_slddlevel_after_the_program() -> None:
         expected = torch.stack([maps[b][assigned[b]] for b in range(len(rows))])
         assert (class_maps - expected).abs().max() < 1e-6
         assert (method.global_features(batch) - vector).abs().max() < 1e-6
+    qp = method.diagnostics({})["qp"]
+    assert 0.0 <= qp["mip_gap"] <= method.diagnostic_ranges()["qp.mip_gap"][1] and qp["dedup_cuts"] >= 0
 
 
 def test_finetune_loss_is_the_official_composition() -> None:
