@@ -101,8 +101,8 @@ def sid_k(maps: Tensor, contributions: Tensor, k: int = SID_K) -> tuple[float | 
     check_maps("maps", maps)
     n, J = maps.shape[:2]
     if not isinstance(contributions, Tensor) or tuple(contributions.shape) != (n, J):
-        raise ValueError(f"contributions: expected shape {(n, J)}, got "
-                         f"{tuple(contributions.shape) if isinstance(contributions, Tensor) else type(contributions).__name__}")
+        got = tuple(contributions.shape) if isinstance(contributions, Tensor) else type(contributions).__name__
+        raise ValueError(f"contributions: expected shape {(n, J)}, got {got}")
     if n == 0:
         return None, min(k, J)
     k = min(k, J)
