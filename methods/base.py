@@ -233,6 +233,16 @@ class PrototypeMethod(nn.Module, ABC):
         removed = torch.where(off, contributions, torch.zeros_like(contributions)).sum(dim=1)
         return self.logits(batch).scatter_add(1, classes[:, None], -removed[:, None].to(contributions.dtype))
 
+    def global_features(self, batch: TokenBatch) -> Tensor:
+        """B×K: the feature vector the classifier reads, one column per feature or prototype (the
+        QPM line's class independence and contrastiveness read it, docs/protocol/metrics.md).
+        Default: every prototype's map maximum (the ProtoPNet family's max-pooled similarity),
+        class-major (K = C·J), from one ``activation_maps`` call per class; a method whose
+        classifier reads another pooling or shares features between classes overrides it."""
+        device = batch.labels.device
+        return torch.cat([self.activation_maps(batch, torch.full((len(batch),), c, device=device)).amax(dim=(2, 3))
+                          for c in range(self.num_classes)], dim=1)
+
     def frozen_features(self, batch: TokenBatch) -> dict[str, Tensor]:
         """Small per-image arrays (first dimension B) that depend only on the frozen trunk outputs
         of ``batch`` and on fixed hyperparameters, never on trained state (e.g. vMFProto's

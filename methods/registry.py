@@ -34,7 +34,7 @@ M = TypeVar("M", bound=type)
 #: the suite's own methods: each declared in ``methods/specs/<name>.py``
 BUILTIN_METHODS: tuple[str, ...] = (
     "vmfproto", "protopnet", "deformable_protopnet", "tesnet", "evalprotopnet",
-    "mgproto", "nppp", "pipnet", "kmex", "comfe", "linear_probe", "knn",
+    "mgproto", "nppp", "pipnet", "kmex", "comfe", "linear_probe", "knn", "dinoqpm",
 )
 PLUGIN_GROUP = "protobench.methods"
 

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 # A table cell is addressed by these five values; they never vary inside one cell.
 KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
 
-# Percentages (acc, con, sta, dis, comp, purity, loc, sanity; del in percent points), explanation sizes
+# Percentages (acc, con, sta, dis, comp, purity, loc, sanity, class_indep, contrastive, sid5, pointing; del in
+# percent points), explanation sizes
 # (size_local, size_global: numbers of prototypes) and timings; NaN where not computed or undefined.
 # epoch_seconds: the training loop's mean epoch as the run trained (from the token cache by
 # default); epoch_seconds_live_trunk: the same schedule's mean epoch with the frozen trunk's
@@ -28,6 +29,10 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "size_global",
     "del",
     "sanity",
+    "class_indep",
+    "contrastive",
+    "sid5",
+    "pointing",
     "epoch_seconds",
     "epoch_seconds_live_trunk",
     "inference_images_per_second",
@@ -71,7 +76,8 @@ TIDY_COLUMNS: tuple[str, ...] = (
 
 #: the values a metric can take (metrics/: percentages; deletion, a difference of percentages, in
 #: percent points; explanation sizes and timings ≥ 0); its std lies in [0, upper − lower]
-PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "sanity")
+PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "sanity", "class_indep",
+                                    "contrastive", "sid5", "pointing")
 METRIC_RANGES: dict[str, tuple[float, float]] = {
     **{m: (0.0, 100.0) for m in PERCENT_METRICS}, "del": (-100.0, 100.0),
     **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in PERCENT_METRICS and m != "del"},

@@ -88,6 +88,14 @@ EEE_METRICS: dict[str, EeeMetric] = {
                      "Prototype-deletion faithfulness: deleting the prototypes an explanation names versus as many random ones"),
     "sanity": EeeMetric("protobench.sanity", "Sanity", "sanity", "percent", False,
                         "Model-parameter randomisation test of the explanations (Adebayo et al., NeurIPS 2018)"),
+    "class_indep": EeeMetric("protobench.class_independence", "Class independence", "class_independence", "percent",
+                             False, "How little of each feature's mass one class holds (QPM line, DINO-QPM's code)"),
+    "contrastive": EeeMetric("protobench.contrastiveness", "Contrastiveness", "contrastiveness", "percent", False,
+                             "One minus the overlap of a two-Gaussian mixture fitted to each feature (QPM line)"),
+    "sid5": EeeMetric("protobench.sid5", "SID@5", "sid5", "percent", False,
+                      "Spatial diversity of the predicted class's five strongest maps (Q-SENN, DINO-QPM)"),
+    "pointing": EeeMetric("protobench.pointing", "Pointing", "pointing", "percent", False,
+                          "Share of prototype peaks on their part's keypoint (PF-CBM; docs/protocol/metrics.md)"),
 }
 
 

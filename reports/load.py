@@ -30,7 +30,8 @@ from reports.columns import (
 from reports.layouts import display_name
 
 RESULT_FILE = "result.json"
-_RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global", "del", "sanity")
+_RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global", "del", "sanity",
+                   "class_indep", "contrastive", "sid5", "pointing")
 _TIMING_METRICS = ("epoch_seconds", "epoch_seconds_live_trunk", "inference_images_per_second")
 
 Record = dict[str, object]

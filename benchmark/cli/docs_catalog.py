@@ -35,6 +35,10 @@ METRIC_MODULES: dict[str, str] = {
     "size_global": "metrics.size",
     "del": "metrics.deletion",
     "sanity": "metrics.sanity",
+    "class_indep": "metrics.global_interpretability",
+    "contrastive": "metrics.global_interpretability",
+    "sid5": "metrics.global_interpretability",
+    "pointing": "metrics.pointing",
 }
 
 #: dataset name → the module that reads it

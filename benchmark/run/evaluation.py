@@ -93,7 +93,7 @@ def evaluate(
     explained = None
     masks = object_masks(test_dataset, parts)
     extra, extra_notes, extra_details = extra_metrics(
-        method, pred, masks, train, train_dataset, batch_size=batch_size, device=device,
+        method, pred, masks, parts, train, train_dataset, batch_size=batch_size, device=device,
         precision=precision, map_pool=map_pool)
     if parts is not None:
         noisy_maps = predict(method, noisy, batch_size=batch_size, device=device, with_logits=False,

@@ -1,10 +1,14 @@
 """The metrics beyond the paper (docs/protocol/metrics.md, "Metrics beyond the paper"): ``purity``, ``loc``,
-``size_local``, ``size_global`` and ``del``, each computed where its inputs exist.
+``size_local``, ``size_global``, ``del`` and the QPM line's ``class_indep``, ``contrastive``, ``sid5``
+with PF-CBM's ``pointing``, each computed where its inputs exist.
 
 ``size_*`` and ``del`` read ``prototype_contributions`` and ``logits_without``, computed in the
 evaluation's one pass over the clean test tokens (:func:`benchmark.run.prediction.predict`);
 ``loc`` the test maps and segmentation masks; ``purity`` the
-own-class maps of the clean (un-augmented) training split and its part annotations.
+own-class maps of the clean (un-augmented) training split and its part annotations; ``pointing``
+those maps (each prototype's part) and the test maps with the test keypoints; ``class_indep`` and
+``contrastive`` the methods' ``global_features`` of the clean training split; ``sid5`` the
+predicted class's maps and contributions of the test pass.
 """
 from __future__ import annotations
 
@@ -16,14 +20,18 @@ from torch import Tensor
 from benchmark.cache.tokens import TokenSource
 from benchmark.data import ImageDataset
 from benchmark.run.ground_truth import part_truth
-from benchmark.run.prediction import Predictions, predict
+from benchmark.run.prediction import Predictions, global_features, predict
 from methods.base import PrototypeMethod
+from metrics import PartGroundTruth, PartTruth
 from metrics.deletion import DELETION_K, DELETION_SEED, deletion
+from metrics.global_interpretability import GMM_SEED, SID_K, class_independence, contrastiveness, sid_k
 from metrics.localisation import localisation
+from metrics.pointing import POINTING_RADIUS, pointing
 from metrics.purity import PURITY_TOPK, purity
 from metrics.size import LOCAL_SIZE_TAU, size_global, size_local
 
-EXTRA_METRIC_KEYS = ("purity", "loc", "size_local", "size_global", "del")
+EXTRA_METRIC_KEYS = ("purity", "loc", "size_local", "size_global", "del", "class_indep", "contrastive", "sid5",
+                     "pointing")
 
 
 def deletion_count(method: PrototypeMethod) -> int | None:
@@ -36,6 +44,7 @@ def extra_metrics(
     method: PrototypeMethod,
     test: Predictions,
     masks: Tensor | None,
+    test_parts: PartTruth | None,
     train: TokenSource | None,
     train_dataset: ImageDataset | None,
     *,
@@ -44,10 +53,10 @@ def extra_metrics(
     precision: str,
     map_pool: int,
 ) -> tuple[dict[str, float | None], dict[str, str], dict[str, Any]]:
-    """The five metrics (None where undefined), notes on those left out, and the settings and
+    """The metrics (None where undefined), notes on those left out, and the settings and
     by-products (logit drops) that go to ``result.json``'s ``evaluation``. ``test``: the test
     split's predictions with their :class:`Contributions` (``predict(..., contributions=True,
-    deletion_k=deletion_count(method))``)."""
+    deletion_k=deletion_count(method))``); ``test_parts``: the test split's part ground truth."""
     J = method.prototypes_per_class
     deletion_k = deletion_count(method)
     passed = test.contributions
@@ -68,7 +77,13 @@ def extra_metrics(
         values["loc"] = localisation(test.maps, masks, map_pool=map_pool)
     else:
         notes["loc"] = "not computed: segmentation masks missing"
+    sid, k = sid_k(passed.predicted_maps, passed.predicted, SID_K)
+    values["sid5"] = sid
+    details["sid"] = {"k": k, "maps": "the predicted class's, its k largest contributions"}
+    if k < SID_K:
+        notes["sid5"] = f"SID@{k}: J = {J} < {SID_K}, the official code's fallback to SID@J"
     parts = None if train_dataset is None else part_truth(train_dataset)
+    maps = None
     if train is not None and parts is not None:
         maps = predict(method, train, batch_size=batch_size, device=device, with_logits=False,
                        precision=precision).maps
@@ -76,4 +91,17 @@ def extra_metrics(
         details["purity_topk"] = PURITY_TOPK
     else:
         notes["purity"] = "not computed: the training split has no part annotations"
+    if maps is not None and isinstance(parts, PartGroundTruth) and isinstance(test_parts, PartGroundTruth):
+        values["pointing"] = pointing(test.maps, test_parts, test.labels, maps, parts, train.labels,
+                                      method.num_classes, map_pool=map_pool)
+        details["pointing_radius_px"] = POINTING_RADIUS
+    else:
+        notes["pointing"] = "not computed: the training and test splits need part keypoints"
+    if train is not None:
+        features = global_features(method, train, batch_size=batch_size, device=device, precision=precision)
+        values["class_indep"] = class_independence(features, train.labels, method.num_classes)
+        values["contrastive"] = contrastiveness(features)
+        details["global_features"] = {"count": int(features.shape[1]), "gmm_seed": GMM_SEED}
+    else:
+        notes["class_indep, contrastive"] = "not computed: no training split to read the features on"
     return values, notes, details

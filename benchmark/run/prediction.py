@@ -26,6 +26,7 @@ class Contributions:
     predicted: torch.Tensor  # N×J
     logits_top: torch.Tensor | None  # N×C
     logits_random: torch.Tensor | None  # N×C
+    predicted_maps: torch.Tensor  # N×J×H×W of each image's predicted class (SID@k)
 
 
 @dataclass
@@ -73,7 +74,7 @@ def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, de
     method.eval()
     generator = torch.Generator().manual_seed(DELETION_SEED)
     rows: dict[str, list[torch.Tensor]] = {"logits": [], "maps": [], "truth": [], "predicted": [], "top": [],
-                                           "random": []}
+                                           "random": [], "predicted_maps": []}
     order = torch.arange(len(source))
     for start in range(0, len(order), batch_size):
         batch = source.batch(order[start:start + batch_size], device, reads=method.reads)
@@ -83,7 +84,9 @@ def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, de
             if contributions:
                 truth = method.prototype_contributions(batch, batch.labels)
                 rows["truth"].append(truth.float().cpu())
-                rows["predicted"].append(method.prototype_contributions(batch, logits.argmax(dim=1)).float().cpu())
+                predicted = logits.argmax(dim=1)
+                rows["predicted"].append(method.prototype_contributions(batch, predicted).float().cpu())
+                rows["predicted_maps"].append(method.activation_maps(batch, predicted).float().cpu())
                 if deletion_k is not None:
                     top, drawn = deletion_masks(truth.float(), deletion_k, generator)
                     rows["top"].append(method.logits_without(batch, batch.labels, top).float().cpu())
@@ -95,6 +98,21 @@ def predict(method: PrototypeMethod, source: TokenSource, *, batch_size: int, de
         logits=joined["logits"] if joined["logits"] is not None else torch.empty(0),
         labels=source.labels.clone(),
         maps=joined["maps"],
-        contributions=Contributions(joined["truth"], joined["predicted"], joined["top"], joined["random"])
+        contributions=Contributions(joined["truth"], joined["predicted"], joined["top"], joined["random"],
+                                    joined["predicted_maps"])
         if contributions else None,
     )
+
+
+@torch.no_grad()
+def global_features(method: PrototypeMethod, source: TokenSource, *, batch_size: int, device: torch.device,
+                    precision: str = "fp32") -> torch.Tensor:
+    """N×K float32 (CPU): ``method.global_features`` of every image of ``source``, in order."""
+    method.eval()
+    order = torch.arange(len(source))
+    rows = []
+    for start in range(0, len(order), batch_size):
+        batch = source.batch(order[start:start + batch_size], device, reads=method.reads)
+        with block_output_reused(method), autocast(precision, device):
+            rows.append(method.global_features(batch).float().cpu())
+    return torch.cat(rows)

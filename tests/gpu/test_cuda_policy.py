@@ -90,7 +90,7 @@ def test_expanded_squared_distances_are_exact_at_a_pushed_patch_in_bf16(distance
 #: docs/guides/gpu.md, "Host syncs per training step" (0 unless docs/guides/gpu.md says why)
 SYNC_BUDGET = {"protopnet": 0, "tesnet": 0, "evalprotopnet": 0, "deformable_protopnet": 0,
                "vmfproto": 0, "nppp": 0, "mgproto": 0, "pipnet": 0, "kmex": 0, "comfe": 0,
-               "linear_probe": 0, "knn": 0}
+               "linear_probe": 0, "knn": 0, "dinoqpm": 0}
 
 
 @pytest.mark.parametrize("name", sorted(TWO_EPOCHS))

@@ -16,6 +16,7 @@ TWO_EPOCHS: dict[str, dict[str, object]] = {
     "comfe": {"epochs": 2, "warmup_epochs": 1},
     "linear_probe": {"epochs": 2},
     "knn": {},  # one fitting epoch (the memory bank) is its whole schedule
+    "dinoqpm": {"dense_epochs": 1, "finetune_epochs": 1},  # the QP runs between them
 }
 #: methods whose whole schedule is shorter than two epochs
 ONE_EPOCH = {"kmex", "knn"}
