@@ -73,7 +73,7 @@ def _aligned(values: dict[int, pd.Series], runs: dict[int, str]) -> pd.DataFrame
     first = next(iter(values))
     order = values[first].index
     for seed, series in values.items():
-        if set(series.index) != set(order):
+        if not series.index.equals(order) and set(series.index) != set(order):  # same order: no set needed
             raise mismatch(runs[first], runs[seed], set(order), set(series.index))
     return pd.DataFrame({seed: series.reindex(order) for seed, series in values.items()}).T
 
@@ -81,7 +81,7 @@ def _aligned(values: dict[int, pd.Series], runs: dict[int, str]) -> pd.DataFrame
 def paired(a: pd.DataFrame, b: pd.DataFrame, runs_a: str, runs_b: str) -> tuple[np.ndarray, np.ndarray]:
     """``a`` and ``b`` (seeds × image ids, the same seeds in the same order) as arrays with ``b``'s
     images in ``a``'s order; differing image sets are refused naming the runs."""
-    if set(a.columns) != set(b.columns):
+    if not a.columns.equals(b.columns) and set(a.columns) != set(b.columns):
         raise mismatch(runs_a, runs_b, set(a.columns), set(b.columns))
     return a.to_numpy(), b[a.columns].to_numpy()
 

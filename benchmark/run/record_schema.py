@@ -13,9 +13,11 @@ is refused: a record can never carry a column of the run's identity (``run_id``,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
@@ -44,29 +46,74 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
                                               unknown and f"unknown column(s) {', '.join(unknown)}"))))
     checked = frame.copy()
     for column in _INDEX_COLUMNS[table]:
-        checked[column] = [_index(value, refuse, row, column) for row, value in enumerate(checked[column])]
+        checked[column] = _every(checked[column], _all_indices, lambda v, r, c=column: _index(v, refuse, r, c))
     for column in (c for c in _PERCENT[table] if c in columns):
-        checked[column] = [_number(value, refuse, row, column, (0.0, 100.0), undefined=True)
-                           for row, value in enumerate(checked[column])]
+        checked[column] = _every(checked[column], lambda s: _all_numbers(s, (0.0, 100.0), undefined=True),
+                                 lambda v, r, c=column: _number(v, refuse, r, c, (0.0, 100.0), undefined=True))
     for column in (c for c in _UNIT[table] if c in columns):
-        checked[column] = [_number(value, refuse, row, column, (-1.0, 1.0), undefined=True)
-                           for row, value in enumerate(checked[column])]
+        checked[column] = _every(checked[column], lambda s: _all_numbers(s, (-1.0, 1.0), undefined=True),
+                                 lambda v, r, c=column: _number(v, refuse, r, c, (-1.0, 1.0), undefined=True))
     if table == "per_image":
         if checked["index"].tolist() != list(range(len(checked))):
             raise refuse("column index is not 0, 1, … in order")
         if num_images is not None and len(checked) != num_images:
             raise refuse(f"{len(checked)} rows, but its result evaluated {num_images} test images")
-        checked["margin"] = [_number(value, refuse, row, "margin", (-math.inf, math.inf))
-                             for row, value in enumerate(checked["margin"])]
-        checked["image"] = [_image(value, refuse, row) for row, value in enumerate(checked["image"])]
-        for row, (value, label, predicted) in enumerate(zip(checked["correct"], checked["label"], checked["predicted"])):
-            if not isinstance(value, bool) and str(value) not in ("True", "False"):
-                raise refuse(f"row {row + 1}, column correct: {value!r} is not True or False")
-            if (value is True or str(value) == "True") != (label == predicted):
-                raise refuse(f"row {row + 1}, column correct: {value!r} disagrees with label {label} and "
-                             f"predicted {predicted}")
+        checked["margin"] = _every(checked["margin"], lambda s: _all_numbers(s, (-math.inf, math.inf)),
+                                   lambda v, r: _number(v, refuse, r, "margin", (-math.inf, math.inf)))
+        checked["image"] = _every(checked["image"], _all_images, lambda v, r: _image(v, refuse, r))
+        right = checked["label"].to_numpy() == checked["predicted"].to_numpy()
+        flags = checked["correct"]
+        if not (flags.dtype == bool and np.array_equal(flags.to_numpy(), right)):  # else: row by row, naming it
+            for row, (value, label, predicted) in enumerate(zip(flags, checked["label"], checked["predicted"])):
+                if not isinstance(value, bool) and str(value) not in ("True", "False"):
+                    raise refuse(f"row {row + 1}, column correct: {value!r} is not True or False")
+                if (value is True or str(value) == "True") != (label == predicted):
+                    raise refuse(f"row {row + 1}, column correct: {value!r} disagrees with label {label} and "
+                                 f"predicted {predicted}")
         checked["correct"] = checked["label"] == checked["predicted"]
     return checked
+
+
+def _every(values: pd.Series, whole: Callable[[pd.Series], np.ndarray | None],
+           each: Callable[[Any, int], Any]) -> Any:
+    """The checked column: ``whole`` checks it at once (numpy; None when it cannot vouch for every
+    value), else ``each`` checks value by value, so a refusal names the first bad row as before."""
+    accepted = whole(values)
+    return accepted if accepted is not None else [each(value, row) for row, value in enumerate(values)]
+
+
+def _numeric(values: pd.Series, kinds: str) -> bool:
+    return isinstance(values.dtype, np.dtype) and values.dtype.kind in kinds
+
+
+def _all_indices(values: pd.Series) -> np.ndarray | None:
+    """Every value an integer ≥ 0 (:func:`_index` of each), from an integer column."""
+    array = values.to_numpy()
+    return array.astype(np.int64) if _numeric(values, "iu") and bool((array >= 0).all()) else None
+
+
+def _all_numbers(values: pd.Series, bounds: tuple[float, float], *, undefined: bool = False) -> np.ndarray | None:
+    """Every value a number within ``bounds`` (NaN where ``undefined``): :func:`_number` of each."""
+    if not _numeric(values, "iuf"):
+        return None
+    array = values.to_numpy(dtype=np.float64)
+    ok = (array >= bounds[0]) & (array <= bounds[1])
+    if undefined:
+        ok |= np.isnan(array)
+    return array if bool(ok.all()) else None
+
+
+_CLIMBS = r"(?:^|/)\.\.(?:/|$)"  # a ".." path component
+_CONTROL = r"[\x00-\x1f]"
+
+
+def _all_images(values: pd.Series) -> np.ndarray | None:
+    """Every value a non-empty relative path with no ``..`` and no control character (:func:`_image`)."""
+    if pd.api.types.infer_dtype(values, skipna=False) != "string":
+        return None
+    text = values.astype(str)
+    bad = (text.str.len() == 0) | text.str.startswith("/") | text.str.contains(_CLIMBS) | text.str.contains(_CONTROL)
+    return values.to_numpy() if not bool(bad.any()) else None
 
 
 def _index(value: Any, refuse: Any, row: int, column: str) -> int:

@@ -36,6 +36,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.store import SCORED_FILES
 from reports.columns import flatten
 from reports.load import load_results, read_result_json
+from reports.per_image import run_records
 
 if TYPE_CHECKING:
     from benchmark.bundle.sources import Source
@@ -107,7 +108,7 @@ def _records(run_dir: str, table: str) -> pd.DataFrame | None:
 def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[str, float], int | None, bool]:
     """The run's metrics from its records (see the module), the number of test images, and
     whether it had records; a recorded number the records contradict is refused."""
-    images = _records(run_dir, "per_image")
+    images = run_records(run_dir)  # read once per command: the ranking's paired tests read them again
     prototypes = _records(run_dir, "per_prototype")
     if images is None:
         return dict(recorded), None, False
