@@ -112,10 +112,10 @@ def test_a_crashing_trial_is_recorded_and_the_study_goes_on(tmp_path, capsys, mo
 
     real = trials.run_trial
 
-    def crash_on_trial_1(trial, cell, settings):
+    def crash_on_trial_1(trial, cell, settings, loaded=None):
         if trial.number == 1:
             raise RuntimeError("NaN loss at this point of the space")
-        return real(trial, cell, settings)
+        return real(trial, cell, settings, loaded)
 
     monkeypatch.setattr(trials, "run_trial", crash_on_trial_1)
     grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
