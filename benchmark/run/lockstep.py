@@ -53,6 +53,7 @@ class Member:
     source: TokenSource
     clean: TokenSource | None = None
     on_epoch_end: Callable[[EpochRecord], None] | None = None
+    log: Callable[[str], None] = print  # its own log: one line per epoch
     report: TrainingReport = field(default_factory=TrainingReport)
     outcome: BaseException | None = None  # why it left the lockstep (failure, pruning), None while it trains
     rng: dict[str, Any] = field(default_factory=dict)
@@ -155,7 +156,7 @@ def train_lockstep(members: Sequence[Member], *, seed: int, batch_size: int, dev
     """Train every member as :func:`benchmark.run.training.train` trains one run (no resume, no
     checkpoints), sharing each batch; a member that fails or is pruned (its ``on_epoch_end``
     raised :class:`benchmark.run.epoch_score.Pruned`) gets its exception in ``outcome`` and the
-    others go on. ``log`` gets one line per epoch."""
+    others go on. Each member's ``log`` gets its epochs; ``log`` what concerns them all."""
     check_lockstep([m.method for m in members])
     code = code_version()
     for m in members:
@@ -190,12 +191,12 @@ def train_lockstep(members: Sequence[Member], *, seed: int, batch_size: int, dev
                 active = _active(members)
                 batches = shared.batches(order[start:start + batch_size], device, reads,
                                          [members.index(m) for m in active])
-                _step(active, [batches[members.index(m)] for m in active], losses, global_epoch, precision,
-                      device, vectorised)
+                vectorised = _step(active, [batches[members.index(m)] for m in active], losses, global_epoch,
+                                   precision, device, vectorised, log)
             elapsed = (time.perf_counter() - tic) / max(len(active), 1)  # each member's share of the epoch
             for m in _active(members):
                 _turn(m, device, lambda m=m: _end_epoch(m, losses[id(m)], lrs[id(m)], global_epoch, total_epochs,
-                                                         elapsed, precision, device, code, log))
+                                                         elapsed, precision, device, code))
             global_epoch += 1
     for m in _active(members):
         m.method.eval()
@@ -229,28 +230,37 @@ def _start_stage(m: Member, stage_index: int, epoch: int, batch_size: int, n: in
 
 
 def _step(active: list[Member], batches: list[TokenBatch], losses: dict[int, StepLosses], epoch: int,
-          precision: str, device: torch.device, vectorised: bool) -> None:
+          precision: str, device: torch.device, vectorised: bool, log: Callable[[str], None]) -> bool:
     """One batch for every active member: loss, backward, clipping, optimiser and per-step
-    scheduler step (when the stage trains), then ``after_step``."""
+    scheduler step (when the stage trains), then ``after_step``. A vectorised step that raises
+    (an op without a batching rule, a value read from the device, a failed decomposition of one
+    member) is taken again per member, and so are the later ones: whether to go on vectorising."""
     stage = active[0].stage
     assert stage is not None
     if stage.trains:
+        stepped = False
         if vectorised and len(active) > 1:
-            with numerical_step(active[0].method, stage, epoch, "the loss terms of the batched step"), \
-                    autocast(precision, device):
-                all_terms = vectorised_terms(active, batches, stage, epoch)
-                totals = [total_loss(m.method, t, m.stage, epoch) for m, t in zip(active, all_terms)]  # type: ignore[arg-type]
-            for m in active:
-                m.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-            torch.stack([t.float() for t in totals]).sum().backward()
-            for m, terms in zip(active, all_terms):
-                _turn(m, device, lambda m=m, terms=terms: _optimiser_step(m, terms, losses[id(m)]))
-        else:
+            try:
+                with autocast(precision, device):
+                    all_terms = vectorised_terms(active, batches, stage, epoch)
+                    totals = [total_loss(m.method, t, m.stage, epoch) for m, t in zip(active, all_terms)]  # type: ignore[arg-type]
+                for m in active:
+                    m.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+                torch.stack([t.float() for t in totals]).sum().backward()
+                stepped = True
+            except Exception as err:  # noqa: BLE001 - no parameter has changed yet: step per member instead
+                log(f"the vectorised step failed ({type(err).__name__}: {err}); stepping each trial on its own")
+                vectorised = False
+            if stepped:
+                for m, terms in zip(active, all_terms):
+                    _turn(m, device, lambda m=m, terms=terms: _optimiser_step(m, terms, losses[id(m)]))
+        if not stepped:
             for m, batch in zip(active, batches):
                 _turn(m, device, lambda m=m, batch=batch: _whole_step(m, batch, losses[id(m)], epoch, precision, device))
     for m, batch in zip(active, batches):
         if m.outcome is None:
             _turn(m, device, lambda m=m, batch=batch: _after_step(m, batch, epoch, precision, device))
+    return vectorised
 
 
 def _whole_step(m: Member, batch: TokenBatch, losses: StepLosses, epoch: int, precision: str,
@@ -280,7 +290,7 @@ def _after_step(m: Member, batch: TokenBatch, epoch: int, precision: str, device
 
 
 def _end_epoch(m: Member, losses: StepLosses, lrs: dict[str, float], epoch: int, total_epochs: int,
-               elapsed: float, precision: str, device: torch.device, code: str, log: Callable[[str], None]) -> None:
+               elapsed: float, precision: str, device: torch.device, code: str) -> None:
     """The epoch's end for one member, in :func:`benchmark.run.training.train`'s order: its
     epoch-level scheduler step, ``on_epoch_end`` hook, loss means, record and callback."""
     stage = m.stage
@@ -294,7 +304,7 @@ def _end_epoch(m: Member, losses: StepLosses, lrs: dict[str, float], epoch: int,
     m.report.epoch_seconds.append(elapsed)
     m.report.stage_seconds[stage.name] = m.report.stage_seconds.get(stage.name, 0.0) + elapsed
     terms_text = " ".join(f"{k}={v:.4f}" for k, v in running.items())
-    log(f"epoch {epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
+    m.log(f"epoch {epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
     m.report.record_epoch(code, epoch + 1)
     if m.on_epoch_end is not None:
         m.on_epoch_end(EpochRecord(epoch + 1, stage.name, elapsed, lrs, running))

@@ -122,7 +122,7 @@ def _train_together(trials: list[_Trial], cache_root: Path | None, loaded: Loade
             train_lockstep([t.member for t in ready], seed=first.seed, batch_size=first.batch_size,  # type: ignore[misc]
                            device=device, precision=first.precision,
                            vectorised=vectorise(step, declaration(first.method).batches_trials, device.type),
-                           log=lambda line: None)
+                           log=lambda line: [t.say(line) for t in ready])
         return [_finish(trial) for trial in trials]
 
 
@@ -139,14 +139,13 @@ def _prepare(trial: _Trial, cache_root: Path | None, loaded: Loaded | None) -> N
 
     def record_epoch(record: EpochRecord) -> None:
         epoch_log.append(record)
-        trial.say(f"epoch {record.epoch} [{record.stage}] {record.seconds:.2f}s")
         if trial.hook is not None:
             score = validation_accuracy(prep.method, data.evaluation, batch_size=spec.eval_batch_size,
                                         device=prep.device, precision=spec.precision)
             trial.say(f"epoch {record.epoch}: validation acc {score:.2f}")
             trial.hook(record.epoch, score)
 
-    trial.member = Member(prep.method, data.train, data.clean, on_epoch_end=record_epoch)
+    trial.member = Member(prep.method, data.train, data.clean, on_epoch_end=record_epoch, log=trial.say)
 
 
 def _finish(trial: _Trial) -> dict[str, Any] | BaseException:
