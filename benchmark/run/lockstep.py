@@ -80,23 +80,33 @@ def check_lockstep(methods: Sequence[PrototypeMethod]) -> None:
                                   f"{schedule_signature(first)} ≠ {schedule_signature(other)}")
 
 
+def _layers(source: TokenSource) -> tuple[Tensor, TokenSource, dict[str, Tensor]] | None:
+    """(rows, token source, frozen features) of a trial's training source: rows of an entry
+    (:class:`RowSubset`), with the method's frozen features on top (:class:`WithFrozenFeatures`)
+    or none; None for any other source."""
+    if not isinstance(source, RowSubset):
+        return None
+    base = source.source
+    if isinstance(base, WithFrozenFeatures):
+        return source.rows, base.source, base.features
+    return source.rows, base, {}
+
+
 class SharedReads:
-    """Each batch read once for every member: when every member's source is the same rows
-    (:class:`RowSubset`) of the same token source with the member's own frozen features on top
-    (:class:`WithFrozenFeatures`), the rows are read once and each member gets its features;
-    otherwise each member reads its own (the same values, read K times)."""
+    """Each batch read once for every member: when every member's source is the same rows of the
+    same token source, each with its own frozen features (or none), the rows are read once and
+    each member gets its features; otherwise each member reads its own (the same values, K reads)."""
 
     def __init__(self, sources: Sequence[TokenSource]) -> None:
         self.sources = list(sources)
         self.shared: RowSubset | None = None
         self.features: list[dict[str, Tensor]] = []
-        bases = [s.source if isinstance(s, RowSubset) else None for s in self.sources]
-        if all(isinstance(b, WithFrozenFeatures) for b in bases):
-            raw = {id(b.source) for b in bases}  # type: ignore[union-attr]
-            rows = self.sources[0].rows  # type: ignore[union-attr]
-            if len(raw) == 1 and all(torch.equal(s.rows, rows) for s in self.sources):  # type: ignore[union-attr]
-                self.shared = RowSubset(bases[0].source, rows.numpy())  # type: ignore[union-attr]
-                self.features = [b.features for b in bases]  # type: ignore[union-attr]
+        layers = [_layers(s) for s in self.sources]
+        if all(layer is not None for layer in layers):
+            rows, raw, _ = layers[0]  # type: ignore[misc]
+            if all(layer[1] is raw and torch.equal(layer[0], rows) for layer in layers):  # type: ignore[index]
+                self.shared = RowSubset(raw, rows.numpy())
+                self.features = [layer[2] for layer in layers]  # type: ignore[index]
 
     def batches(self, indices: Tensor, device: torch.device, reads: frozenset[str],
                 members: Sequence[int]) -> dict[int, TokenBatch]:

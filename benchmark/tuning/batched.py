@@ -71,8 +71,14 @@ def run_batch(specs: list[RunSpec], run_dirs: list[Path], *, cache_root: Path | 
         else:
             fresh.append(k)
     with ExitStack() as stack:
-        trials = [_open(stack, specs[k], RunDir(run_dirs[k]), hooks[k]) for k in fresh]
-        for k, outcome in zip(fresh, _train_together(trials, cache_root, loaded, step)):
+        trials, opened = [], []
+        for k in fresh:
+            try:
+                trials.append(_open(stack, specs[k], RunDir(run_dirs[k]), hooks[k]))
+                opened.append(k)
+            except Exception as err:  # noqa: BLE001 - e.g. RunBusy: another process holds this run
+                outcomes[k] = err
+        for k, outcome in zip(opened, _train_together(trials, cache_root, loaded, step)):
             outcomes[k] = outcome
     for k, outcome in enumerate(outcomes):
         if outcome is None:  # alone: resumes its checkpoint, or reads the result a twin just wrote

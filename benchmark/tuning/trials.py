@@ -297,7 +297,10 @@ def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
                 except Exception as err:  # noqa: BLE001 - the trial fails (or is pruned), the study goes on
                     outcomes.append(err)
             else:
-                outcomes = run_trials_together(asked, cell, settings, loaded)
+                try:
+                    outcomes = run_trials_together(asked, cell, settings, loaded)
+                except Exception as err:  # noqa: BLE001 - the batch's trials fail, the study goes on
+                    outcomes = [err] * len(asked)
         except KeyboardInterrupt as err:
             for trial, beat in zip(asked, beats):
                 trial.set_user_attr("fail_reason", f"{type(err).__name__}: {err}")

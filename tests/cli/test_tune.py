@@ -53,6 +53,8 @@ def test_no_trial_opens_the_test_split(tuned):
     _, _, opened = tuned
     assert "cache:train" in opened and "load_split:train" in opened
     assert not [event for event in opened if event.endswith(":test")], opened
+    # packed: each cell's first trial opens its training entry, the next trials reuse it (2 cells × 3 trials)
+    assert opened.count("cache:train") == 2, opened
 
 
 def test_tuning_again_is_a_no_op(tuned, monkeypatch, capsys):
