@@ -341,7 +341,7 @@ def record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) -
         print(f"protobench: could not log the failure in {rd.log_path} ({log_err})", file=sys.stderr)
     try:
         atomic_write_checked(rd.failure_path, json_bytes({
-            "reason": reason, "traceback": traceback.format_exc(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+            "reason": reason, "traceback": "".join(traceback.format_exception(err)), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
     except (OSError, ProtobenchError) as write_err:
         print(f"protobench: could not write {rd.failure_path} ({write_err}); the run failed with {reason}",
               file=sys.stderr)

@@ -91,7 +91,9 @@ def test_a_member_that_fails_leaves_the_others_training(tuning, monkeypatch):
     dirs = [root / "fail" / "batch" / s.run_id for s in specs]
     outcomes = run_batch(specs, dirs, cache_root=cache, loaded=Loaded(), hooks=[None] * 3, step="per-member")
     assert isinstance(outcomes[1], NonFiniteLossError)
-    assert (dirs[1] / "failure.json").exists() and not (dirs[1] / "result.json").exists()
+    assert not (dirs[1] / "result.json").exists()
+    failure = json.loads((dirs[1] / "failure.json").read_text())
+    assert failure["reason"].startswith("NonFiniteLossError: non-finite loss") and "epoch_means" in failure["traceback"]
     assert outcomes[2]["metrics"] == alone["metrics"]
     assert (dirs[0] / "result.json").exists()
 
