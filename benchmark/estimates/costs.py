@@ -168,9 +168,9 @@ TUNING_FIELDS = ("method", "k", "sequential_s", "packed_s", "batched_s")
 
 def _tuning_measurements(path: Path, document: Any) -> tuple[TuningMeasurement, ...]:
     """The ``tuning`` rows of a ``perf --tuning K --out`` file (none in a plain ``perf --out`` list)."""
-    if not isinstance(document, dict):
+    if not isinstance(document, dict) or "tuning" not in document:
         return ()
-    rows = document.get("tuning")
+    rows = document["tuning"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ProtobenchError(f"perf file {str(path)!r}: its `tuning` is not a list of rows; write it with "
                               "`protobench perf GRID --tuning K --out FILE`")
