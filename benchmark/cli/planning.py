@@ -152,6 +152,10 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if baseline not in methods:
         raise ProtobenchError(f"--baseline {baseline!r} is not a method of the selected runs ({', '.join(methods)})")
     cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir))
+    if args.tuning is not None:  # a cell whose values lie outside its search space: refused before compute
+        from benchmark.tuning.config import tuning_cells, tuning_config
+
+        tuning_cells(grid, runs, tuning_config(grid, trials=args.tuning))
     rows = measure(prepare_sharing_trunks(runs), cache_root, warmup=args.warmup, timed_batches=args.timed_batches,
                    baseline=methods.index(baseline))
     print_perf(rows, methods.index(baseline))

@@ -15,6 +15,7 @@ import pytest
 from tiny_grid import write_tiny_grid
 from tuning_grid import write_tuning_grid
 
+import benchmark.estimates.perf as perf_module
 import benchmark.tuning.study as study_module
 import benchmark.tuning.workers as workers
 from benchmark.cli import main
@@ -181,6 +182,18 @@ def test_perf_tuning_rows_and_the_plan_that_reads_them(tuning, capsys):
         factor = min(row["packed_s"], row["batched_s"]) / row["sequential_s"]
         line = next(line for line in plan.splitlines() if line.strip().startswith(method))
         assert f"× {factor:.2f} (" in line and "over sequential trials, perf --tuning)" in line
+
+
+def test_perf_tuning_refuses_a_cell_outside_its_space_before_compute(tmp_path, monkeypatch, capsys):
+    grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data",
+                             tuning="[tuning.replace.protopnet]\nclst_weight = { kind = \"uniform\", low = 1.0, high = 2.0 }\n")
+
+    def no_compute(*args, **kwargs):
+        raise AssertionError("perf measured before refusing the tuning cell")
+
+    monkeypatch.setattr(perf_module, "measure", no_compute)
+    assert main(["perf", str(grid), "--only", "method=protopnet", "--tuning", "2"]) != 0
+    assert "clst_weight = 0.8 lies outside its search space" in capsys.readouterr().err
 
 
 def test_a_perf_file_with_a_broken_tuning_row_is_one_error(tmp_path, tuning, capsys):
