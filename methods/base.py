@@ -178,6 +178,11 @@ class PrototypeMethod(nn.Module, ABC):
     #: whether each class's training images are clustered into its J prototypes (KMEx): a run
     #: with fewer than J training images in a class is refused before any compute
     clusters_each_class: bool = False
+    #: whether the training step of K runs that differ only in hyperparameters can run as one
+    #: vectorised pass (``torch.func.vmap`` over their stacked parameters, ``tune --batch K``):
+    #: ``loss_terms`` draws no random numbers, reads no value from the device to decide what to do,
+    #: and updates buffers only out of place or in place on its own buffers
+    batches_trials: bool = False
     #: the tunable hyperparameters and their ranges (methods/space.py), each holding the paper's
     #: default; ``{}``: the method is tuned over nothing (``protobench tune`` says so)
     search_space: ClassVar[dict[str, Dimension]] = {}

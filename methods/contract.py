@@ -69,7 +69,7 @@ def check_declaration(name: str, source: SyntheticTokens, J: int) -> None:
                  f"{name}: {key} defaults to {default!r} in the constructor and to {declared!r} in the declaration")
     problems = decl.problems()
     _require(not problems, f"{name}: its declaration: " + "; ".join(problems))
-    for attribute in ("clusters_each_class", "needs_early_tokens", "search_space"):
+    for attribute in ("clusters_each_class", "needs_early_tokens", "batches_trials", "search_space"):
         _require(getattr(decl, attribute) == getattr(cls, attribute),
                  f"{name}: {attribute} is {getattr(cls, attribute)!r} on the class and {getattr(decl, attribute)!r} "
                  "in the declaration")

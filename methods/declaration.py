@@ -169,6 +169,7 @@ class MethodDeclaration:
     search_space: Mapping[str, Dimension] = field(default_factory=dict)
     clusters_each_class: bool = False
     needs_early_tokens: bool = False
+    batches_trials: bool = False  # PrototypeMethod.batches_trials: `tune --batch K` vectorises its step
     references: tuple[str, ...] = ()
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

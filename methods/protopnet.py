@@ -81,6 +81,8 @@ class ProtoPNet(PrototypeMethod):
     not hold it), so ``l1`` is used there and never returned by ``loss_terms``.
     """
 
+    batches_trials = True  # tune --batch K: the step vectorises over K parameter sets (methods/base.py)
+
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
     # uniform over the range their papers discuss (docs/guides/tuning.md)

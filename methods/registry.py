@@ -117,6 +117,7 @@ def declaration_of_class(cls: type, name: str) -> MethodDeclaration:
     return MethodDeclaration(name=name, display_name=method_display_name(cls), adapter=name,
                              hyperparameters=hyperparameters, search_space=dict(getattr(cls, "search_space", {})),
                              clusters_each_class=bool(getattr(cls, "clusters_each_class", False)),
+                             batches_trials=bool(getattr(cls, "batches_trials", False)),
                              needs_early_tokens=bool(getattr(cls, "needs_early_tokens", False)))
 
 

@@ -60,3 +60,25 @@ def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
         console.print(escape(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "
                       f"the trunk: {first['epoch_seconds_recomputing_trunk']:.3f} s = "
                       f"{_spread_text(first['epoch_speedup_from_cache'], '.1f')}× the cached epoch"))
+
+
+def print_tuning_perf(rows: list[dict[str, Any]]) -> None:
+    """``perf --tuning K``: per method the seconds of K trials run sequentially, packed and batched
+    (median over repeats), their ratios to sequential [quartiles], trials per hour and the
+    per-trial overhead."""
+    console = output_console()
+    table = Table(title=escape(f"tuning trials (K = {rows[0]['k']}, {rows[0]['repeats']} repeat(s); seconds of "
+                               "the K trials, median; ratio to sequential, median [quartiles] over repeats)"))
+    for col in ("method", "one trial (s)", "sequential (s)", "packed (s)", "÷ seq.", "batched (s)", "÷ seq.",
+                "trials/h seq. · packed · batched", "overhead/trial seq. · packed (s)", "max |Δacc| batched"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in rows:
+        batched = r["batched_s"] is not None
+        per_hour = " · ".join(f"{v:.0f}" for v in r["trials_per_hour"].values())
+        overhead = " · ".join(f"{r['overhead_per_trial_s'][m]['median']:.3f}" for m in ("sequential", "packed"))
+        table.add_row(escape(r["method"]), f"{r['one_trial_s']:.2f}", f"{r['sequential_s']:.2f}",
+                      f"{r['packed_s']:.2f}", _spread_text(r["packed_over_sequential"], ".2f"),
+                      f"{r['batched_s']:.2f}" if batched else "— (does not batch)",
+                      _spread_text(r["batched_over_sequential"], ".2f") if batched else "—",
+                      per_hour, overhead, f"{r['max_abs_diff_batched']:.2g}" if batched else "—")
+    console.print(table)

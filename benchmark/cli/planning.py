@@ -60,6 +60,13 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="the paper's setting instead of a grid: random full-size ViT-B/14, C=200, J=5, batch 128, "
                         "every method (select with --only method=vmfproto,nppp)")
     p.add_argument("--baseline", help="method the epoch ratios divide by (default: the first row's)")
+    p.add_argument("--tuning", type=int, metavar="K",
+                   help="also time K tuning trials of each method's cell run sequentially, packed and batched "
+                        "(`tune --batch K`); --out then writes {\"rows\": …, \"tuning\": …}, which `plan --perf "
+                        "--tuning-trials` reads (docs/guides/tuning.md)")
+    p.add_argument("--repeats", type=int, default=1, help="repeats of the --tuning timings (default 1)")
+    p.add_argument("--batch-step", choices=["auto", "vectorised", "per-member"], default="auto",
+                   help="the batched trials' step, as `tune --batch-step` (default auto)")
     add_run_options(p)
     p.set_defaults(func=cmd_perf)
 
@@ -130,6 +137,10 @@ def cmd_perf(args: argparse.Namespace) -> int:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
     if args.timed_batches < 1 or args.warmup < 0:
         raise ProtobenchError(f"--timed-batches {args.timed_batches} must be ≥ 1 and --warmup {args.warmup} ≥ 0")
+    if args.tuning is not None and args.tuning < 1:
+        raise ProtobenchError(f"--tuning {args.tuning} must be ≥ 1 (the trials timed per method)")
+    if args.repeats < 1:
+        raise ProtobenchError(f"--repeats {args.repeats} must be ≥ 1")
     if args.paper_scale:
         grid = paper_scale_grid(overrides=grid_overrides(args))
         runs = select_runs(grid, args.only) if args.only else list(grid.runs)
@@ -141,13 +152,25 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if baseline not in methods:
         raise ProtobenchError(f"--baseline {baseline!r} is not a method of the selected runs ({', '.join(methods)})")
     cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir))
+    if args.tuning is not None:  # a cell whose values lie outside its search space: refused before compute
+        from benchmark.tuning.config import tuning_cells, tuning_config
+
+        tuning_cells(grid, runs, tuning_config(grid, trials=args.tuning))
     rows = measure(prepare_sharing_trunks(runs), cache_root, warmup=args.warmup, timed_batches=args.timed_batches,
                    baseline=methods.index(baseline))
     print_perf(rows, methods.index(baseline))
+    document: object = rows
+    if args.tuning is not None:
+        from benchmark.cli.perf_tables import print_tuning_perf
+        from benchmark.estimates.tuning_perf import measure_tuning
+
+        tuning = measure_tuning(grid, runs, args.tuning, cache_root, repeats=args.repeats, step=args.batch_step)
+        print_tuning_perf(tuning)
+        document = {"rows": rows, "tuning": tuning}
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_output(out, (json.dumps(rows, indent=2) + "\n").encode())
+        write_output(out, (json.dumps(document, indent=2) + "\n").encode())
     return 0
 
 

@@ -23,6 +23,13 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         "epoch below the median of the complete trials' (one objective, acc; a pruned trial "
                         "counts towards --trials; --no-prune: off whatever the grid says; default: the grid's "
                         "tuning.prune, off)")
+    p.add_argument("--batch", type=int, default=1, metavar="K",
+                   help="ask K trials at once and train them together over shared token batches, each still an "
+                        "ordinary trial (methods that declare it: ProtoPNet, vMFProto; the others run one by one "
+                        "and say so; the sampler's TPE then uses constant liar; default 1)")
+    p.add_argument("--batch-step", choices=["auto", "vectorised", "per-member"], default="auto",
+                   help="the step of a batch: one vectorised pass over the K parameter sets (torch.func.vmap) or "
+                        "each trial's own step on the shared batch; auto: vectorised on a GPU, per member on a CPU")
     add_grid_options(p)
     add_only_option(p)
     p.add_argument("--runs-dir", help="where the studies and trial runs go: RUNS_DIR/GRID.tuning "
@@ -45,6 +52,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--heartbeat-seconds {args.heartbeat_seconds} must be a finite number > 0")
     if args.workers < 1:
         raise ProtobenchError(f"--workers {args.workers} must be ≥ 1")
+    if args.batch < 1:
+        raise ProtobenchError(f"--batch {args.batch} must be ≥ 1 (the trials trained together; 1: one at a time)")
     grid = load_grid(args.grid, overrides=grid_overrides(args))  # a refused grid costs no torch import
     from benchmark.tuning.config import describe_space, tuning_cells, tuning_config
     from benchmark.tuning.study import check_existing_studies, describe_pruner, pruner
@@ -65,12 +74,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"cell, every method alike, {pruning}, sampler {config.sampler}, objective(s) "
           f"{', '.join(config.objectives)} on the validation split ({config.validation_fraction:g} of each class, "
           f"seed {config.validation_seed}); a failed trial is recorded and another asked, up to "
-          f"{failure_budget(config.trials)} failures per cell")
+          f"{failure_budget(config.trials)} failures per cell"
+          + (f"; up to {args.batch} trials trained together (TPE with constant liar)" if args.batch > 1 else ""))
     for cell in cells:
         print(f"  {cell.label}: {cell.epoch_budget} epochs per trial; space: {describe_space(cell.space)}"
               + ("" if cell.space else " — tuned over nothing: one trial, the defaults"))
     job = TuneJob(args.grid, grid_overrides(args), tuple(args.only), config.trials, config.sampler, runs_root,
-                  cache_root_of(args, runs_root) if not args.no_cache else None, args.heartbeat_seconds, config.prune)
+                  cache_root_of(args, runs_root) if not args.no_cache else None, args.heartbeat_seconds, config.prune,
+                  args.batch, args.batch_step)
     tic = time.perf_counter()
     if args.executor == "local":
         if args.workers != 1 or args.profile:

@@ -68,13 +68,39 @@ class Measurement:
                 + self.evaluate_seconds * test_images / self.test_images)
 
 @dataclass(frozen=True)
+class TuningMeasurement:
+    """One ``tuning`` row of ``protobench perf --tuning K --out``: K trials of a method's cell run
+    sequentially, packed and batched (seconds; ``batched_s`` None where the method does not batch)."""
+
+    method: str
+    k: int
+    sequential_s: float
+    packed_s: float
+    batched_s: float | None
+
+    def factor(self) -> tuple[float, str]:
+        """The cheaper of packed and batched trials over sequential ones, and which it is."""
+        modes = [("packed", self.packed_s)] + ([(f"batched, --batch {self.k}", self.batched_s)]
+                                               if self.batched_s is not None else [])
+        name, seconds = min(modes, key=lambda mode: mode[1])
+        return seconds / self.sequential_s, name
+
+
+@dataclass(frozen=True)
 class Costs:
     """Measurements from ``perf`` (used where they cover a run) and the FLOPs-and-bytes model (the
-    rest); ``source`` says where the numbers come from."""
+    rest); ``source`` says where the numbers come from. ``tuning``: ``perf --tuning`` rows, which
+    scale a trial's cost in ``plan --tuning-trials``."""
 
     measurements: tuple[Measurement, ...]
     model: CostModel
     source: str
+    tuning: tuple[TuningMeasurement, ...] = ()
+
+    def tuning_factor(self, method: str) -> tuple[float, str] | None:
+        """A trial's measured cost over a sequential trial's for ``method`` (None: not measured)."""
+        found = [t for t in self.tuning if t.method == method]
+        return found[0].factor() if found else None
 
     def _closest(self, spec: RunSpec, shape: Shape) -> Measurement | None:
         mine = [m for m in self.measurements if m.method == spec.method]
@@ -137,16 +163,50 @@ def _measurement(row: dict[str, Any]) -> Measurement:
 PERF_FIELDS = ("run", "method_name", "backbone", "tokens", "embed_dim", "classes", "prototypes_per_class",
                "train_images", "test_images", "stages", "evaluate_seconds", "trunk_images_per_second", "device")
 
+TUNING_FIELDS = ("method", "k", "sequential_s", "packed_s", "batched_s")
+
+
+def _tuning_measurements(path: Path, document: Any) -> tuple[TuningMeasurement, ...]:
+    """The ``tuning`` rows of a ``perf --tuning K --out`` file (none in a plain ``perf --out`` list)."""
+    if not isinstance(document, dict) or "tuning" not in document:
+        return ()
+    rows = document["tuning"]
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ProtobenchError(f"perf file {str(path)!r}: its `tuning` is not a list of rows; write it with "
+                              "`protobench perf GRID --tuning K --out FILE`")
+    out = []
+    for row in rows:
+        missing = [k for k in TUNING_FIELDS if k not in row]
+        if missing:
+            raise ProtobenchError(f"perf file {str(path)!r}: tuning row {row.get('method', '?')!r} lacks "
+                                  f"{', '.join(missing)}; measure again with `protobench perf GRID --tuning K --out FILE`")
+        try:
+            measurement = TuningMeasurement(str(row["method"]), int(row["k"]), float(row["sequential_s"]),
+                                            float(row["packed_s"]),
+                                            None if row["batched_s"] is None else float(row["batched_s"]))
+        except (TypeError, ValueError) as err:
+            raise ProtobenchError(f"perf file {str(path)!r}: tuning row {row.get('method', '?')!r} is malformed "
+                                  f"({err}); write it with `protobench perf --tuning K --out`") from err
+        if not measurement.sequential_s > 0:
+            raise ProtobenchError(f"perf file {str(path)!r}: tuning row {measurement.method!r} has sequential_s "
+                                  f"{measurement.sequential_s}; measure again")
+        out.append(measurement)
+    return tuple(out)
+
+
 def load_perf(path: str | Path, device_model: str = DEFAULT_DEVICE) -> Costs:
     """Costs from ``protobench perf --out FILE`` rows (the model on ``device_model`` for runs whose
-    method they do not cover)."""
+    method they do not cover); a ``perf --tuning K --out`` file, ``{"rows": …, "tuning": …}``,
+    adds its tuning rows."""
     path = Path(path)
     try:
-        rows = json.loads(path.read_text())
+        document = json.loads(path.read_text())
     except FileNotFoundError:
         raise ProtobenchError(f"perf file {str(path)!r} does not exist; write one with `protobench perf --out FILE`") from None
     except json.JSONDecodeError as err:
         raise ProtobenchError(f"perf file {str(path)!r} is not JSON ({err}); write it with `protobench perf --out`") from err
+    tuning = _tuning_measurements(path, document)
+    rows = document.get("rows") if isinstance(document, dict) else document
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise ProtobenchError(f"perf file {str(path)!r} is not the output of `protobench perf --out`: "
                               "expected a list of rows")
@@ -163,4 +223,4 @@ def load_perf(path: str | Path, device_model: str = DEFAULT_DEVICE) -> Costs:
     devices = sorted({m.device for m in measurements})
     return Costs(measurements, model_costs(device_model).model,
                  f"measured: {path} (protobench perf on {', '.join(devices)}, token cache on), used instead of "
-                 f"the FLOPs model wherever it has the run's method")
+                 f"the FLOPs model wherever it has the run's method", tuning)

@@ -3,8 +3,11 @@
 A trial costs what the cell's run costs (:func:`benchmark.estimates.plan.run_hours`: the method's
 epochs over the training split and one evaluation): an upper bound, since a trial trains on the
 training split less its validation share and scores the validation images instead of the test
-split. The token caches are the grid's own (a trial reads the training entry by index), so
-tuning adds no cache to build.
+split. With ``plan --perf FILE`` written by ``perf GRID --tuning K --out FILE``, a method's trial
+is charged that cost × its measured ratio of packed or batched trials (``--batch K``, whichever
+was cheaper) to sequential ones (:meth:`benchmark.estimates.costs.TuningMeasurement.factor`).
+The token caches are the grid's own (a trial reads the training entry by index), so tuning adds
+no cache to build.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ class CellCost:
     trials: int
     trial_hours: float
     gpus: int
+    basis: str = "sequential trials (no perf --tuning measurement)"
 
     @property
     def gpu_hours(self) -> float:
@@ -34,8 +38,14 @@ def tuning_costs(grid: GridSpec, profile: ClusterProfile, costs: Costs, trials: 
     out = []
     for cell in tuning_cells(grid, list(grid.runs), config):
         spec = cell.runs[0]  # the cell's run: what one trial costs at most
-        hours, _, _ = run_hours(costs, spec, profile)
-        out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1)))
+        hours, source, _ = run_hours(costs, spec, profile)
+        measured = costs.tuning_factor(spec.method)
+        basis = f"{source}, sequential trials (no perf --tuning measurement)"
+        if measured is not None:
+            factor, mode = measured
+            hours *= factor
+            basis = f"{source} × {factor:.2f} ({mode} over sequential trials, perf --tuning)"
+        out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1), basis))
     return out
 
 
@@ -48,8 +58,9 @@ def tuning_lines(cells: list[CellCost], profile: ClusterProfile) -> list[str]:
     lines = [f"tuning: {len(cells)} cell(s) × {trials} trials each (the same for every method; an upper bound: "
              "a trial trains on the training split less its validation share)"]
     for method, group in sorted(by_method.items()):
+        bases = sorted({c.basis for c in group})
         lines.append(f"  {method:<22} {len(group):>3} cell(s)  {sum(c.trials for c in group):>5} trials  "
-                     f"{sum(c.gpu_hours for c in group):8.4g} GPU-h")
+                     f"{sum(c.gpu_hours for c in group):8.4g} GPU-h  ({'; '.join(bases)})")
     total = sum(c.gpu_hours for c in cells)
     lines.append(f"  total {total:.4g} GPU-h on {profile.device_model} (workers pay start-up once each; the "
                  "token caches are the grid's own)")

@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,9 @@ from benchmark.run.records import write_records
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
 from benchmark.run.timing import inference_throughput, live_trunk_epoch_seconds
 from benchmark.run.checkpoint import resume_checkpoint
-from benchmark.run.run_data import run_data
-from benchmark.run.training import EpochRecord, SourceTrainData, TrainingInterrupted, deterministic_algorithms, train
+from benchmark.run.run_data import RunData, run_data
+from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, TrainingReport,
+                                    deterministic_algorithms, train)
 from methods.base import MethodContext, PrototypeMethod
 from methods.common.precision import matmul_precision
 from methods.diagnostics import collect_diagnostics
@@ -119,6 +120,19 @@ def method_context(spec: RunSpec, trunk: FrozenTrunk, num_classes: int) -> Metho
 
 
 @dataclass
+class Loaded:
+    """What a packed tuning worker keeps loaded between the trials of one cell
+    (benchmark/tuning/trials.py): the trunk, the training split's annotations and every token
+    source opened, keyed by how it was opened (the trials of a cell differ in ``method_args``
+    only, so each finds them loaded; each trial still computes its method's frozen features,
+    which may depend on its hyperparameters)."""
+
+    trunk: FrozenTrunk | None = None
+    train_set: ImageDataset | None = None
+    sources: dict[tuple[Any, ...], TokenSource] = field(default_factory=dict)
+
+
+@dataclass
 class Prepared:
     """Everything a run needs before training: built once, before compute is spent."""
 
@@ -128,6 +142,7 @@ class Prepared:
     train_set: ImageDataset
     test_set: ImageDataset | None  # None for a tuning trial: the test split is never opened
     method: PrototypeMethod
+    loaded: Loaded | None = None  # a packed worker's sources, reused across trials
 
     def initial_method(self) -> PrototypeMethod:
         """The method as the run built it before training (its seed, its hyperparameters, the global
@@ -142,15 +157,23 @@ class Prepared:
         """Tokens of ``dataset`` through ``view`` (``early``: with the early block's tokens when a
         method of the grid reads them), with the method's frozen per-image features precomputed."""
         spec = self.spec
-        source = token_source(
-            self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
-            backbone_key=spec.backbone,
-            early_block=self.method.ctx.early_block_index if early and needs_early_tokens(self.method, spec) else None,
-            dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
-            num_workers=cache_build_workers(spec), progress=progress,
-            stage_dir=stage_root() if spec.cache and spec.cache_stage == "local" else None,
-            precision=spec.precision, in_memory=spec.cache_in_memory, reads=self.method.reads,
-        )
+        early_block = self.method.ctx.early_block_index if early and needs_early_tokens(self.method, spec) else None
+
+        def opened() -> TokenSource:
+            return token_source(
+                self.trunk, dataset, view=view, cache_dir=cache_root if spec.cache else None,
+                backbone_key=spec.backbone, early_block=early_block,
+                dtype=spec.cache_dtype, device=self.device, batch_size=self.spec.eval_batch_size,
+                num_workers=cache_build_workers(spec), progress=progress,
+                stage_dir=stage_root() if spec.cache and spec.cache_stage == "local" else None,
+                precision=spec.precision, in_memory=spec.cache_in_memory, reads=self.method.reads,
+            )
+
+        if self.loaded is None:
+            source = opened()
+        else:  # a packed worker: opened (and read into memory) once per cell
+            key = (type(dataset).__name__, dataset.split, view, str(cache_root), early_block, self.method.reads)
+            source = self.loaded.sources.get(key) or self.loaded.sources.setdefault(key, opened())
         return with_frozen_features(source, self.method.frozen_features, batch_size=spec.eval_batch_size,
                                     device=self.device)
 
@@ -207,13 +230,21 @@ def check_device(spec: RunSpec) -> torch.device:
     return device
 
 
-def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
+def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None, loaded: Loaded | None = None) -> Prepared:
     """Load data annotations, trunk and method: every user error surfaces here. ``trunk``: an
-    already loaded trunk of the same backbone, weights and image size (``perf`` shares one)."""
+    already loaded trunk of the same backbone, weights and image size (``perf`` shares one);
+    ``loaded``: a packed tuning worker's trunk, training split and sources of this cell (filled
+    by the first trial)."""
     device = check_device(spec)
-    train_set = load_split(spec, "train")
+    if loaded is not None:
+        trunk = trunk or loaded.trunk
+        if loaded.train_set is None:
+            loaded.train_set = load_split(spec, "train")
+    train_set = loaded.train_set if loaded is not None else load_split(spec, "train")
     test_set = load_split(spec, "test") if spec.evaluation_split == "test" else None
     trunk = (load_trunk(spec) if trunk is None else trunk).to(device)
+    if loaded is not None:
+        loaded.trunk = trunk
     torch.manual_seed(spec.seed)
     method = build_method(spec.method, method_context(spec, trunk, train_set.num_classes), **spec.method_args)
     if "attention" in method.reads and not trunk.has_cls_token:
@@ -221,7 +252,7 @@ def prepare(spec: RunSpec, *, trunk: FrozenTrunk | None = None) -> Prepared:
                               "does not have (no CLS token); pick a trunk with one, or leave \"attention\" out of the "
                               "method's `reads` if it does not use it")
     check_deterministic(spec, method, device)
-    return Prepared(spec, device, trunk, train_set, test_set, method)
+    return Prepared(spec, device, trunk, train_set, test_set, method, loaded)
 
 
 def execute_run(
@@ -236,13 +267,15 @@ def execute_run(
     allow_code_change: bool = False,
     lock_wait_s: float = 0.0,
     on_validation_epoch: EpochScoreHook | None = None,
+    loaded: Loaded | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate ``spec`` in ``run_dir``; return the result (read back if already done).
     Every epoch is recorded in ``metrics.jsonl`` and, with ``tensorboard_dir``, as TensorBoard
     scalars there. ``allow_code_change`` resumes a checkpoint that another code version wrote.
     ``on_validation_epoch`` (a tuning trial with pruning only) gets the validation accuracy after
     every epoch and may stop the run by raising :class:`benchmark.run.epoch_score.Pruned`: the run
-    then leaves ``pruned.json`` (epoch, score) and no result or checkpoint.
+    then leaves ``pruned.json`` (epoch, score) and no result or checkpoint. ``loaded``: a packed
+    tuning worker's trunk, training split and token sources of the run's cell (:class:`Loaded`).
 
     The attempt holds the run's lock (:func:`benchmark.run.store.run_lock`) from start to end: a run
     another live process holds (still, after ``lock_wait_s``) raises
@@ -259,13 +292,13 @@ def execute_run(
                               f"validation split); this run is scored on {spec.evaluation_split!r}")
     with run_lock(run_dir, wait_s=lock_wait_s):
         return _locked_run(spec, rd, cache_root, progress, stop_after_epoch, log, allow_code_change, tensorboard_dir,
-                           on_validation_epoch)
+                           on_validation_epoch, loaded)
 
 
 def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bool | None,
                 stop_after_epoch: int | None, log: Callable[[str], None] | None,
                 allow_code_change: bool, tensorboard_dir: Path | None,
-                on_validation_epoch: EpochScoreHook | None) -> dict[str, Any]:
+                on_validation_epoch: EpochScoreHook | None, loaded: Loaded | None) -> dict[str, Any]:
     done = rd.result()  # finished by another process between the first look and the lock
     if done is not None:
         return done
@@ -285,7 +318,7 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
         try:
             with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
                 return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change,
-                                tensorboard_dir, on_validation_epoch)
+                                tensorboard_dir, on_validation_epoch, loaded)
         except Pruned as pruned:  # never resumed: a later trial with these values trains afresh
             say(str(pruned))
             rd.checkpoint_path.unlink(missing_ok=True)
@@ -294,11 +327,11 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
             raise
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
-                _record_failure(rd, err, say)
+                record_failure(rd, err, say)
             raise
 
 
-def _record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) -> None:
+def record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) -> None:
     """The FAILED line in the log and ``failure.json``; what cannot be written (a full disk) is
     said on stderr with the original error, which the caller then raises unchanged."""
     reason = f"{type(err).__name__}: {err}"
@@ -308,7 +341,7 @@ def _record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) 
         print(f"protobench: could not log the failure in {rd.log_path} ({log_err})", file=sys.stderr)
     try:
         atomic_write_checked(rd.failure_path, json_bytes({
-            "reason": reason, "traceback": traceback.format_exc(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+            "reason": reason, "traceback": "".join(traceback.format_exception(err)), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
     except (OSError, ProtobenchError) as write_err:
         print(f"protobench: could not write {rd.failure_path} ({write_err}); the run failed with {reason}",
               file=sys.stderr)
@@ -316,12 +349,13 @@ def _record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) 
 
 def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
              say: Callable[[str], None], stop_after_epoch: int | None, allow_code_change: bool,
-             tensorboard_dir: Path | None = None, on_validation_epoch: EpochScoreHook | None = None) -> dict[str, Any]:
+             tensorboard_dir: Path | None = None, on_validation_epoch: EpochScoreHook | None = None,
+             loaded: Loaded | None = None) -> dict[str, Any]:
     wall: dict[str, float] = {}
     tic = time.perf_counter()
     say(f"run {spec.run_id}: {spec.label}")
     resume_checkpoint(rd.checkpoint_path, allow_code_change=allow_code_change)  # refuse before the token cache
-    prep = prepare(spec)
+    prep = prepare(spec, loaded=loaded)
     wall["prepare"] = time.perf_counter() - tic
 
     tic = time.perf_counter()
@@ -351,6 +385,15 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     finally:
         if board is not None:
             board.close()
+    return finish_run(spec, rd, prep, data, report, wall, say)
+
+
+def finish_run(spec: RunSpec, rd: RunDir, prep: Prepared, data: RunData, report: TrainingReport,
+               wall: dict[str, float], say: Callable[[str], None]) -> dict[str, Any]:
+    """Evaluate a trained run, collect its diagnostics and timings, and write its records and
+    ``result.json`` (last: it marks the run complete); the result. Shared by a run trained alone
+    and by the trials of a batch (benchmark/tuning/batched.py)."""
+    train_src, clean_src = data.train, data.clean
     wall.update({f"train/{k}": v for k, v in report.stage_seconds.items()})
 
     tic = time.perf_counter()

@@ -52,13 +52,17 @@ def distribution(dimension: Dimension) -> optuna.distributions.BaseDistribution:
     return optuna.distributions.FloatDistribution(dimension.low, dimension.high, log=isinstance(dimension, LogUniform))
 
 
-def sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """TPE (the default), random search, or NSGA-II (for several objectives), seeded."""
+def sampler(name: str, seed: int, *, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
+    """TPE (the default), random search, or NSGA-II (for several objectives), seeded.
+    ``constant_liar`` (``tune --batch K``): TPE counts the trials still running as the worst
+    finished ones, so the K trials asked before any of them finishes spread out instead of
+    repeating one proposal (Optuna's ``TPESampler(constant_liar=True)``); random search and
+    NSGA-II propose independently of running trials anyway."""
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=constant_liar)
 
 
 def pruner(prune: bool) -> optuna.pruners.BasePruner:

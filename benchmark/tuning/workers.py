@@ -34,11 +34,14 @@ class TuneJob:
     cache_root: Path | None
     heartbeat_s: float = HEARTBEAT_S
     prune: bool = False
+    batch: int = 1
+    batch_step: str = "auto"
 
     def __call__(self) -> list[dict[str, Any]]:
         grid = load_grid(self.grid_path, overrides=self.overrides)
         runs = select_runs(grid, list(self.only)) if self.only else list(grid.runs)
         config = tuning_config(grid, trials=self.trials, sampler=self.sampler, prune=self.prune)
         settings = WorkerSettings(tuning_root(self.runs_root, grid.name), self.cache_root, self.trials,
-                                  heartbeat_s=self.heartbeat_s, grace_s=self.heartbeat_s * STALE_BEATS)
+                                  heartbeat_s=self.heartbeat_s, grace_s=self.heartbeat_s * STALE_BEATS,
+                                  batch=self.batch, batch_step=self.batch_step)
         return [work_on(cell, settings) for cell in tuning_cells(grid, runs, config)]

@@ -59,7 +59,7 @@ class _Grouped:
         """``Σ_{i in g} x_ij``, G×J (deterministic on every device)."""
         if self.member is not None:
             return self.member.T @ x
-        return x.new_zeros(self.num_groups, x.shape[-1]).index_add_(0, self.groups, x)
+        return x.new_zeros(self.num_groups, x.shape[-1]).index_add(0, self.groups, x)  # out of place: vmap-safe
 
     def column_logsumexp(self, x: Tensor) -> Tensor:
         shift = self.column_max(x)
@@ -173,8 +173,8 @@ def grouped_hard_assignment(scores: Tensor, groups: Tensor, col_marginals: Tenso
     ``groups``), with no host synchronisation unless ``tolerance`` is set (as in :func:`sinkhorn_log`)."""
     num_groups = col_marginals.shape[0]
     taking_part = torch.ones_like(groups, dtype=torch.bool) if mass is None else mass
-    sizes = torch.zeros(num_groups, dtype=torch.long, device=groups.device).index_add_(
-        0, groups, taking_part.long())  # P_g (integer sums: exact and deterministic)
+    sizes = torch.zeros(num_groups, dtype=torch.long, device=groups.device).index_add(
+        0, groups, taking_part.long())  # P_g (integer sums: exact and deterministic; out of place: vmap-safe)
     rows = torch.where(taking_part, 1.0 / sizes[groups].clamp_min(1).to(scores.dtype), 0.0)
     targets = col_marginals.to(scores.dtype)
     plan = sinkhorn_log(scores, rows, targets, epsilon, iterations, tolerance, groups=groups)

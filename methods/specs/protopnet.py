@@ -19,6 +19,7 @@ DECLARATION = MethodDeclaration(
         "similarity": choice('l2', ('l2', 'cosine')),
         **APPENDED_BLOCK,
     },
+    batches_trials=True,
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),
         "prototype_lr": LogUniform(0.0003, 0.03),

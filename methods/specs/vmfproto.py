@@ -29,6 +29,7 @@ DECLARATION = MethodDeclaration(
         "lr_kappa": positive(0.0012),
         "lr_pi": positive(1e-05),
     },
+    batches_trials=True,
     search_space={
         "tau": Uniform(0.05, 1.0),
         "gamma": Uniform(0.9, 0.999),

@@ -74,6 +74,8 @@ class VMFProto(PrototypeMethod):
         "lr_kappa": LogUniform(1.2e-4, 1.2e-1),
     }
 
+    batches_trials = True  # tune --batch K: the step vectorises over K parameter sets (methods/base.py)
+
     display_name = "vMFProto"  # the paper's spelling, in every table, legend and figure
 
     reads = frozenset({"tokens", "block_input", "attention"})
@@ -293,8 +295,8 @@ class VMFProto(PrototypeMethod):
         classes in the batch. ``scores``: B×N×J of each image's own class."""
         targets = self.ot_labels(scores, mask, labels, epoch)
         nll = -torch.log_softmax(scores, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        per_class = torch.zeros(self.num_classes, dtype=torch.long, device=scores.device)
-        per_class.index_add_(0, labels, mask.sum(-1))  # M_c (integer sums: deterministic)
+        per_class = torch.zeros(self.num_classes, dtype=torch.long, device=scores.device).index_add(
+            0, labels, mask.sum(-1))  # M_c (integer sums: deterministic; out of place: vmap-safe)
         weights = mask.to(scores.dtype) / per_class[labels].unsqueeze(-1).to(scores.dtype)  # 1/M_c on foreground
         return (weights * nll).sum() / (per_class > 0).sum()
 

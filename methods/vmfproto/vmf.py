@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import torch
 from torch import Tensor
-from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.autograd.function import FunctionCtx
 
 from methods.common.precision import float32_island
 
@@ -148,17 +148,25 @@ def log_normaliser_and_ratio(kappa: Tensor, dim: int) -> tuple[Tensor, Tensor]:
 
 
 class _LogVMFNormaliser(torch.autograd.Function):
-    """``log C_D(κ)`` with the exact derivative ``−A_ν(κ)`` (docs/protocol/vmfproto.md)."""
+    """``(log C_D(κ), A_ν(κ))`` with the exact derivative ``−A_ν(κ)`` of the first
+    (docs/protocol/vmfproto.md); the ratio is an output of its own, not differentiated. Written
+    with ``setup_context`` and ``generate_vmap_rule`` so that ``torch.func.vmap`` runs it (the
+    vectorised step of ``tune --batch K``, benchmark/run/lockstep.py)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: FunctionCtx, kappa: Tensor, dim: int) -> Tensor:  # type: ignore[override]
+    def forward(kappa: Tensor, dim: int) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         value, ratio = log_normaliser_and_ratio(kappa, dim)
-        ctx.save_for_backward(ratio)
-        return value.to(kappa.dtype)
+        return value.to(kappa.dtype), ratio
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Tensor, int], output: tuple[Tensor, Tensor]) -> None:
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(output[1])
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, grad: Tensor, _ratio_grad: Tensor | None) -> tuple[Tensor, None]:  # type: ignore[override]
         (ratio,) = ctx.saved_tensors  # type: ignore[attr-defined]
         return (-(grad.to(torch.float64) * ratio)).to(grad.dtype), None
 
@@ -172,7 +180,7 @@ def log_vmf_normaliser(kappa: Tensor, dim: int) -> Tensor:
     """
     if dim < 2:
         raise ValueError(f"the vMF normaliser needs dimension D >= 2, got {dim}")
-    return _LogVMFNormaliser.apply(kappa, int(dim))
+    return _LogVMFNormaliser.apply(kappa, int(dim))[0]
 
 
 @float32_island

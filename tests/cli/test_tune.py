@@ -53,6 +53,8 @@ def test_no_trial_opens_the_test_split(tuned):
     _, _, opened = tuned
     assert "cache:train" in opened and "load_split:train" in opened
     assert not [event for event in opened if event.endswith(":test")], opened
+    # packed: each cell's first trial opens its training entry, the next trials reuse it (2 cells × 3 trials)
+    assert opened.count("cache:train") == 2, opened
 
 
 def test_tuning_again_is_a_no_op(tuned, monkeypatch, capsys):
@@ -112,10 +114,10 @@ def test_a_crashing_trial_is_recorded_and_the_study_goes_on(tmp_path, capsys, mo
 
     real = trials.run_trial
 
-    def crash_on_trial_1(trial, cell, settings):
+    def crash_on_trial_1(trial, cell, settings, loaded=None):
         if trial.number == 1:
             raise RuntimeError("NaN loss at this point of the space")
-        return real(trial, cell, settings)
+        return real(trial, cell, settings, loaded)
 
     monkeypatch.setattr(trials, "run_trial", crash_on_trial_1)
     grid = write_tuning_grid(tmp_path / "grid.toml", tmp_path / "data")
