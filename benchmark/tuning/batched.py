@@ -8,7 +8,7 @@ A trial whose run is already complete is read back; one with a checkpoint (the d
 again after their worker was killed) resumes alone, as ``execute_run`` resumes it. The step is
 vectorised (``torch.func.vmap``) where the method declares it can be (``batches_trials``) and the
 device is a GPU (``step = "auto"``), or as asked (``"vectorised"``, ``"per-member"``): on the CPU
-the per-member step was faster (docs/guides/tuning.md, "Batched trials").
+the per-member step was faster (docs/guides/tuning.md, its item on batched trials).
 """
 from __future__ import annotations
 

@@ -130,6 +130,7 @@ def test_documented_examples_parse_and_run_where_their_inputs_exist(workdir, mon
             continue
         paths = [a for a in argv[1:] if "/" in a and not a.startswith("-") and "=" not in a]
         inputs = [p for p in paths if not p.endswith((".tex", ".csv", ".pdf", ".png", ".json")) or Path(p).exists()]
+        inputs += [value for option, value in zip(argv, argv[1:]) if option == "--perf"]  # read, never written
         if argv[0] in PARSED_ONLY or "--tuning" in argv or not all(Path(p).exists() for p in inputs):
             continue
         if PLUGIN_METHOD in example:  # needs the guide's package installed: tests/cli/test_plugin_package.py runs it
