@@ -3,6 +3,7 @@ pull``): bounded numbers and sizes of files, relative paths that stay inside it,
 type for a source that breaks these rules."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from benchmark.errors import ProtobenchError
@@ -28,11 +29,19 @@ def member_path(name: str) -> PurePosixPath | None:
     return path
 
 
-def too_big(given: str, count: int, size: int, total: int) -> UnsafeSource:
-    return UnsafeSource(f"source {given} exceeds a leaderboard's bounds ({count} file(s) so far, one of {size} bytes, "
-                        f"{total} bytes in all; at most {MAX_FILES} files, {MAX_FILE_BYTES} bytes per file, "
-                        f"{MAX_TOTAL_BYTES} in all): it is refused")
+@dataclass
+class Tally:
+    """The files of one source counted against the bounds as they are met: :meth:`add` refuses the
+    file that crosses one (before it is read or written)."""
 
+    given: str
+    count: int = 0
+    total: int = 0
 
-def within_bounds(count: int, size: int, total: int) -> bool:
-    return count <= MAX_FILES and size <= MAX_FILE_BYTES and total <= MAX_TOTAL_BYTES
+    def add(self, size: int) -> None:
+        self.count += 1
+        self.total += size
+        if self.count > MAX_FILES or size > MAX_FILE_BYTES or self.total > MAX_TOTAL_BYTES:
+            raise UnsafeSource(f"source {self.given} exceeds a leaderboard's bounds ({self.count} file(s) so far, one "
+                               f"of {size} bytes, {self.total} bytes in all; at most {MAX_FILES} files, "
+                               f"{MAX_FILE_BYTES} bytes per file, {MAX_TOTAL_BYTES} in all): it is refused")

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from benchmark.bundle.manifest import verify_bundle
-from benchmark.bundle.limits import HUB_LOCAL, UnsafeSource, member_path, too_big, within_bounds
+from benchmark.bundle.limits import HUB_LOCAL, Tally, UnsafeSource, member_path
 from benchmark.errors import ProtobenchError
 from benchmark.output_file import staging_path
 
@@ -39,7 +39,7 @@ def copy_snapshot(snapshot: Path, target: Path, label: str) -> None:
     """The files of a downloaded ``snapshot`` as plain files in ``target`` (new), with the checks
     of the module; the Hub's own files (:data:`HUB_LOCAL`) are left out."""
     blobs = snapshot.parent.parent / "blobs"  # huggingface_hub's cache: REPO/snapshots/COMMIT → REPO/blobs
-    count = total = 0
+    tally = Tally(label)
     planned: list[tuple[Path, Path]] = []
     for folder, dirs, files in os.walk(snapshot, followlinks=False):
         here = Path(folder)
@@ -61,11 +61,7 @@ def copy_snapshot(snapshot: Path, target: Path, label: str) -> None:
                                    "refused")
             if not real.is_file():
                 raise UnsafeSource(f"{label}: {relative} is not a regular file; it is refused")
-            count += 1
-            size = real.stat().st_size
-            total += size
-            if not within_bounds(count, size, total):
-                raise too_big(label, count, size, total)
+            tally.add(real.stat().st_size)
             planned.append((real, target / relative))
     target.mkdir(parents=True)
     for real, destination in planned:

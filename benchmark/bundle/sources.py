@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.bundle.format import bundle_version
-from benchmark.bundle.limits import UnsafeSource, member_path, too_big, within_bounds
+from benchmark.bundle.limits import Tally, UnsafeSource, member_path
 from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of, verify_bundle
 from benchmark.bundle.pull import hub_bundle
 from benchmark.errors import ProtobenchError
@@ -31,8 +31,6 @@ from benchmark.run.store import SCORED_FILES
 
 HUB_PREFIX = "hf:"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-#: the files a leaderboard reads from a runs folder (the bounds and the link check apply to them)
-READ_NAMES = SCORED_FILES
 
 VERIFIED = "verified"
 RUNS_FOLDER = "runs folder: no manifest to verify"
@@ -96,7 +94,7 @@ def open_source(text: str, workdir: Path, *, allow_unverified: bool = False) -> 
 
 def _bundle(given: str, name: str, kind: str, root: Path, allow_unverified: bool, *,
             checksum: str | None = None) -> Source:
-    check_bounds(root, given)
+    links = _bounded_links(root, given)
     bundle_version(root)  # a newer layout is refused before anything of it is read
     try:
         found = verify_bundle(root)
@@ -111,7 +109,6 @@ def _bundle(given: str, name: str, kind: str, root: Path, allow_unverified: bool
                               "marked as unverified)")
     if (root / MANIFEST_FILE).is_file() and not (root / MANIFEST_FILE).is_symlink():
         checksum = checksum or sha256_of(root / MANIFEST_FILE)
-    links = [p for p in _all_entries(root) if p.is_symlink()]
     if links:  # even an unverified bundle is never read through a link
         raise UnsafeSource(f"bundle {given} holds a symbolic link ({links[0].relative_to(root)}); a bundle holds "
                            "none and a leaderboard reads none: it is refused")
@@ -124,38 +121,32 @@ def _all_entries(root: Path):
             yield Path(folder) / name
 
 
-def check_bounds(root: Path, given: str) -> None:
-    """At most ``limits.MAX_FILES`` files, each at most ``MAX_FILE_BYTES``, ``MAX_TOTAL_BYTES`` in all."""
-    count = total = 0
+def _bounded_links(root: Path, given: str) -> list[Path]:
+    """One walk of a bundle: its files within the bounds (:class:`Tally`), and its symbolic links."""
+    tally, links = Tally(given), []
     for path in _all_entries(root):
-        if path.is_symlink() or not path.is_file():
-            continue
-        count += 1
-        size = path.stat().st_size
-        total += size
-        if not within_bounds(count, size, total):
-            raise too_big(given, count, size, total)
+        if path.is_symlink():
+            links.append(path)
+        elif path.is_file():
+            tally.add(path.stat().st_size)
+    return links
 
 
 def _read_files(root: Path):
     for path in _all_entries(root):
-        if path.name in READ_NAMES:
+        if path.name in SCORED_FILES:
             yield path
 
 
 def check_runs_folder(root: Path) -> None:
     """A runs folder: the files a leaderboard reads are regular files within the bounds (a link
     among them could read a file from outside the folder)."""
-    count = total = 0
+    tally = Tally(str(root))
     for path in _read_files(root):
         if path.is_symlink() or not path.is_file():
             raise UnsafeSource(f"{path} is a symbolic link or not a file; a leaderboard reads only regular files "
                                "inside the source: replace the link with the file")
-        count += 1
-        size = path.stat().st_size
-        total += size
-        if not within_bounds(count, size, total):
-            raise too_big(str(root), count, size, total)
+        tally.add(path.stat().st_size)
 
 
 def unpack_archive(archive: Path, workdir: Path) -> Path:
@@ -182,8 +173,6 @@ def unpack_archive(archive: Path, workdir: Path) -> Path:
                 except FileExistsError:
                     raise UnsafeSource(f"archive {archive} holds {member.name!r} twice; it is refused") from None
     except (tarfile.TarError, EOFError, OSError) as err:
-        if isinstance(err, ProtobenchError):
-            raise
         raise ProtobenchError(f"archive {archive} cannot be read ({err}); give a bundle archive as `protobench "
                               "bundle` writes it") from None
     return workdir / tops.pop()
@@ -191,18 +180,17 @@ def unpack_archive(archive: Path, workdir: Path) -> Path:
 
 def _checked_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
     members: list[tarfile.TarInfo] = []
-    total = 0
-    for count, member in enumerate(tar, start=1):
+    tally = Tally(str(archive))
+    for member in tar:
         if member_path(member.name) is None:
             raise UnsafeSource(f"archive {archive} has an unsafe member {member.name!r} (an absolute path or one "
                                "with ..); it is refused and nothing was unpacked")
         if member.isdir():
+            tally.count += 1  # every member counts towards the bound on files, folders too
             continue
         if not member.isreg():
             raise UnsafeSource(f"archive {archive} has member {member.name!r} that is a link or a special file; a "
                                "bundle holds regular files only: it is refused and nothing was unpacked")
-        total += member.size
-        if not within_bounds(count, member.size, total):
-            raise too_big(str(archive), count, member.size, total)
+        tally.add(member.size)
         members.append(member)
     return members

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
-from reports.leaderboard.document import (RANKED_METRICS, SCHEMA_FILE, build_document, check_document, document_bytes,
-                                          schema_bytes)
+from reports.leaderboard.document import SCHEMA_FILE, build_document, check_document, document_bytes, schema_bytes
 from reports.leaderboard.entries import entries, read_all
 from reports.leaderboard.hub import eval_yaml
 from reports.leaderboard.page import assets, leaderboard_page
@@ -38,7 +37,6 @@ class Built:
     boards: int
     entries: int
     runs: int
-    unverified: list[str]
 
 
 def check_target(out: Path, inputs: Sequence[Path]) -> None:
@@ -55,13 +53,9 @@ def build_leaderboard(sources: Sequence["Source"], out: Path, *, level: float = 
                       alpha: float = 0.05) -> Built:
     if not 0 < level < 1 or not 0 < alpha < 1:
         raise ProtobenchError(f"--level {level} and --alpha {alpha} must lie strictly between 0 and 1")
-    frame = read_all(sources, RANKED_METRICS)
-    built = entries(frame)
-    per_source: dict[str, int] = {}
-    for name, also in zip(frame["source_name"], frame["also_in"]):
-        for source in [name, *also]:
-            per_source[source] = per_source.get(source, 0) + 1
-    document = build_document(sources, built, level=level, alpha=alpha, runs_per_source=per_source)
+    frame = read_all(sources)
+    built = entries(frame, sources)
+    document = build_document(sources, built, level=level, alpha=alpha)
     check_document(document)
     files = {DOCUMENT_FILE: document_bytes(document), SCHEMA_FILE: schema_bytes(),
              "leaderboard.csv": render_csv(document).encode("utf-8"),
@@ -70,5 +64,4 @@ def build_leaderboard(sources: Sequence["Source"], out: Path, *, level: float = 
              "index.html": leaderboard_page(document).encode("utf-8"),
              "eval.yaml": eval_yaml(document), **assets()}
     replace_site(out, files)
-    return Built(boards=len(document["boards"]), entries=len(built), runs=len(frame),
-                 unverified=[s.name for s in sources if not s.verified])
+    return Built(boards=len(document["boards"]), entries=len(built), runs=len(frame))

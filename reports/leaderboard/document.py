@@ -66,9 +66,12 @@ def _entry(e: Entry) -> dict[str, Any]:
     }
 
 
-def build_document(sources: Sequence["Source"], built: list[Entry], *, level: float, alpha: float,
-                   runs_per_source: dict[str, int]) -> dict[str, Any]:
+def build_document(sources: Sequence["Source"], built: list[Entry], *, level: float, alpha: float) -> dict[str, Any]:
     """The leaderboard document (see the module) of the entries, ranked per board and metric."""
+    runs_per_source: dict[str, int] = {}
+    for entry in built:  # a run is in one entry: its sources' counts add up to each source's runs read
+        for source in entry.sources:
+            runs_per_source[source["name"]] = runs_per_source.get(source["name"], 0) + source["runs"]
     boards: dict[tuple[str, str, int], list[Entry]] = {}
     for entry in built:
         boards.setdefault(entry.board, []).append(entry)

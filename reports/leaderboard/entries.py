@@ -106,12 +106,13 @@ def _records(run_dir: str, table: str) -> pd.DataFrame | None:
 
 
 def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[str, float], int | None, bool]:
-    """The run's metrics from its records (see the module), the number of test images, and
-    whether it had records; a recorded number the records contradict is refused."""
+    """The run's metrics of :data:`RESCORED` from its records (see the module; none without
+    records), the number of test images, and whether it had records; a recorded number the records
+    contradict is refused."""
     images = run_records(run_dir)  # read once per command: the ranking's paired tests read them again
     prototypes = _records(run_dir, "per_prototype")
     if images is None:
-        return dict(recorded), None, False
+        return {}, None, False
     scores: dict[str, float] = {}
     right = images["label"].to_numpy() == images["predicted"].to_numpy()  # read_records checked `correct` against it
     scores["acc"] = 100.0 * float(right.mean()) if len(right) else math.nan
@@ -129,7 +130,7 @@ def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[
             raise ProtobenchError(f"{where}: result.json gives {metric} = {claimed!r} but its records give {value!r}; "
                                   "the result and its records disagree (altered, or written by different runs): "
                                   "the source is refused")
-    return {**recorded, **scores}, len(images), True
+    return scores, len(images), True
 
 
 def _content(run_dir: Path) -> str:
@@ -141,7 +142,7 @@ def _content(run_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def read_source(source: "Source", metrics: Sequence[str]) -> pd.DataFrame:
+def read_source(source: "Source") -> pd.DataFrame:
     """The tidy rows of one source's runs, re-scored, with the alignment and provenance columns."""
     frame = load_results([source.root])
     rows = []
@@ -151,8 +152,7 @@ def read_source(source: "Source", metrics: Sequence[str]) -> pd.DataFrame:
         spec = result["spec"]
         provenance = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
         where = f"source {source.name}: run {row['grid']}/{row['run_id']}"
-        recorded = {m: float(row[m]) for m in dict.fromkeys((*metrics, *RESCORED))}
-        scores, n_images, rescored = rescore(str(row["run_dir"]), recorded, where)
+        scores, n_images, rescored = rescore(str(row["run_dir"]), {m: float(row[m]) for m in RESCORED}, where)
         row.update(scores)
         fingerprints = provenance.get("dataset_fingerprint") if isinstance(provenance.get("dataset_fingerprint"),
                                                                            dict) else {}
@@ -163,7 +163,7 @@ def read_source(source: "Source", metrics: Sequence[str]) -> pd.DataFrame:
             "test_data": str(fingerprints.get(str(spec.get("evaluation_split", "test"))) or "unknown"),
             "n_images": n_images if n_images is not None else (result.get("evaluation") or {}).get("num_images"),
             "rescored": rescored,
-            "source_name": source.name, "source_checksum": source.checksum, "verification": source.verification,
+            "source_name": source.name,
             "content": _content(Path(str(row["run_dir"]))),
             "device_type": str(provenance.get("device_type") or provenance.get("device") or "unknown"),
         })
@@ -171,9 +171,9 @@ def read_source(source: "Source", metrics: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows)
 
 
-def read_all(sources: Sequence["Source"], metrics: Sequence[str]) -> pd.DataFrame:
+def read_all(sources: Sequence["Source"]) -> pd.DataFrame:
     """Every source's rows, each run once (see the module: duplicates)."""
-    frames = [read_source(s, metrics) for s in sources]
+    frames = [read_source(s) for s in sources]
     frame = pd.concat(frames, ignore_index=True)
     kept: dict[tuple[str, str], dict[str, Any]] = {}
     also: dict[tuple[str, str], list[str]] = {}
@@ -196,8 +196,10 @@ def _aligned(row: dict[str, Any]) -> dict[str, str]:
             "test_data": str(row["test_data"]), "setting": _digest(row["setting"])}
 
 
-def entries(frame: pd.DataFrame) -> list[Entry]:
-    """The entries of the runs (see the module), sorted by board, method and alignment."""
+def entries(frame: pd.DataFrame, sources: Sequence["Source"]) -> list[Entry]:
+    """The entries of the runs (see the module), sorted by board, method and alignment; each names
+    its sources with their checksum and verification."""
+    opened = {s.name: s for s in sources}
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in frame.to_dict(orient="records"):
         aligned = _aligned(row)
@@ -213,17 +215,14 @@ def entries(frame: pd.DataFrame) -> list[Entry]:
             names = ", ".join(f"{r['source_name']}: {r['grid']}/{r['run_id']}" for r in rows if int(r["seed"]) == twice)
             raise ProtobenchError(f"two runs of one setting have seed {twice} ({names}); they are two results for one "
                                   "seed: leave one of the sources out")
-        sources: dict[str, dict[str, Any]] = {}
+        runs_of: dict[str, int] = {}
         for r in rows:
             for name in [r["source_name"], *r["also_in"]]:
-                entry = sources.setdefault(name, {"name": name, "runs": 0})
-                entry["runs"] += 1
-        checks = {r["source_name"]: (r["source_checksum"], r["verification"]) for r in frame.to_dict(orient="records")}
-        for name, entry in sources.items():
-            entry["checksum"], entry["verification"] = checks.get(name, (None, "verified"))
+                runs_of[name] = runs_of.get(name, 0) + 1
         built.append(Entry(board=key[:3], method=key[3], display_name=str(rows[0]["method_display_name"] or key[3]),
                            aligned=json.loads(key[4]), runs=pd.DataFrame.from_records(rows),
-                           sources=[sources[n] for n in sorted(sources)]))
+                           sources=[{"name": n, "runs": runs_of[n], "checksum": opened[n].checksum,
+                                     "verification": opened[n].verification} for n in sorted(runs_of)]))
     _name_differences(built)
     return built
 

@@ -48,10 +48,11 @@ def board_cells(board: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]],
     return metrics, ordered, standing
 
 
-def cell_value(s: dict[str, Any] | None, decimals: int) -> str:
+def cell_value(s: dict[str, Any] | None, decimals: int, *, plus_minus: str = " ± ", missing: str = "–") -> str:
+    """``mean ± std (rank*)`` of one standing (``*``: the leader or tied with it), ``missing`` for none."""
     if s is None:
-        return "–"
-    spread = "" if s["std"] is None else f" ± {s['std']:.{decimals}f}"
+        return missing
+    spread = "" if s["std"] is None else f"{plus_minus}{s['std']:.{decimals}f}"
     return f"{s['mean']:.{decimals}f}{spread} ({s['rank']}{TIE_MARK if s['group'] in ('best', 'tied') else ''})"
 
 
@@ -81,13 +82,6 @@ def render_markdown(document: dict[str, Any], decimals: int = 1) -> str:
     return "\n".join(parts)
 
 
-def _latex_value(s: dict[str, Any] | None, decimals: int) -> str:
-    if s is None:
-        return "--"
-    spread = "" if s["std"] is None else rf" $\pm$ {s['std']:.{decimals}f}"
-    return f"{s['mean']:.{decimals}f}{spread} ({s['rank']}{TIE_MARK if s['group'] in ('best', 'tied') else ''})"
-
-
 def latex_text(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
 
@@ -104,7 +98,7 @@ def render_latex(document: dict[str, Any], decimals: int = 1) -> str:
             cells = [latex_text(e["label"] + ("" if e["verified"] else " (unverified)")), str(len(e["seeds"]))]
             for m in metrics:
                 s = standing.get((m, e["id"]))
-                text = _latex_value(s, decimals)
+                text = cell_value(s, decimals, plus_minus=r" $\pm$ ", missing="--")
                 cells.append(rf"\textbf{{{text}}}" if s is not None and s["group"] in ("best", "tied") else text)
             parts.append(" & ".join(cells) + r" \\")
         parts += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]

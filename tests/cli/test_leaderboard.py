@@ -212,7 +212,9 @@ def test_duplicate_run_ids_newer_formats_and_contradicted_results_are_refused(bu
     same = tmp_path / "same"
     _copy_bundle(bundles[0], same)
     assert main(["leaderboard", str(bundles[0]), str(same), "--out", str(tmp_path / "L1")]) == 0  # one run, read once
-    assert _document(tmp_path / "L1")["boards"][0]["entries"][0]["sources"][1]["name"] == "same"
+    named = _document(tmp_path / "L1")["boards"][0]["entries"][0]["sources"]
+    assert [s["name"] for s in named] == ["labA", "same"] and named[1]["verification"] == "verified"
+    assert named[1]["checksum"] == named[0]["checksum"]  # the copy's own SHA256SUMS, the same bytes
     other = tmp_path / "other"
     folder = lab_run(other, "vmfproto", 0, 50)  # lab A's spec and seed, another result
     assert main(["leaderboard", str(bundles[0]), str(other), "--out", str(tmp_path / "L2")]) == 2
