@@ -77,8 +77,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"{failure_budget(config.trials)} failures per cell"
           + (f"; up to {args.batch} trials trained together (TPE with constant liar)" if args.batch > 1 else ""))
     for cell in cells:
+        held = ", ".join(f"{name} = {cell.base.method_args[name]!r}" for name in cell.held)
         print(f"  {cell.label}: {cell.epoch_budget} epochs per trial; space: {describe_space(cell.space)}"
-              + ("" if cell.space else " — tuned over nothing: one trial, the defaults"))
+              + ("" if cell.space else " — tuned over nothing: one trial, the defaults")
+              + (f"; held by the variant: {held}" if held else ""))
     job = TuneJob(args.grid, grid_overrides(args), tuple(args.only), config.trials, config.sampler, runs_root,
                   cache_root_of(args, runs_root) if not args.no_cache else None, args.heartbeat_seconds, config.prune,
                   args.batch, args.batch_step)

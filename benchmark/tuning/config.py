@@ -145,6 +145,7 @@ class Cell:
     space: dict[str, Dimension]
     runs: tuple[RunSpec, ...]
     config: TuningConfig
+    held: tuple[str, ...] = ()  # dimensions of the method's space a named variant holds at its own values
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -188,9 +189,17 @@ def cell_space(method: str, config: TuningConfig) -> dict[str, Dimension]:
     return {**declaration(method).search_space, **config.space.get(method, {})}
 
 
+def held_by_variant(base: RunSpec, space: dict[str, Dimension]) -> tuple[str, ...]:
+    """The dimensions a named variant holds fixed: the method_args its grid gives it define the
+    ablation (``ce_only``: λ_ppd = λ_logdet = 0), so tuning them would undo it; the default
+    variant's method_args are only trial 0's starting point (docs/guides/tuning.md)."""
+    return () if base.variant == "default" else tuple(sorted(set(space) & set(base.method_args)))
+
+
 def tuning_cells(grid: GridSpec, runs: list[RunSpec], config: TuningConfig) -> list[Cell]:
     """The grid's runs grouped into tuning cells (every field but the seed), each checked: its space
-    names hyperparameters of the method, with valid ranges that hold the cell's own values."""
+    names hyperparameters of the method, with valid ranges that hold the cell's own values (a named
+    variant's own method_args are held fixed, :func:`held_by_variant`)."""
     groups: dict[str, list[RunSpec]] = {}
     for spec in runs:
         groups.setdefault(spec.with_overrides(seed=0).run_id, []).append(spec)
@@ -201,6 +210,8 @@ def tuning_cells(grid: GridSpec, runs: list[RunSpec], config: TuningConfig) -> l
                                     validation_seed=config.validation_seed, measure_inference=False,
                                     measure_live_epoch=False)
         space = cell_space(base.method, config)
+        held = held_by_variant(base, space)
+        space = {name: dimension for name, dimension in space.items() if name not in held}
         resolved = resolved_method_args(base.method, base.method_args)
         problems = space_problems(space, resolved, f"{grid.source}: tuning cell {first.label}")
         if problems:  # trial 0 runs the cell's own values: they must be a point of the space
@@ -208,7 +219,7 @@ def tuning_cells(grid: GridSpec, runs: list[RunSpec], config: TuningConfig) -> l
                 "widen the range to include the paper's default",
                 f"give it a range that holds the value in [tuning.space.{base.method}], or change method_args"))
         check_space_points(base.method, space, f"{grid.source} [tuning.space.{base.method}]")
-        cells.append(Cell(base, space, tuple(sorted(members, key=lambda r: r.seed)), config))
+        cells.append(Cell(base, space, tuple(sorted(members, key=lambda r: r.seed)), config, held))
     return cells
 
 

@@ -298,6 +298,7 @@ def summary(study: optuna.Study, cell: Cell, target: int) -> dict[str, Any]:
         "validation": {"fraction": b.validation_fraction, "seed": b.validation_seed},
         "space": space_to_json(cell.space), "space_fingerprint": cell.space_fingerprint,
         "tuned_over_nothing": not cell.space,
+        "held_by_variant": {name: b.method_args[name] for name in cell.held},
         "counts": state,
         "complete": state.get("COMPLETE", 0),
         "finished": finished(state),

@@ -301,3 +301,14 @@ def test_offline40_runs_of_two_seeds_read_one_augmented_cache_and_the_clean_spli
     train = sorted((c.view, c.images, readers) for c, readers in plan.caches if c.split == "train")
     # push reads the clean split; the epochs read the one augmented set (augmentation seed 0)
     assert train == [("clean", 5994, 2), ("offline40 seed 0", 40 * 5994, 2)]
+
+
+@pytest.mark.parametrize("path", GRIDS, ids=[p.stem for p in GRIDS])
+def test_every_grid_file_plans_its_tuning(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tune GRID` starts every study at the cell's own values, so each shipped grid's values must lie
+    in its cells' spaces (demo_all widens the linear probe's lr; cub_ablations' variants hold theirs)."""
+    missing = grid_methods(path) - set(list_methods())
+    if missing:
+        pytest.skip(f"{path.name} names methods not registered yet: {', '.join(sorted(missing))}")
+    assert main(["plan", str(path), "--profile", str(EXAMPLE), "--tuning-trials", "2"]) == 0
+    assert "tuning: " in capsys.readouterr().out
