@@ -47,6 +47,8 @@ def print_plan(plan: Plan) -> None:
     for source, n in sorted(sources.items(), key=lambda item: -item[1]):
         console.print(f"  {n} run(s): {source}")
     console.print(f"cost model: {plan.costs.source}")
+    if plan.costs.cpu_caution():
+        console.print(f"[yellow]{plan.costs.cpu_caution()}[/yellow]")
     console.print(f"storage: token-cache entries written, and training entries read, at {plan.profile.storage_gb_s:g} "
                   f"GB/s from the shared storage (once if within the job's mem_gb, else every epoch; "
                   f"cache_stage = \"local\": copied once, then read at {plan.profile.local_storage_gb_s:g} GB/s); "

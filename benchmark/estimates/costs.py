@@ -97,6 +97,21 @@ class Costs:
     source: str
     tuning: tuple[TuningMeasurement, ...] = ()
 
+    @property
+    def cpu_measured(self) -> bool:
+        """Whether a measurement was taken on a CPU (``perf`` writes ``cpu`` or ``cuda:N: <name>``):
+        its seconds and ratios are the CPU's, not the plan's GPU's."""
+        return any(m.device.split(":")[0] == "cpu" for m in self.measurements)
+
+    def cpu_caution(self) -> str | None:
+        """The plan's warning when its measurements come from a CPU (None when none does)."""
+        if not self.cpu_measured:
+            return None
+        return (f"caution: the perf file was measured on a CPU, so the measured runs are costed in CPU seconds and "
+                f"its tuning ratios are the CPU's (compute-bound: K trials cost about K times one); they are not "
+                f"{self.model.device.name} figures; run `protobench perf GRID --out FILE` (and `--tuning K`) on "
+                f"the target GPU")
+
     def tuning_factor(self, method: str) -> tuple[float, str] | None:
         """A trial's measured cost over a sequential trial's for ``method`` (None: not measured)."""
         found = [t for t in self.tuning if t.method == method]

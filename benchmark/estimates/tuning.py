@@ -44,7 +44,8 @@ def tuning_costs(grid: GridSpec, profile: ClusterProfile, costs: Costs, trials: 
         if measured is not None:
             factor, mode = measured
             hours *= factor
-            basis = f"{source} × {factor:.2f} ({mode} over sequential trials, perf --tuning)"
+            basis = (f"{source} × {factor:.2f} ({mode} over sequential trials, perf --tuning"
+                     + (" on a CPU" if costs.cpu_measured else "") + ")")
         out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1), basis))
     return out
 

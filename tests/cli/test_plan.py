@@ -312,3 +312,12 @@ def test_every_grid_file_plans_its_tuning(path: Path, capsys: pytest.CaptureFixt
         pytest.skip(f"{path.name} names methods not registered yet: {', '.join(sorted(missing))}")
     assert main(["plan", str(path), "--profile", str(EXAMPLE), "--tuning-trials", "2"]) == 0
     assert "tuning: " in capsys.readouterr().out
+
+
+def test_a_cpu_measurement_is_flagged_and_a_gpu_one_is_not(tmp_path: Path) -> None:
+    gpu, cpu = tmp_path / "gpu.json", tmp_path / "cpu.json"
+    gpu.write_text(json.dumps([perf_row(), perf_row("nppp", device="cuda:0: NVIDIA H100 80GB HBM3")]))
+    cpu.write_text(json.dumps([perf_row(), perf_row("nppp", device="cpu")]))
+    assert not load_perf(gpu).cpu_measured and load_perf(gpu).cpu_caution() is None
+    assert load_perf(cpu).cpu_measured
+    assert "not A100 figures" in load_perf(cpu, "A100").cpu_caution()
