@@ -20,21 +20,25 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# On a machine with a CUDA GPU: the `gpu` tests, then the paper-scale timings and the cub_main
-# projection from them, each written to $(GPU_CHECK_OUT)/ even when a step before it failed; a
-# summary of the steps ends it, and it fails if any step did. DEVICE=cpu: the dry run CI makes
-# (same commands and files, the gpu tests skipped, a tiny paper-scale shape).
+# On a machine with a CUDA GPU: the `gpu` tests, the paper-scale timings, the tuning timings
+# (perf --tuning 8, ProtoPNet and vMFProto) and the cub_main projections from them, each written
+# to $(GPU_CHECK_OUT)/ even when a step before it failed; a summary of the steps ends it, and it
+# fails if any step did. GPU_CHECK_STEPS=tests,perf,model then GPU_CHECK_STEPS=tuning,plan: the
+# check in two calls (same GPU_CHECK_OUT). DEVICE=cpu: the dry run CI makes (same commands and
+# files, the gpu tests skipped, a tiny trunk and dataset, K = 2 tuning trials).
 # GPU_PYTHON=/path/to/python: use that interpreter as it is, without the venv (a GPU node
 # without network whose environment has torch and timm; the steps run from this checkout).
 GPU_CHECK_OUT ?= gpu-check
+GPU_CHECK_STEPS ?=
 DEVICE ?= cuda
 GPU_PYTHON ?=
+GPU_CHECK_ARGS = --device $(DEVICE) --out $(GPU_CHECK_OUT) $(if $(GPU_CHECK_STEPS),--steps $(GPU_CHECK_STEPS))
 ifeq ($(GPU_PYTHON),)
 gpu-check: $(STAMP)
-	$(BIN)/python -m benchmark.cli.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
+	$(BIN)/python -m benchmark.cli.gpu_check $(GPU_CHECK_ARGS)
 else
 gpu-check:
-	$(GPU_PYTHON) -m benchmark.cli.gpu_check --device $(DEVICE) --out $(GPU_CHECK_OUT)
+	$(GPU_PYTHON) -m benchmark.cli.gpu_check $(GPU_CHECK_ARGS)
 endif
 
 # The docs site (docs/, mkdocs.yml): strict, so a broken link, anchor or snippet, or a reference

@@ -1,14 +1,18 @@
 """``make gpu-check``: every step runs and writes its output, whatever failed before it.
 
 A GPU is lent rarely and for a short time, so one failing step must not cost the others'
-measurements: the ``gpu`` tests, ``perf --paper-scale`` and the ``cub_main`` projection from it
-each run as their own process, with their output in ``OUT/``; a table of the steps (exit status,
+measurements: the ``gpu`` tests, ``perf --paper-scale``, ``perf --tuning 8`` (ProtoPNet and
+vMFProto on ``demo_all``: K trials sequential, packed and batched, 3 repeats) and the
+``cub_main`` projections (grid and tuning at 30 trials per cell, measured and from the model) each
+run as their own process, with their output in ``OUT/``; a table of the steps (exit status,
 seconds, file) ends the check and is written to ``OUT/summary.json``, and the check exits
-non-zero when any step failed.
+non-zero when any step failed. ``--steps`` runs some of them (a device call is limited in time:
+``--steps tests,perf,model``, then ``--steps tuning,plan`` into the same ``OUT``).
 
 ``--device cpu`` is the dry run CI makes (.ci/run): the same commands and the same files, the
-``gpu`` tests skipped (no CUDA) and the paper-scale preset shrunk to a tiny trunk and 8 classes so
-that it takes seconds, so the target cannot rot before a GPU is lent.
+``gpu`` tests skipped (no CUDA), the paper-scale preset shrunk to a tiny trunk and 8 classes and
+the tuning timings to K = 2, one repeat, on the same tiny trunk, so that it takes seconds and the
+target cannot rot before a GPU is lent.
 
 Every step is a fresh process: ``import benchmark`` sets ``CUBLAS_WORKSPACE_CONFIG`` in it before
 cuBLAS starts (cuBLAS reads it once), so ``deterministic = true`` applies.
@@ -36,12 +40,18 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 DRY_RUN_PERF = ["--set", "backbone_args={depth = 1, embed_dim = 48, num_heads = 2}",
                 "--set", "dataset_args={classes = 8, images_per_class = 12, seed = 0}",
                 "--set", "batch_size=8", "--set", "eval_batch_size=8", "--warmup", "1", "--timed-batches", "2"]
+#: ``perf --tuning``: K trials, repeats (the issue's K = 8 with 3 repeats; the dry run K = 2, once)
+TUNING_TIMINGS = {"cuda": ["--tuning", "8", "--repeats", "3"], "cpu": ["--tuning", "2", "--repeats", "1"]}
+TUNING_GRID = CHECKOUT / "benchmark" / "grids" / "demo_all.toml"
+TUNING_METHODS = "method=protopnet,vmfproto"  # the two methods that batch their trials on the paper's grid
+CUB_TUNING_TRIALS = "30"  # the plan's tuning projection: 30 trials per cub_main cell
 
 
 @dataclass(frozen=True)
 class Step:
     """One command; its stdout and stderr go to ``log`` (relative to the check's folder)."""
 
+    key: str  # what --steps names it by
     name: str
     command: list[str]
     log: str
@@ -65,20 +75,40 @@ def gpu_check_steps(device: str, out: Path, python: str = sys.executable) -> lis
         raise ValueError(f"unknown gpu-check device {device!r}; choose one of {', '.join(DEVICES)}")
     out = out.resolve()
     cli = [python, "-m", "benchmark.cli"]
+    shrunk = DRY_RUN_PERF if device == "cpu" else []
     perf = [*cli, "perf", "--paper-scale", "--device", device, "--runs-dir", str(out / "runs"),
-            "--out", str(out / "perf-paper-scale.json"), *(DRY_RUN_PERF if device == "cpu" else [])]
+            "--out", str(out / "perf-paper-scale.json"), *shrunk]
+    # in OUT too: the demo grid's data_root, ./data/synthbirds, is generated there (the preset's are apart)
+    tuning = [*cli, "perf", str(TUNING_GRID), "--only", TUNING_METHODS, *TUNING_TIMINGS[device], "--device", device,
+              "--runs-dir", str(out / "runs-tuning"), "--out", str(out / "perf-tuning.json"), *shrunk]
+    cub = [*cli, "plan", "benchmark/grids/cub_main.toml", "--tuning-trials", CUB_TUNING_TRIALS]
     return [
-        Step("gpu tests", [python, "-m", "pytest", "-m", "gpu", *GPU_TEST_PATHS, "-q", "-p", "no:cacheprovider",
-                           "-rs", "--junitxml", str(out / "pytest-gpu.xml")], "pytest-gpu.txt", "pytest-gpu.xml",
-             cwd=CHECKOUT),
+        Step("tests", "gpu tests", [python, "-m", "pytest", "-m", "gpu", *GPU_TEST_PATHS, "-q", "-p",
+                                    "no:cacheprovider", "-rs", "--junitxml", str(out / "pytest-gpu.xml")],
+             "pytest-gpu.txt", "pytest-gpu.xml", cwd=CHECKOUT),
         # in OUT: the preset generates its synthbirds under ./data/, apart from any other set
-        Step("perf --paper-scale", perf, "perf-paper-scale.txt", "perf-paper-scale.json", cwd=out),
-        Step("plan cub_main", [*cli, "plan", "benchmark/grids/cub_main.toml", "--perf", str(out / "perf-paper-scale.json")],
-             "plan-cub_main.txt", "plan-cub_main.txt", cwd=CHECKOUT),
+        Step("perf", "perf --paper-scale", perf, "perf-paper-scale.txt", "perf-paper-scale.json", cwd=out),
+        Step("tuning", "perf --tuning", tuning, "perf-tuning.txt", "perf-tuning.json", cwd=out),
+        # measured: the paper-scale run costs and the tuning ratios (both files: run it after both steps)
+        Step("plan", "plan cub_main", [*cub, "--perf", str(out / "perf-paper-scale.json"), "--perf",
+                                       str(out / "perf-tuning.json")], "plan-cub_main.txt", "plan-cub_main.txt",
+             cwd=CHECKOUT),
         # the FLOPs model's projection (H100), to compare with the measured one above
-        Step("plan cub_main (model)", [*cli, "plan", "benchmark/grids/cub_main.toml"],
-             "plan-cub_main-model.txt", "plan-cub_main-model.txt", cwd=CHECKOUT),
+        Step("model", "plan cub_main (model)", cub, "plan-cub_main-model.txt", "plan-cub_main-model.txt",
+             cwd=CHECKOUT),
     ]
+
+
+def select_steps(steps: list[Step], keys: str | None) -> list[Step]:
+    """The steps named in ``keys`` (comma-separated, in the check's order), all for None."""
+    if keys is None:
+        return steps
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    unknown = [k for k in wanted if k not in {s.key for s in steps}]
+    if unknown or not wanted:
+        raise ValueError(f"unknown gpu-check step(s) {', '.join(unknown) or '(none named)'}; choose among "
+                         f"{', '.join(s.key for s in steps)}")
+    return [s for s in steps if s.key in wanted]
 
 
 def step_environment() -> dict[str, str]:
@@ -125,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmark.cli.gpu_check", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", choices=DEVICES, help="cuda: the check; cpu: the dry run (CI)")
     parser.add_argument("--out", default="gpu-check", help="folder of every step's output (default: gpu-check)")
+    parser.add_argument("--steps", help="comma-separated steps to run (tests, perf, tuning, plan, model; default: all)")
     args = parser.parse_args(argv)
+    try:
+        steps = select_steps(gpu_check_steps(args.device, Path(args.out)), args.steps)
+    except ValueError as err:
+        parser.error(str(err))
     if args.device == "cuda":
         import torch
 
@@ -134,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                   "is the dry run)", file=sys.stderr)
             return 2
     out = Path(args.out)
-    results = run_steps(gpu_check_steps(args.device, out), out)
+    results = run_steps(steps, out)
     print(summarise(results, out))
     return 0 if all(r.returncode == 0 for r in results) else 1
 

@@ -36,8 +36,10 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
     p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/cub_main.toml")
     p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
-    p.add_argument("--perf", help="per-epoch costs measured by `protobench perf --out FILE` "
-                                  "from the target device (default: the FLOPs-and-bytes model)")
+    p.add_argument("--perf", action="append", metavar="FILE",
+                   help="per-epoch costs measured by `protobench perf --out FILE` from the target device "
+                        "(default: the FLOPs-and-bytes model); repeat it to combine files, e.g. paper-scale "
+                        "timings and a `perf --tuning K` file")
     p.add_argument("--device-model", choices=sorted(DEVICES),
                    help="the GPU the cost model assumes (default: the profile's device_model, H100)")
     add_only_option(p)
@@ -83,14 +85,14 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 def cmd_plan(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, overrides=grid_overrides(args))  # a refused grid costs no torch import
     from benchmark.cli.plan_tables import print_plan
-    from benchmark.estimates.costs import load_perf, model_costs
+    from benchmark.estimates.costs import load_perfs, model_costs
     from benchmark.estimates.plan import make_plan
 
     if args.only:
         grid = dataclasses.replace(grid, runs=tuple(select_runs(grid, args.only)))
     profile = load_profile(args.profile) if args.profile else ClusterProfile()
     device_model = args.device_model or profile.device_model
-    costs = load_perf(args.perf, device_model) if args.perf else model_costs(device_model)
+    costs = load_perfs(args.perf, device_model) if args.perf else model_costs(device_model)
     check_present_data(grid.runs)
     print_plan(make_plan(grid, profile, costs))
     if args.tuning_trials is not None:

@@ -239,3 +239,22 @@ def load_perf(path: str | Path, device_model: str = DEFAULT_DEVICE) -> Costs:
     return Costs(measurements, model_costs(device_model).model,
                  f"measured: {path} (protobench perf on {', '.join(devices)}, token cache on), used instead of "
                  f"the FLOPs model wherever it has the run's method", tuning)
+
+
+def load_perfs(paths: list[str | Path], device_model: str = DEFAULT_DEVICE) -> Costs:
+    """Costs from several ``perf --out`` files (``plan --perf A --perf B``: e.g. the paper-scale
+    timings and a ``perf --tuning K`` file): their rows in the order given (a run is charged the
+    first file's measurement of its method), their tuning rows together; a method with tuning
+    rows in two files is refused (which ratio to charge would be a guess)."""
+    loaded = [load_perf(path, device_model) for path in paths]
+    if len(loaded) == 1:
+        return loaded[0]
+    tuned: dict[str, str] = {}
+    for path, costs in zip(paths, loaded):
+        for row in costs.tuning:
+            if row.method in tuned:
+                raise ProtobenchError(f"perf files {tuned[row.method]!r} and {str(path)!r} both hold tuning rows of "
+                                      f"{row.method!r}; pass one of them")
+            tuned[row.method] = str(path)
+    return Costs(tuple(m for c in loaded for m in c.measurements), loaded[0].model,
+                 "; ".join(c.source for c in loaded), tuple(t for c in loaded for t in c.tuning))

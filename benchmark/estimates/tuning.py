@@ -11,6 +11,7 @@ no cache to build.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from benchmark.cluster import ClusterProfile
@@ -26,7 +27,8 @@ class CellCost:
     trials: int
     trial_hours: float
     gpus: int
-    basis: str = "sequential trials (no perf --tuning measurement)"
+    run_basis: str  # what the cell's run cost is (measured, scaled from a measurement, the model)
+    ratio: str = "sequential trials (no perf --tuning measurement)"  # what a trial costs of that run
 
     @property
     def gpu_hours(self) -> float:
@@ -40,14 +42,26 @@ def tuning_costs(grid: GridSpec, profile: ClusterProfile, costs: Costs, trials: 
         spec = cell.runs[0]  # the cell's run: what one trial costs at most
         hours, source, _ = run_hours(costs, spec, profile)
         measured = costs.tuning_factor(spec.method)
-        basis = f"{source}, sequential trials (no perf --tuning measurement)"
+        ratio = CellCost.ratio
         if measured is not None:
             factor, mode = measured
             hours *= factor
-            basis = (f"{source} × {factor:.2f} ({mode} over sequential trials, perf --tuning"
+            ratio = (f"× {factor:.2f} ({mode} over sequential trials, perf --tuning"
                      + (" on a CPU" if costs.cpu_measured else "") + ")")
-        out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1), basis))
+        out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1), source, ratio))
     return out
+
+
+def _run_bases(cells: list[CellCost]) -> str:
+    """The run costs of a method's cells in a few words: the basis itself when the cells share it,
+    else how many cells each kind of basis (measured, scaled from measured, the model) costed."""
+    bases = Counter(c.run_basis for c in cells)
+    if len(bases) == 1:
+        return next(iter(bases))
+    kinds = Counter()
+    for basis, n in bases.items():
+        kinds[basis.split(" (")[0]] += n
+    return ", ".join(f"{kind}: {n} cell(s)" for kind, n in sorted(kinds.items()))
 
 
 def tuning_lines(cells: list[CellCost], profile: ClusterProfile) -> list[str]:
@@ -59,9 +73,10 @@ def tuning_lines(cells: list[CellCost], profile: ClusterProfile) -> list[str]:
     lines = [f"tuning: {len(cells)} cell(s) × {trials} trials each (the same for every method; an upper bound: "
              "a trial trains on the training split less its validation share)"]
     for method, group in sorted(by_method.items()):
-        bases = sorted({c.basis for c in group})
+        ratios = sorted({c.ratio for c in group})  # one per method: its perf --tuning row, or none
         lines.append(f"  {method:<22} {len(group):>3} cell(s)  {sum(c.trials for c in group):>5} trials  "
-                     f"{sum(c.gpu_hours for c in group):8.4g} GPU-h  ({'; '.join(bases)})")
+                     f"{sum(c.gpu_hours for c in group):8.4g} GPU-h  (run cost {_run_bases(group)}; "
+                     f"{'; '.join(ratios)})")
     total = sum(c.gpu_hours for c in cells)
     lines.append(f"  total {total:.4g} GPU-h on {profile.device_model} (workers pay start-up once each; the "
                  "token caches are the grid's own)")

@@ -11,8 +11,9 @@ Optuna's random sampler from a fixed seed) are trained and scored
 - **batched**: all K together (:func:`benchmark.tuning.batched.run_batch`, ``tune --batch K``),
   for a method that declares ``batches_trials`` (else ``batched_s`` is null).
 
-Each repeat runs the three in turn, in fresh run directories, so a change of machine load
-hits each alike; the token-cache entry is built before anything is timed. Per mode the seconds
+Each repeat runs the three in turn, in fresh run directories, starting with the next mode each
+time (sequential, packed, batched; then packed, batched, sequential; …), so a change of machine
+load hits each alike; the token-cache entry is built before anything is timed. Per mode the seconds
 of the K trials (median over repeats, with the spread), and the per-trial overhead: a trial's
 wall time less its training epochs and one validation forward pass (timed on its own).
 ``max_abs_diff_batched``: the largest |validation accuracy batched − sequential| over the K
@@ -101,23 +102,27 @@ def measure_method(spec: RunSpec, cell: Cell, k: int, cache_root: Path, work: Pa
     times: dict[str, list[float]] = {"sequential": [], "packed": [], "batched": []}
     one_trial, overheads = [], {"sequential": [], "packed": []}
     diffs: dict[str, list[float]] = {"packed": [], "batched": []}
+    modes = ["sequential", "packed"] + (["batched"] if batches else [])
     for repeat in range(repeats):
         base = work / f"{spec.method}-{repeat}"
-        sequential, seconds = _one_by_one(specs, base / "sequential", cache_root, None)
-        times["sequential"].append(sum(seconds))
-        one_trial.extend(seconds)
-        overheads["sequential"].extend(s - _train_seconds(r) - forward for r, s in zip(sequential, seconds))
-        reference = _accuracies(sequential)
-        packed, seconds = _one_by_one(specs, base / "packed", cache_root, Loaded())
-        times["packed"].append(sum(seconds))
-        overheads["packed"].extend(s - _train_seconds(r) - forward for r, s in zip(packed, seconds))
-        diffs["packed"].extend(abs(a - b) for a, b in zip(_accuracies(packed), reference))
-        if batches:
-            batched, took = _timed(lambda base=base: run_batch(
-                specs, [base / "batched" / s.run_id for s in specs], cache_root=cache_root, loaded=Loaded(),
-                hooks=[None] * len(specs), step=step))
-            times["batched"].append(took)
-            diffs["batched"].extend(abs(a - b) for a, b in zip(_accuracies(batched), reference))
+        results: dict[str, list[Any]] = {}
+        # each repeat starts with the next mode, so a drift of the machine's load does not favour one mode
+        for mode in modes[repeat % len(modes):] + modes[:repeat % len(modes)]:
+            if mode == "batched":
+                results[mode], took = _timed(lambda base=base: run_batch(
+                    specs, [base / "batched" / s.run_id for s in specs], cache_root=cache_root, loaded=Loaded(),
+                    hooks=[None] * len(specs), step=step))
+                times[mode].append(took)
+                continue
+            results[mode], seconds = _one_by_one(specs, base / mode, cache_root,
+                                                 Loaded() if mode == "packed" else None)
+            times[mode].append(sum(seconds))
+            overheads[mode].extend(s - _train_seconds(r) - forward for r, s in zip(results[mode], seconds))
+            if mode == "sequential":
+                one_trial.extend(seconds)
+        reference = _accuracies(results["sequential"])
+        for mode in modes[1:]:
+            diffs[mode].extend(abs(a - b) for a, b in zip(_accuracies(results[mode]), reference))
         log(f"{spec.method} repeat {repeat + 1}/{repeats}: " + ", ".join(
             f"{mode} {values[-1]:.2f} s" for mode, values in times.items() if values))
     row: dict[str, Any] = {

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.cli.gpu_check import (CHECKOUT, DRY_RUN_PERF, GPU_TEST_PATHS, Step, gpu_check_steps, main, run_steps,
-                                     step_environment, summarise)
+from benchmark.cli.gpu_check import (CHECKOUT, DRY_RUN_PERF, GPU_TEST_PATHS, TUNING_TIMINGS, Step, gpu_check_steps,
+                                     main, run_steps, select_steps, step_environment, summarise)
 
 
 def _write(name: str, code: int) -> list[str]:
@@ -19,10 +19,10 @@ def _write(name: str, code: int) -> list[str]:
 
 
 def test_every_step_runs_and_writes_after_a_failure_and_the_summary_names_it(tmp_path: Path) -> None:
-    steps = [Step("first", _write("a.txt", 0), "first.log", "a.txt", cwd=tmp_path),
-             Step("broken", _write("b.txt", 3), "broken.log", "b.txt", cwd=tmp_path),
-             Step("missing", ["/nonexistent/command"], "missing.log", "c.txt", cwd=tmp_path),
-             Step("last", _write("d.txt", 0), "last.log", "d.txt", cwd=tmp_path)]
+    steps = [Step("a", "first", _write("a.txt", 0), "first.log", "a.txt", cwd=tmp_path),
+             Step("b", "broken", _write("b.txt", 3), "broken.log", "b.txt", cwd=tmp_path),
+             Step("c", "missing", ["/nonexistent/command"], "missing.log", "c.txt", cwd=tmp_path),
+             Step("d", "last", _write("d.txt", 0), "last.log", "d.txt", cwd=tmp_path)]
     results = run_steps(steps, tmp_path, echo=lambda line: None)
     assert [(r.name, r.returncode, r.written) for r in results] == [
         ("first", 0, True), ("broken", 3, True), ("missing", 127, False), ("last", 0, True)]
@@ -37,12 +37,31 @@ def test_every_step_runs_and_writes_after_a_failure_and_the_summary_names_it(tmp
 
 def test_the_dry_run_runs_the_checks_commands_and_writes_its_files(tmp_path: Path) -> None:
     cuda, cpu = (gpu_check_steps(device, tmp_path) for device in ("cuda", "cpu"))
-    assert [(s.name, s.log, s.writes, s.cwd) for s in cuda] == [(s.name, s.log, s.writes, s.cwd) for s in cpu]
+    assert [(s.key, s.name, s.log, s.writes, s.cwd) for s in cuda] == [(s.key, s.name, s.log, s.writes, s.cwd)
+                                                                       for s in cpu]
+    timings = " ".join(TUNING_TIMINGS["cuda"]), " ".join(TUNING_TIMINGS["cpu"])
+    assert timings == ("--tuning 8 --repeats 3", "--tuning 2 --repeats 1")  # the K = 8, 3 repeats
     for a, b in zip(cuda, cpu):
         shrunk = [*a.command, *(DRY_RUN_PERF if a.name.startswith("perf") else [])]
-        assert [arg.replace("cuda", "cpu") for arg in shrunk] == b.command
-    assert [s.writes for s in cuda] == ["pytest-gpu.xml", "perf-paper-scale.json", "plan-cub_main.txt",
-                                          "plan-cub_main-model.txt"]
+        expected = " ".join(arg.replace("cuda", "cpu") for arg in shrunk).replace(*timings)
+        assert expected == " ".join(b.command)
+    assert [s.writes for s in cuda] == ["pytest-gpu.xml", "perf-paper-scale.json", "perf-tuning.json",
+                                        "plan-cub_main.txt", "plan-cub_main-model.txt"]
+    plan = next(s for s in cuda if s.key == "plan").command  # measured: both perf files, 30 trials per cell
+    assert [v for o, v in zip(plan, plan[1:]) if o == "--perf"] == [str(tmp_path / "perf-paper-scale.json"),
+                                                                    str(tmp_path / "perf-tuning.json")]
+    assert all("--tuning-trials" in s.command for s in cuda if s.key in ("plan", "model"))
+
+
+def test_steps_can_be_run_a_few_at_a_time(tmp_path: Path, capsys) -> None:
+    steps = gpu_check_steps("cpu", tmp_path)
+    assert [s.key for s in select_steps(steps, "tuning,plan")] == ["tuning", "plan"]
+    assert select_steps(steps, None) == steps
+    with pytest.raises(ValueError, match="unknown gpu-check step.*bogus.*tests, perf, tuning, plan, model"):
+        select_steps(steps, "tests,bogus")
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--out", str(tmp_path / "out"), "--steps", "bogus"])
+    assert "unknown gpu-check step(s) bogus" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def test_the_cuda_check_refuses_a_machine_without_cuda(tmp_path: Path, capsys, monkeypatch) -> None:
