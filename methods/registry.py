@@ -70,6 +70,12 @@ def list_methods() -> list[str]:
     return sorted({*BUILTIN_METHODS, *_plugins()})
 
 
+def batching_methods() -> list[str]:
+    """Display names of the suite's methods that declare ``batches_trials`` (``tune --batch K``),
+    from their declarations: no model code, no installed package read."""
+    return [d.display_name for d in map(_builtin_declaration, BUILTIN_METHODS) if d.batches_trials]
+
+
 def _installed(name: str) -> tuple[MethodDeclaration, Provider]:
     """An installed package's method: its declaration and distribution (ValueError: unknown)."""
     plugins = _plugins()

@@ -8,6 +8,7 @@ import time
 from benchmark.cli.common import add_grid_options, add_only_option, cache_root_of, grid_overrides, runs_root_of
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, select_runs
+from methods.registry import batching_methods
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -25,8 +26,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         "tuning.prune, off)")
     p.add_argument("--batch", type=int, default=1, metavar="K",
                    help="ask K trials at once and train them together over shared token batches, each still an "
-                        "ordinary trial (methods that declare it: ProtoPNet, vMFProto; the others run one by one "
-                        "and say so; the sampler's TPE then uses constant liar; default 1)")
+                        f"ordinary trial (the suite's methods that declare it: {', '.join(batching_methods())}; "
+                        "an installed method as it declares; the others run one by one and say so; the "
+                        "sampler's TPE then uses constant liar; default 1)")
     p.add_argument("--batch-step", choices=["auto", "vectorised", "per-member"], default="auto",
                    help="the step of a batch: one vectorised pass over the K parameter sets (torch.func.vmap) or "
                         "each trial's own step on the shared batch; auto: vectorised on a GPU, per member on a CPU")

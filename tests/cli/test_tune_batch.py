@@ -13,9 +13,10 @@ import optuna
 import pandas as pd
 import pytest
 from tiny_grid import write_tiny_grid
-from tuning_grid import write_tuning_grid
+from tuning_grid import write_batched_grid, write_tuning_grid
 
 import benchmark.estimates.perf as perf_module
+import benchmark.run.lockstep as lockstep
 import benchmark.tuning.study as study_module
 import benchmark.tuning.workers as workers
 from benchmark.cli import main
@@ -26,6 +27,7 @@ from benchmark.run.training import NonFiniteLossError
 from benchmark.tuning.batched import run_batch
 from benchmark.tuning.config import tuning_cells, tuning_config
 from methods.protopnet import ProtoPNet
+from methods.registry import BUILTIN_METHODS, declaration
 
 pytestmark = pytest.mark.slow
 ACCURACY_TOLERANCE = 1e-5  # percentage points (the issue's bound on a batched trial's validation accuracy)
@@ -36,6 +38,12 @@ MARGIN_TOLERANCE = 1e-3  # per-image logit margins after training with the vecto
 def tuning(tmp_path_factory):
     root = tmp_path_factory.mktemp("batch")
     return root, write_tuning_grid(root / "grid.toml", root / "data")
+
+
+@pytest.fixture(scope="module")
+def batched(tmp_path_factory):
+    root = tmp_path_factory.mktemp("batched")
+    return root, write_batched_grid(root / "grid.toml", root / "data")
 
 
 def _specs(grid_path: Path, method: str, k: int):
@@ -49,28 +57,47 @@ def _margins(run_dir: Path) -> pd.Series:
     return pd.read_parquet(run_dir / "per_image.parquet")["margin"]
 
 
-@pytest.mark.parametrize("method", ["protopnet", "vmfproto"])
-def test_a_batched_trial_equals_the_trial_trained_alone(tuning, method):
-    root, grid = tuning
+@pytest.mark.parametrize("grid_name, method", [
+    ("tuning", "protopnet"), ("tuning", "vmfproto"), ("batched", "protopnet")])  # the last: similarity = "cosine"
+def test_a_batched_trial_equals_the_trial_trained_alone(request, monkeypatch, grid_name, method):
+    """Every method that declares ``batches_trials`` (ProtoPNet with each similarity), with each
+    step; the vectorised one really vectorised: ``vmap`` ran and never fell back to per-member steps."""
+    root, grid = request.getfixturevalue(grid_name)
     specs = _specs(grid, method, 3)
     assert len({s.run_id for s in specs}) == 3
+    vmapped = []
+    real = lockstep.vectorised_terms
+    monkeypatch.setattr(lockstep, "vectorised_terms", lambda *args: vmapped.append(1) or real(*args))
     cache = root / "cache"
     alone = [execute_run(s, root / method / "alone" / s.run_id, cache_root=cache, progress=False) for s in specs]
     for step in ("per-member", "vectorised"):
         dirs = [root / method / step / s.run_id for s in specs]
+        vmapped.clear()
         together = run_batch(specs, dirs, cache_root=cache, loaded=Loaded(), hooks=[None] * 3, step=step)
-        for spec, one, batched, run_dir in zip(specs, alone, together, dirs):
-            assert not isinstance(batched, BaseException), batched
-            assert batched["run_id"] == spec.run_id and batched["evaluation_split"] == "validation"
-            assert batched["method_hyperparameters"] == one["method_hyperparameters"]
-            assert "trained in a batch of trials" in (run_dir / "log.txt").read_text()
+        assert bool(vmapped) == (step == "vectorised"), f"{method}: the {step} step ran vmap {len(vmapped)} times"
+        for spec, one, batched_trial, run_dir in zip(specs, alone, together, dirs):
+            assert not isinstance(batched_trial, BaseException), batched_trial
+            assert batched_trial["run_id"] == spec.run_id and batched_trial["evaluation_split"] == "validation"
+            assert batched_trial["method_hyperparameters"] == one["method_hyperparameters"]
+            log = (run_dir / "log.txt").read_text()
+            assert "trained in a batch of trials" in log and "the vectorised step failed" not in log, log
             if step == "per-member":  # the same computation: every metric and margin bit for bit
-                assert batched["metrics"] == one["metrics"]
+                assert batched_trial["metrics"] == one["metrics"]
                 assert _margins(run_dir).equals(_margins(root / method / "alone" / spec.run_id))
             else:
-                assert abs(batched["metrics"]["acc"] - one["metrics"]["acc"]) <= ACCURACY_TOLERANCE
+                assert abs(batched_trial["metrics"]["acc"] - one["metrics"]["acc"]) <= ACCURACY_TOLERANCE
                 difference = (_margins(run_dir) - _margins(root / method / "alone" / spec.run_id)).abs().max()
                 assert difference <= MARGIN_TOLERANCE
+
+
+def test_tune_help_names_the_methods_that_declare_batches(capsys):
+    """The help's list is the declarations' (methods/specs), not a copy that goes stale."""
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    declared = [declaration(m).display_name for m in BUILTIN_METHODS if declaration(m).batches_trials]
+    assert {"ProtoPNet", "vMFProto"} <= set(declared)
+    assert f"the suite's methods that declare it: {', '.join(declared)};" in text
 
 
 def test_a_member_that_fails_leaves_the_others_training(tuning, monkeypatch):

@@ -1,6 +1,8 @@
 """The tests' tuning grid: the tiny grid with vMFProto and ProtoPNet at two epochs each, seeds 0
 and 1, and a [tuning] table (a narrowed space for vMFProto). 16 images per class, so that the
-test split holds the 30 images the per-image paired test needs (reports.stats.MIN_IMAGES)."""
+test split holds the 30 images the per-image paired test needs (reports.stats.MIN_IMAGES).
+``write_batched_grid``: ProtoPNet's cosine head, the other setting checked under ``tune --batch K``
+(seed 0, two epochs and a push), in a grid of its own so the tuning grid's counts stay."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,14 +19,28 @@ TUNING_SWEEP = [
                                             "last_layer_epochs": 1}, "seed": [0, 1]},
 ]
 
+BATCHED_SWEEP = [
+    {"method": "protopnet", "method_args": {"similarity": "cosine", "warm_epochs": 1, "joint_epochs": 1,
+                                            "push_epochs": [0], "last_layer_epochs": 1}, "seed": [0]},
+]
+DATASET_ARGS = {"classes": 4, "images_per_class": 16, "seed": 0}
+
 
 def write_tuning_grid(path: Path, data_root: Path, tuning: str = "", *, keys: str = "") -> Path:
     """The grid file; ``keys``: lines of the [tuning] table itself, ``tuning``: text after it (in
     the [tuning.space.vmfproto] table, or tables of its own)."""
     write_tiny_grid(path, "tun", data_root, device="cpu", sweep=TUNING_SWEEP, without=["method"],
-                    dataset_args={"classes": 4, "images_per_class": 16, "seed": 0})
+                    dataset_args=DATASET_ARGS)
     path.write_text(path.read_text() + "[tuning]\nsampler = \"tpe\"\n" + keys
                     + "[tuning.space.vmfproto]\ntau = { kind = \"uniform\", low = 0.2, high = 0.8 }\n" + tuning)
+    return path
+
+
+def write_batched_grid(path: Path, data_root: Path) -> Path:
+    """The grid of ``BATCHED_SWEEP`` with a [tuning] table (each method's own space)."""
+    write_tiny_grid(path, "bat", data_root, device="cpu", sweep=BATCHED_SWEEP, without=["method"],
+                    dataset_args=DATASET_ARGS)
+    path.write_text(path.read_text() + "[tuning]\nsampler = \"tpe\"\n")
     return path
 
 
