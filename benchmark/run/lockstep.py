@@ -71,8 +71,9 @@ def schedule_signature(method: PrototypeMethod) -> list[tuple[Any, ...]]:
 
 
 def check_lockstep(methods: Sequence[PrototypeMethod]) -> None:
-    """Members must be of one class with one schedule and the same loss terms switched on (the
-    vectorised step runs the first member's code on every member's parameters)."""
+    """Members must be of one class with one schedule (the vectorised step runs the first member's
+    code on every member's parameters; members that switch different loss terms on step one by
+    one, :func:`_step`)."""
     first = methods[0]
     for other in methods[1:]:
         if type(other) is not type(first) or schedule_signature(other) != schedule_signature(first):
@@ -249,6 +250,10 @@ def _step(active: list[Member], batches: list[TokenBatch], losses: dict[int, Ste
     assert stage is not None
     if stage.trains:
         stepped = False
+        if vectorised and len(active) > 1 and len({_terms_used(m.method) for m in active}) > 1:
+            # the vectorised step runs the first member's code: its `uses` would decide every member's terms
+            log("the trials switch different loss terms on (a weight of 0); stepping each trial on its own")
+            vectorised = False
         if vectorised and len(active) > 1:
             try:
                 with autocast(precision, device):
@@ -271,6 +276,11 @@ def _step(active: list[Member], batches: list[TokenBatch], losses: dict[int, Ste
         if m.outcome is None:
             _turn(m, device, lambda m=m, batch=batch: _after_step(m, batch, epoch, precision, device))
     return vectorised
+
+
+def _terms_used(method: PrototypeMethod) -> frozenset[str]:
+    """The loss terms ``method`` computes (``uses``: a non-zero weight)."""
+    return frozenset(term for term in method.loss_weights if method.uses(term))
 
 
 def _whole_step(m: Member, batch: TokenBatch, losses: StepLosses, epoch: int, precision: str,

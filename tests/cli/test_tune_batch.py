@@ -126,6 +126,21 @@ def test_a_member_that_fails_leaves_the_others_training(tuning, monkeypatch):
     assert (dirs[0] / "result.json").exists()
 
 
+def test_trials_that_switch_different_terms_on_step_one_by_one(tuning):
+    """The vectorised step runs the first trial's code, whose ``uses`` decides which terms every
+    trial computes: a first trial with λ_ppd = 0 would drop the others' L_ppd. Such a batch steps
+    each trial on its own, so the second trial equals the trial trained alone bit for bit."""
+    root, grid = tuning
+    specs = _specs(grid, "vmfproto", 2)
+    specs[0] = specs[0].with_overrides(method_args={**specs[0].method_args, "lambda_ppd": 0.0})
+    cache = root / "cache"
+    alone = execute_run(specs[1], root / "terms" / "alone" / specs[1].run_id, cache_root=cache, progress=False)
+    dirs = [root / "terms" / "batch" / s.run_id for s in specs]
+    together = run_batch(specs, dirs, cache_root=cache, loaded=Loaded(), hooks=[None] * 2, step="vectorised")
+    assert together[1]["metrics"] == alone["metrics"]
+    assert "switch different loss terms on" in (dirs[1] / "log.txt").read_text()
+
+
 def _summaries(runs: Path) -> dict[str, dict]:
     return {json.loads(p.read_text())["cell"]["method"]: json.loads(p.read_text())
             for p in sorted((runs / "tun.tuning").glob("*/summary.json"))}
