@@ -8,11 +8,12 @@ import time
 from benchmark.cli.common import add_grid_options, add_only_option, cache_root_of, grid_overrides, runs_root_of
 from benchmark.errors import ProtobenchError
 from benchmark.grid import load_grid, select_runs
-from methods.registry import batching_methods
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``tune`` to ``sub``."""
+    from methods.registry import batching_methods  # the declarations only (no torch), when the parser is built
+
     p = sub.add_parser("tune", help="tune every method of a grid on the validation split, with the same budget each "
                                     "(one Optuna study per dataset × backbone × method × J × variant)")
     p.add_argument("grid", help="grid TOML file (its [tuning] table: docs/guides/tuning.md)")
