@@ -56,6 +56,11 @@ def print_perf(rows: list[dict[str, Any]], baseline: int) -> None:
                                _spread_text(phase["step_seconds"]), _spread_text(ratio, ".2f") if ratio else "—",
                                "", "")
     console.print(stages)
+    frozen = [f"{r['method']} {1e3 * r['frozen_features_seconds_per_image']:.3f} ms/image" for r in rows
+              if r.get("frozen_features_seconds_per_image") is not None]
+    if frozen:
+        console.print(escape("frozen per-image features, once per run before the epochs (the gate of the frozen "
+                             "view): " + ", ".join(frozen)))
     if "epoch_seconds_recomputing_trunk" in first:
         console.print(escape(f"bare trunk: {first['trunk_images_per_second']:.1f} img/s; {first['method']} epoch recomputing "
                       f"the trunk: {first['epoch_seconds_recomputing_trunk']:.3f} s = "

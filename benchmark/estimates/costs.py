@@ -55,17 +55,21 @@ class Measurement:
     evaluate_seconds: float
     trunk_images_per_second: float
     device: str
+    frozen_seconds_per_image: float = 0.0  # the method's frozen per-image features (0: none, or not measured)
 
     def run_seconds(self, spec: RunSpec, train_images: int, test_images: int) -> float:
         """Seconds of ``spec`` at this measurement's shape: per stage, epochs × measured step
         seconds per image × training images; hooks × training images / measured training
         images (push and last-layer passes read the training split; under offline40 push reads
         the clean split, so this is an upper bound); evaluation × test images / measured test
-        images."""
+        images; the frozen per-image features once per image of the training split and of each
+        test view (clean, and noisy for part-annotated sets)."""
         steps = sum(epochs * self.step_seconds_per_image.get(name, self.step_seconds_per_image[self.last_stage])
                     for name, epochs in stage_epochs(spec)) * train_images
+        views = 2 if spec.has_part_annotations else 1
         return (steps + self.hook_seconds * train_images / self.train_images
-                + self.evaluate_seconds * test_images / self.test_images)
+                + self.evaluate_seconds * test_images / self.test_images
+                + self.frozen_seconds_per_image * (train_images + views * test_images))
 
 @dataclass(frozen=True)
 class TuningMeasurement:
@@ -173,7 +177,8 @@ def _measurement(row: dict[str, Any]) -> Measurement:
         last_stage=str(row.get("last_training_stage", stages[-1]["name"])),
         hook_seconds=sum(float(s["on_stage_start_seconds"]) + float(s["on_epoch_end_seconds"]) for s in stages),
         evaluate_seconds=float(row["evaluate_seconds"]),
-        trunk_images_per_second=float(row["trunk_images_per_second"]), device=str(row["device"]))
+        trunk_images_per_second=float(row["trunk_images_per_second"]), device=str(row["device"]),
+        frozen_seconds_per_image=float(row.get("frozen_features_seconds_per_image") or 0.0))  # older files: none
 
 PERF_FIELDS = ("run", "method_name", "backbone", "tokens", "embed_dim", "classes", "prototypes_per_class",
                "train_images", "test_images", "stages", "evaluate_seconds", "trunk_images_per_second", "device")

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from benchmark.backbones import FrozenTrunk
+from benchmark.cache.frozen import WithFrozenFeatures, compute_frozen_features
 from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.grid import GridSpec, parse_grid
@@ -205,6 +206,16 @@ def _evaluate_seconds(prep: Prepared, cache_root: Path) -> tuple[float, int]:
     return seconds, len(clean)
 
 
+def _frozen_features_seconds(prep: Prepared, cached: Any) -> float | None:
+    """Seconds of the method's frozen per-image features over the training split (vMFProto's gate:
+    its attention map refined by a PCA, ``eigh``), computed once per run before its epochs; None
+    for a method without any. Timed again here, warm, apart from opening the cache entry."""
+    if not isinstance(cached, WithFrozenFeatures):
+        return None
+    return timed(prep.device, lambda: compute_frozen_features(
+        cached.source, prep.method.frozen_features, batch_size=prep.spec.eval_batch_size, device=prep.device))
+
+
 def _describe(prep: Prepared) -> str:
     spec = prep.spec
     return f"{spec.method} J={spec.prototypes_per_class}" + ("" if spec.variant == "default" else f" [{spec.variant}]")
@@ -229,9 +240,10 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
     trunk_seconds, head_seconds = seconds[0], seconds[1:]
 
     # hooks, in schedule order, with warm-up steps of every stage
-    walked = []
+    walked, frozen_seconds = [], []
     for k, prep in enumerate(preps):
         cached = prep.train_source(cache_root)
+        frozen_seconds.append(_frozen_features_seconds(prep, cached))
         contenders, stages = _walk_schedule(k, prep, cached, warmup)
         walked.append((cached, contenders, stages))
     steppers = [c for _, contenders, _ in walked for phases in contenders for c, _ in phases]
@@ -292,6 +304,8 @@ def measure(preps: list[Prepared], cache_root: Path, *, warmup: int = WARMUP_BAT
                 [t / h for t, h in zip(trunk_seconds, head_seconds[k])]).to_json(),
             "stages": stages,
             "evaluate_seconds": evaluate_s,
+            # once per run, over the training split (and again over the test views in evaluation)
+            "frozen_features_seconds_per_image": None if frozen_seconds[k] is None else frozen_seconds[k] / len(cached),
         }
         row["inference_measurement_fault"] = inference_fault(row["inference_ratio_method_over_trunk"])
         if mine is not None:

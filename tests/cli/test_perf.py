@@ -118,6 +118,8 @@ def test_every_stage_hook_and_evaluation_is_timed(measured) -> None:
     assert nppp["epoch_ratio_over_baseline"]["median"] == 1.0  # baseline=1: NPPP over itself
     assert "epoch_seconds_recomputing_trunk" in vmf and "epoch_seconds_recomputing_trunk" not in nppp
     assert (vmf["classes"], vmf["prototypes_per_class"], vmf["embed_dim"], vmf["tokens"]) == (3, 2, 48, 256)
+    # vMFProto's gate is computed once per run (frozen features); NPPP has none
+    assert vmf["frozen_features_seconds_per_image"] > 0 and nppp["frozen_features_seconds_per_image"] is None
 
 
 def test_plan_reads_what_perf_writes(measured, tmp_path: Path) -> None:

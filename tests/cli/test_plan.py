@@ -254,6 +254,15 @@ def test_measured_costs_replace_the_papers(tmp_path: Path) -> None:
     assert run_epochs(grid_of().runs[0]) == 20
 
 
+def test_measured_frozen_features_are_charged_once_per_training_image_and_test_view(tmp_path: Path) -> None:
+    plain, gated = tmp_path / "plain.json", tmp_path / "gated.json"
+    plain.write_text(json.dumps([perf_row()]))
+    gated.write_text(json.dumps([perf_row(frozen_features_seconds_per_image=0.01)]))
+    (without,), (with_gate,) = (make_plan(grid_of(), ClusterProfile(), load_perf(p)).runs for p in (plain, gated))
+    # CUB: 5,994 training images, 5,794 test images in two views (clean and noisy: part annotations)
+    assert (with_gate.hours - without.hours) * 3600 == pytest.approx(0.01 * (5994 + 2 * 5794))
+
+
 def test_other_shapes_are_scaled_by_block_and_head_flops(tmp_path: Path) -> None:
     path = tmp_path / "perf.json"
     path.write_text(json.dumps([perf_row(classes=10)]))
