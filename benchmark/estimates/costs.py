@@ -81,13 +81,18 @@ class TuningMeasurement:
     sequential_s: float
     packed_s: float
     batched_s: float | None
+    # the median over repeats of each mode's seconds ÷ the sequential seconds of the same repeat
+    # (``packed_over_sequential``, ``batched_over_sequential``); absent: the medians' ratio
+    paired: tuple[tuple[str, float], ...] = ()
 
     def factor(self) -> tuple[float, str]:
-        """The cheaper of packed and batched trials over sequential ones, and which it is."""
-        modes = [("packed", self.packed_s)] + ([(f"batched, --batch {self.k}", self.batched_s)]
-                                               if self.batched_s is not None else [])
-        name, seconds = min(modes, key=lambda mode: mode[1])
-        return seconds / self.sequential_s, name
+        """The cheaper of packed and batched trials over sequential ones, and which it is: the
+        ratio measured side by side in each repeat (its median), else the ratio of the medians."""
+        ratios = dict(self.paired)
+        modes = [("packed", self.packed_s)] + ([("batched", self.batched_s)] if self.batched_s is not None else [])
+        name, ratio = min(((mode, ratios.get(mode, seconds / self.sequential_s)) for mode, seconds in modes),
+                          key=lambda mode: mode[1])
+        return ratio, "packed trials" if name == "packed" else f"batched trials (--batch {self.k})"
 
 
 @dataclass(frozen=True)
@@ -201,10 +206,12 @@ def _tuning_measurements(path: Path, document: Any) -> tuple[TuningMeasurement, 
             raise ProtobenchError(f"perf file {str(path)!r}: tuning row {row.get('method', '?')!r} lacks "
                                   f"{', '.join(missing)}; measure again with `protobench perf GRID --tuning K --out FILE`")
         try:
+            paired = tuple((mode, float(row[f"{mode}_over_sequential"]["median"])) for mode in ("packed", "batched")
+                           if isinstance(row.get(f"{mode}_over_sequential"), dict))
             measurement = TuningMeasurement(str(row["method"]), int(row["k"]), float(row["sequential_s"]),
                                             float(row["packed_s"]),
-                                            None if row["batched_s"] is None else float(row["batched_s"]))
-        except (TypeError, ValueError) as err:
+                                            None if row["batched_s"] is None else float(row["batched_s"]), paired)
+        except (TypeError, ValueError, KeyError) as err:
             raise ProtobenchError(f"perf file {str(path)!r}: tuning row {row.get('method', '?')!r} is malformed "
                                   f"({err}); write it with `protobench perf --tuning K --out`") from err
         if not measurement.sequential_s > 0:

@@ -46,7 +46,7 @@ def tuning_costs(grid: GridSpec, profile: ClusterProfile, costs: Costs, trials: 
         if measured is not None:
             factor, mode = measured
             hours *= factor
-            ratio = (f"× {factor:.2f} ({mode} over sequential trials, perf --tuning"
+            ratio = (f"× {factor:.2f} ({mode} over sequential ones, perf --tuning"
                      + (" on a CPU" if costs.cpu_measured else "") + ")")
         out.append(CellCost(cell.label, trials, hours, max(profile.shape_for(spec).gpus_per_node, 1), source, ratio))
     return out

@@ -16,7 +16,7 @@ from benchmark.grid import load_grid, parse_grid
 from benchmark.estimates.costmodel import CALIBRATION_EPOCH_SECONDS, Calibration, CostModel, Device
 from benchmark.estimates.costs import PAPER_SHAPE, PAPER_TRUNK_DEPTH, load_perf, model_costs
 from benchmark.estimates.plan import GB, make_plan, training_reads
-from benchmark.estimates.workload import Shape, augmentation_factor, run_epochs, split_images, trunk_macs
+from benchmark.estimates.workload import Shape, run_epochs, split_images, trunk_macs
 from methods.registry import list_methods
 
 REPO = Path(__file__).resolve().parents[2]
@@ -330,3 +330,18 @@ def test_a_cpu_measurement_is_flagged_and_a_gpu_one_is_not(tmp_path: Path) -> No
     assert not load_perf(gpu).cpu_measured and load_perf(gpu).cpu_caution() is None
     assert load_perf(cpu).cpu_measured
     assert "not A100 figures" in load_perf(cpu, "A100").cpu_caution()
+
+
+def test_a_tuning_ratio_is_the_median_of_the_side_by_side_ratios(tmp_path: Path) -> None:
+    """Repeats 87/84, 97/85, 91/91 s (sequential/batched): the medians' ratio 85/91 = 0.93 mixes repeats;
+    the plan charges the median of each repeat's own ratio, 0.97 (files without it: the medians' ratio)."""
+    sequential, batched = [87.0, 97.0, 91.0], [84.0, 85.0, 91.0]
+    ratios = sorted(b / s for b, s in zip(batched, sequential))
+    row = {"method": "vmfproto", "k": 8, "sequential_s": 91.0, "packed_s": 95.0, "batched_s": 85.0,
+           "batched_over_sequential": {"median": ratios[1]}, "packed_over_sequential": {"median": 1.01}}
+    path = tmp_path / "perf.json"
+    path.write_text(json.dumps({"rows": [perf_row()], "tuning": [row]}))
+    assert load_perf(path).tuning_factor("vmfproto") == (pytest.approx(84 / 87), "batched trials (--batch 8)")
+    del row["batched_over_sequential"], row["packed_over_sequential"]
+    path.write_text(json.dumps({"rows": [perf_row()], "tuning": [row]}))
+    assert load_perf(path).tuning_factor("vmfproto") == (pytest.approx(85 / 91), "batched trials (--batch 8)")

@@ -223,7 +223,7 @@ def test_perf_tuning_rows_and_the_plan_that_reads_them(tuning, capsys):
     for method, row in rows.items():
         factor = min(row["packed_s"], row["batched_s"]) / row["sequential_s"]
         line = next(line for line in plan.splitlines() if line.strip().startswith(method))
-        assert f"× {factor:.2f} (" in line and "over sequential trials, perf --tuning on a CPU)" in line
+        assert f"× {factor:.2f} (" in line and "over sequential ones, perf --tuning on a CPU)" in line
     # measured on this CPU: the plan says its seconds and ratios are not the GPU model's
     assert "caution: the perf file was measured on a CPU" in plan and "not H100 figures" in plan
 
