@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``plan``, ``perf`` and ``doctor`` to ``sub``."""
+    from benchmark.tuning.config import BATCH_STEPS  # no torch; imported when the parser is built (reports' floor)
+
     p = sub.add_parser("plan", help="runs, job arrays, token caches and GPU-hours of a grid, before submitting")
     p.add_argument("grid", help="grid TOML file, e.g. benchmark/grids/cub_main.toml")
     p.add_argument("--profile", help="cluster profile TOML: job shapes (default: one shape)")
@@ -67,7 +69,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         "(`tune --batch K`); --out then writes {\"rows\": …, \"tuning\": …}, which `plan --perf "
                         "--tuning-trials` reads (docs/guides/tuning.md)")
     p.add_argument("--repeats", type=int, default=1, help="repeats of the --tuning timings (default 1)")
-    p.add_argument("--batch-step", choices=["auto", "vectorised", "per-member"], default="auto",
+    p.add_argument("--batch-step", choices=BATCH_STEPS, default="auto",
                    help="the batched trials' step, as `tune --batch-step` (default auto)")
     add_run_options(p)
     p.set_defaults(func=cmd_perf)

@@ -12,6 +12,7 @@ from benchmark.grid import load_grid, select_runs
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``tune`` to ``sub``."""
+    from benchmark.tuning.config import BATCH_STEPS  # no torch; imported when the parser is built (reports' floor)
     from methods.registry import batching_methods  # the declarations only (no torch), when the parser is built
 
     p = sub.add_parser("tune", help="tune every method of a grid on the validation split, with the same budget each "
@@ -30,7 +31,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         f"ordinary trial (the suite's methods that declare it: {', '.join(batching_methods())}; "
                         "an installed method as it declares; the others run one by one and say so; the "
                         "sampler's TPE then uses constant liar; default 1)")
-    p.add_argument("--batch-step", choices=["auto", "vectorised", "per-member"], default="auto",
+    p.add_argument("--batch-step", choices=BATCH_STEPS, default="auto",
                    help="the step of a batch: one vectorised pass over the K parameter sets (torch.func.vmap) or "
                         "each trial's own step on the shared batch; auto: vectorised on a GPU, per member on a CPU")
     add_grid_options(p)

@@ -173,7 +173,9 @@ class Prepared:
             source = opened()
         else:  # a packed worker: opened (and read into memory) once per cell
             key = (type(dataset).__name__, dataset.split, view, str(cache_root), early_block, self.method.reads)
-            source = self.loaded.sources.get(key) or self.loaded.sources.setdefault(key, opened())
+            if key not in self.loaded.sources:
+                self.loaded.sources[key] = opened()
+            source = self.loaded.sources[key]
         return with_frozen_features(source, self.method.frozen_features, batch_size=spec.eval_batch_size,
                                     device=self.device)
 
@@ -302,11 +304,7 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
     done = rd.result()  # finished by another process between the first look and the lock
     if done is not None:
         return done
-    rd.remove_stale_temp_files()
-    check_runs_space(rd.path)
-    atomic_write_checked(rd.spec_path, json_bytes(spec.to_json()))
-    rd.failure_path.unlink(missing_ok=True)
-    rd.pruned_path.unlink(missing_ok=True)
+    open_run_dir(rd, spec)
     with rd.log_path.open("a") as logfile, Progress(progress) as bars:
         echo = log or bars.printer()
 
@@ -319,16 +317,32 @@ def _locked_run(spec: RunSpec, rd: RunDir, cache_root: Path | None, progress: bo
             with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
                 return _execute(spec, rd, cache_root, bars, say, stop_after_epoch, allow_code_change,
                                 tensorboard_dir, on_validation_epoch, loaded)
-        except Pruned as pruned:  # never resumed: a later trial with these values trains afresh
-            say(str(pruned))
-            rd.checkpoint_path.unlink(missing_ok=True)
-            atomic_write_checked(rd.pruned_path, json_bytes({
-                "epoch": pruned.epoch, "validation_acc": pruned.score, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        except Pruned as pruned:
+            record_pruned(rd, pruned, say)
             raise
         except BaseException as err:
             if not isinstance(err, (KeyboardInterrupt, SystemExit, TrainingInterrupted)):
                 record_failure(rd, err, say)
             raise
+
+
+def open_run_dir(rd: RunDir, spec: RunSpec) -> None:
+    """A locked run directory made ready for an attempt: stale temporary files gone, free space
+    checked, ``spec.json`` written, an earlier attempt's failure or pruning record removed."""
+    rd.remove_stale_temp_files()
+    check_runs_space(rd.path)
+    atomic_write_checked(rd.spec_path, json_bytes(spec.to_json()))
+    rd.failure_path.unlink(missing_ok=True)
+    rd.pruned_path.unlink(missing_ok=True)
+
+
+def record_pruned(rd: RunDir, pruned: Pruned, say: Callable[[str], None]) -> None:
+    """A pruned trial: said in the log, its checkpoint removed (never resumed: a later trial with
+    these values trains afresh) and ``pruned.json`` (epoch, validation accuracy) written."""
+    say(str(pruned))
+    rd.checkpoint_path.unlink(missing_ok=True)
+    atomic_write_checked(rd.pruned_path, json_bytes({
+        "epoch": pruned.epoch, "validation_acc": pruned.score, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
 
 
 def record_failure(rd: RunDir, err: BaseException, say: Callable[[str], None]) -> None:
@@ -363,29 +377,38 @@ def _execute(spec: RunSpec, rd: RunDir, cache_root: Path | None, bars: Progress,
     train_src, clean_src = data.train, data.clean
     wall["token_cache"] = time.perf_counter() - tic
 
-    epoch_log = EpochLog(rd.metrics_path)
     board = TensorBoardLog(tensorboard_dir) if tensorboard_dir is not None else None
+    try:
+        report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
+                       checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
+                       stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
+                       on_epoch_end=epoch_recorder(rd, prep, data, say, on_validation_epoch, board),
+                       clean_source=clean_src, precision=spec.precision, checkpoint_every=spec.checkpoint_every)
+    finally:
+        if board is not None:
+            board.close()
+    return finish_run(spec, rd, prep, data, report, wall, say)
+
+
+def epoch_recorder(rd: RunDir, prep: Prepared, data: RunData, say: Callable[[str], None],
+                   on_validation_epoch: EpochScoreHook | None,
+                   board: TensorBoardLog | None = None) -> Callable[[EpochRecord], None]:
+    """What a run does after each epoch: append it to ``metrics.jsonl`` (and TensorBoard), and,
+    for a pruned tuning trial, score the validation split and hand the score to the hook (which may
+    raise :class:`Pruned`; before the epoch's checkpoint: a pruned trial writes none)."""
+    spec, epoch_log = prep.spec, EpochLog(rd.metrics_path)
 
     def record_epoch(record: EpochRecord) -> None:
         epoch_log.append(record)
         if board is not None:
             board.append(record)
-        if on_validation_epoch is not None:  # before the epoch's checkpoint: a pruned trial writes none
+        if on_validation_epoch is not None:
             score = validation_accuracy(prep.method, data.evaluation, batch_size=spec.eval_batch_size,
                                         device=prep.device, precision=spec.precision)
             say(f"epoch {record.epoch}: validation acc {score:.2f}")
             on_validation_epoch(record.epoch, score)
 
-    try:
-        report = train(prep.method, train_src, seed=spec.seed, batch_size=spec.batch_size, device=prep.device,
-                       checkpoint_path=rd.checkpoint_path, log=say, progress=bars,
-                       stop_after_epoch=stop_after_epoch, allow_code_change=allow_code_change,
-                       on_epoch_end=record_epoch, clean_source=clean_src, precision=spec.precision,
-                       checkpoint_every=spec.checkpoint_every)
-    finally:
-        if board is not None:
-            board.close()
-    return finish_run(spec, rd, prep, data, report, wall, say)
+    return record_epoch
 
 
 def finish_run(spec: RunSpec, rd: RunDir, prep: Prepared, data: RunData, report: TrainingReport,

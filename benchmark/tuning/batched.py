@@ -22,16 +22,14 @@ from typing import Any
 from benchmark.config import RunSpec
 from benchmark.method_lookup import declaration
 from benchmark.progress import NO_PROGRESS
-from benchmark.run.epoch_score import EpochScoreHook, Pruned, validation_accuracy
-from benchmark.run.epochlog import EpochLog
+from benchmark.run.epoch_score import EpochScoreHook, Pruned
 from benchmark.run.lockstep import Member, train_lockstep
-from benchmark.run.runner import (Loaded, Prepared, execute_run, finish_run, prepare, record_failure)
+from benchmark.run.runner import (Loaded, Prepared, epoch_recorder, execute_run, finish_run, open_run_dir, prepare,
+                                  record_failure, record_pruned)
 from benchmark.run.run_data import RunData, run_data
-from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
-from benchmark.run.training import EpochRecord, _rng_state, _set_rng_state, deterministic_algorithms
+from benchmark.run.store import RunDir, run_lock
+from benchmark.run.training import _rng_state, _set_rng_state, deterministic_algorithms
 from methods.common.precision import matmul_precision
-
-STEPS = ("auto", "vectorised", "per-member")
 
 
 @dataclass
@@ -94,11 +92,7 @@ def _open(stack: ExitStack, spec: RunSpec, rd: RunDir, hook: EpochScoreHook | No
     """The run directory as ``execute_run`` opens it: locked, stale files gone, ``spec.json``
     written, the log appended to."""
     stack.enter_context(run_lock(rd.path))
-    rd.remove_stale_temp_files()
-    check_runs_space(rd.path)
-    atomic_write_checked(rd.spec_path, json_bytes(spec.to_json()))
-    rd.failure_path.unlink(missing_ok=True)
-    rd.pruned_path.unlink(missing_ok=True)
+    open_run_dir(rd, spec)
     logfile = stack.enter_context(rd.log_path.open("a"))
 
     def say(line: str) -> None:
@@ -141,17 +135,8 @@ def _prepare(trial: _Trial, cache_root: Path | None, loaded: Loaded | None) -> N
     trial.data = data = run_data(prep, cache_root, NO_PROGRESS)
     wall["token_cache"] = time.perf_counter() - tic
     trial.wall = wall
-    epoch_log = EpochLog(trial.rd.metrics_path)
-
-    def record_epoch(record: EpochRecord) -> None:
-        epoch_log.append(record)
-        if trial.hook is not None:
-            score = validation_accuracy(prep.method, data.evaluation, batch_size=spec.eval_batch_size,
-                                        device=prep.device, precision=spec.precision)
-            trial.say(f"epoch {record.epoch}: validation acc {score:.2f}")
-            trial.hook(record.epoch, score)
-
-    trial.member = Member(prep.method, data.train, data.clean, on_epoch_end=record_epoch, log=trial.say)
+    trial.member = Member(prep.method, data.train, data.clean, log=trial.say,
+                          on_epoch_end=epoch_recorder(trial.rd, prep, data, trial.say, trial.hook))
 
 
 def _finish(trial: _Trial) -> dict[str, Any] | BaseException:
@@ -163,11 +148,7 @@ def _finish(trial: _Trial) -> dict[str, Any] | BaseException:
         return trial.error
     rd, say = trial.rd, trial.say
     if isinstance(member.outcome, Pruned):
-        say(str(member.outcome))
-        rd.checkpoint_path.unlink(missing_ok=True)
-        atomic_write_checked(rd.pruned_path, json_bytes({
-            "epoch": member.outcome.epoch, "validation_acc": member.outcome.score,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        record_pruned(rd, member.outcome, say)
         return member.outcome
     if member.outcome is not None:
         record_failure(rd, member.outcome, say)

@@ -39,6 +39,8 @@ TUNING_KEYS = ("trials", "sampler", "objectives", "seed", "validation_fraction",
 SAMPLERS = ("tpe", "random", "nsga2")
 HYPERPARAMETERS = ("default", "tuned")
 OBJECTIVES = ("acc", "con", "dis", "comp", "purity", "loc")  # validation metrics a study may maximise
+#: a batch's training step (``tune --batch-step``, ``perf --batch-step``; benchmark/tuning/batched.py)
+BATCH_STEPS = ("auto", "vectorised", "per-member")
 
 
 @dataclass(frozen=True)

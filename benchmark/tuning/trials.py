@@ -59,7 +59,7 @@ class WorkerSettings:
     grace_s: float = GRACE_S
     log: Callable[[str], None] = print
     batch: int = 1  # trials asked and trained together (methods that declare batches_trials)
-    batch_step: str = "auto"  # the batched step: benchmark.tuning.batched.STEPS
+    batch_step: str = "auto"  # the batched step: benchmark.tuning.config.BATCH_STEPS
     packed: bool = True  # keep the cell's trunk and token sources loaded across trials
 
 
