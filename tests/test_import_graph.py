@@ -270,6 +270,20 @@ def test_reading_and_validation_load_no_torch_and_say_the_same_without_it(argv: 
         assert free[0] == 0, free[2]
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "j0.toml", "--batch", "0"], "--batch 0 must be ≥ 1"),
+    (["perf", "j0.toml", "--tuning", "0"], "--tuning 0 must be ≥ 1"),
+    (["perf", "j0.toml", "--repeats", "0"], "--repeats 0 must be ≥ 1"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
+def test_a_bad_tuning_option_is_refused_without_torch(argv: list[str], message: str, tmp_path: Path) -> None:
+    """The options of batched and timed tuning are refused before the training stack is imported,
+    with the same words when it is blocked."""
+    (tmp_path / "j0.toml").write_text(J0_GRID)
+    free = _cli(argv, blocked=False, cwd=tmp_path)
+    assert free[0] == 2 and message in free[2] and free[3] == "[]", free
+    assert _cli(argv, blocked=True, cwd=tmp_path) == free
+
+
 @pytest.mark.parametrize("argv", [
     ["bundle", "{runs}", "--out", "b"],
     ["site", "{runs}", "--out", "s"],

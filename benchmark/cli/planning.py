@@ -134,9 +134,6 @@ def check_present_data(runs: tuple[RunSpec, ...]) -> None:
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
-    from benchmark.cli.perf_tables import print_perf
-    from benchmark.estimates.perf import measure, paper_scale_grid, prepare_sharing_trunks
-
     if args.paper_scale and args.grid:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
     if args.timed_batches < 1 or args.warmup < 0:
@@ -145,6 +142,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--tuning {args.tuning} must be ≥ 1 (the trials timed per method)")
     if args.repeats < 1:
         raise ProtobenchError(f"--repeats {args.repeats} must be ≥ 1")
+    from benchmark.cli.perf_tables import print_perf  # after the option checks: a bad option costs no torch import
+    from benchmark.estimates.perf import measure, paper_scale_grid, prepare_sharing_trunks
+
     if args.paper_scale:
         grid = paper_scale_grid(overrides=grid_overrides(args))
         runs = select_runs(grid, args.only) if args.only else list(grid.runs)
