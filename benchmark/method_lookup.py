@@ -67,3 +67,9 @@ def build_method(name: str, ctx: MethodContext, **overrides: Any) -> PrototypeMe
     ProtobenchError before any compute."""
     with refusals_as_user_errors():
         return registry.build_method(name, ctx, **overrides)
+
+
+def known_method(name: str) -> bool:
+    """Whether ``name`` names a method here: a registry key (the suite's or an installed package's,
+    from the declarations alone) or an import path ``package.module:Class`` (not imported)."""
+    return ":" in name or name in registry.list_methods()

@@ -172,6 +172,10 @@ class MethodDeclaration:
     batches_trials: bool = False  # PrototypeMethod.batches_trials: `tune --batch K` vectorises its step
     references: tuple[str, ...] = ()
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: what the behaviour probe (benchmark/behaviour/probe.py) may shorten to fit its micro problem:
+    #: epoch counts of phases that repeat the same step, each phase keeping its every event (push,
+    #: EM, program, last layer); empty: the probe runs the declared schedule as it is
+    probe_args: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def adapter_module(self) -> str:
@@ -193,7 +197,7 @@ class MethodDeclaration:
                 found.append(f"{key}: kind {hp.kind!r} is not one of {', '.join(KINDS)}")
             elif (why := hp.problem(hp.default)) is not None:
                 found.append(f"{key}: the default {hp.default!r} {why}")
-        for variant, args in self.variants.items():
+        for variant, args in {**self.variants, "probe_args": self.probe_args}.items():
             for key, value in args.items():
                 hp = self.hyperparameters.get(key)
                 if hp is None or hp.problem(value) is not None:

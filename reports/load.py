@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -65,22 +66,27 @@ def load_runs(inputs: Iterable[str | Path], where: Mapping[str, Sequence[str]] |
 UNVERIFIABLE = "unverifiable"
 
 
-def stale_note(runs: Iterable[tuple[str, object]]) -> str | None:
+def stale_note(runs: Iterable[tuple[str, object]], notes: Mapping[str, str] | None = None) -> str | None:
     """The stale results among ``runs`` (run directory, ``stale`` column), one line each with
-    why, and apart from them the unverifiable ones (own adapters whose code was not imported),
-    for stderr; None when there is none."""
-    runs = [(run_dir, why) for run_dir, why in runs if isinstance(why, str)]
-    stale = [f"  {run_dir}: {why}" for run_dir, why in runs if not why.startswith(UNVERIFIABLE)]
-    unchecked = [f"  {run_dir}: {why}" for run_dir, why in runs if why.startswith(UNVERIFIABLE)]
-    notes = []
+    why, apart from them the unverifiable ones (own adapters whose code was not imported), and the
+    current ones whose code was refactored since (``notes``: run directory → note, one line per
+    note with its count), for stderr; None when there is none."""
+    runs = list(runs)
+    flagged = [(run_dir, why) for run_dir, why in runs if isinstance(why, str)]
+    stale = [f"  {run_dir}: {why}" for run_dir, why in flagged if not why.startswith(UNVERIFIABLE)]
+    unchecked = [f"  {run_dir}: {why}" for run_dir, why in flagged if why.startswith(UNVERIFIABLE)]
+    lines = []
     if stale:
-        notes.append(f"{len(stale)} stale result(s) are included (docs/design/run-identity.md); "
+        lines.append(f"{len(stale)} stale result(s) are included (docs/design/run-identity.md); "
                      "`protobench run GRID --rerun-stale` trains them again (those only scored by other metric "
                      "code: `protobench evaluate RUN_DIR --rescore`):\n" + "\n".join(stale))
     if unchecked:
-        notes.append(f"{len(unchecked)} result(s) of own adapters are unverifiable: reading results never imports "
+        lines.append(f"{len(unchecked)} result(s) of own adapters are unverifiable: reading results never imports "
                      "code a result names (docs/design/run-identity.md, \"Reading results never runs code\"):\n" + "\n".join(unchecked))
-    return "\n".join(notes) or None
+    shown = {str(run_dir) for run_dir, _ in runs}
+    counted = Counter(note for run_dir, note in (notes or {}).items() if run_dir in shown)
+    lines.extend(f"{n} current result(s): {note}" for note, n in sorted(counted.items()))
+    return "\n".join(lines) or None
 
 
 def load_results(runs_dirs: Iterable[str | Path], *, required: bool = True) -> pd.DataFrame:

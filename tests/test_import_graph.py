@@ -249,6 +249,7 @@ def _cli(argv: list[str], *, blocked: bool, cwd: Path) -> tuple[int, str, str, l
     ["agreement", str(FIXTURE_RUNS), "--resamples", "100"],
     ["status", str(FIXTURE_RUNS)],
     ["status", str(FIXTURE_RUNS), "--json"],
+    ["status", str(REPO / "tests" / "benchmark" / "earlier_results")],  # judged by the probe lock
     ["list", "methods"],
     ["run", "j0.toml"],
     ["plan", "j0.toml"],

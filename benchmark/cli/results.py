@@ -197,7 +197,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
     elif args.layout is not None:
         _print_layout_coverage(frame, layout, report.missing)
-    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
     if args.layout is not None and args.against is None and len(report.missing) >= _cell_count(layout):
         print(f"protobench: no result fills any cell of layout {layout.name} (the lines above name the keys that "
               f"matched nothing); pick the layout of these runs (`report --list`) or drop --layout", file=sys.stderr)
@@ -272,15 +272,17 @@ def run_export(args: argparse.Namespace) -> int:
     if args.export_format == "eee":
         return _export_eee(args)
     check_export_path(args.out)
+    notes = None
     if args.per_image:  # each run's rows carry its verdict, as the per-run export's
         records = per_image_records(args.runs_dirs, result_judge(adapter_imports(args)))
     else:
-        records = export_records(mark_stale(load_runs(args.runs_dirs, csv=False), adapter_imports(args)))
+        frame = mark_stale(load_runs(args.runs_dirs, csv=False), adapter_imports(args))
+        records, notes = export_records(frame), frame.attrs.get("code_notes")
     write_export(records, args.out)
     runs = {str(r["run_dir"]): r["stale"] for r in records}
     print(f"wrote {len(records)} row(s) of {len(runs)} run(s) to {args.out}" if args.per_image
           else f"wrote {len(records)} run(s) to {args.out}")
-    _print_stale(stale_note(runs.items()))
+    _print_stale(stale_note(runs.items(), notes))
     return 0
 
 
@@ -298,7 +300,7 @@ def _export_eee(args: argparse.Namespace) -> int:
     files = eee_files(args.runs_dirs, organization=args.organization)
     write_eee(files, args.out)
     print(f"wrote {len(files)} Every Eval Ever record(s) to {args.out}")
-    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
     return 0
 
 
@@ -473,7 +475,7 @@ def run_plot(args: argparse.Namespace) -> int:
         print("caption: " + plot_caption(frame, series, x=args.x or "J", hue=args.hue, facet=args.facet).replace("\u00a0", " "))
     for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
         print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
-    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"])))
+    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
     return 0
 
 

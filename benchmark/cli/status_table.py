@@ -15,7 +15,7 @@ from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.progress import output_console
 from benchmark.run.epochlog import read_epoch_log
-from benchmark.run.identity import rescoring, staleness
+from benchmark.run.identity import CodeState, code_state, rescoring
 from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_unverifiable
 from benchmark.run.store import LOCK_TEXT, RunDir, UnreadableRunFile, find_run_dirs, load_json, lock_holder, read_json
 from benchmark.run.states import ATTEMPT_FILE, latest_job
@@ -80,7 +80,8 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None,
             unreadable.append(str(UnreadableRunFile(rd.result_path, "its metrics or diagnostics are not the "
                                                     "records the suite writes")))
             result = None
-        stale = staleness(result, adapters=adapters, run_dir=rd.path) if result is not None else None
+        code = code_state(result, adapters=adapters, run_dir=rd.path) if result is not None else CodeState()
+        stale = code.stale
         rescore = rescoring(result) if result is not None and not stale else None
         state = ("stale" if stale and not is_unverifiable(stale) else "done") if result is not None \
             else "unreadable" if rd.result_path.exists() else rd.state
@@ -93,7 +94,7 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None,
         progress = running_progress(rd, spec, holder, adapters) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
-                        "rescore": rescore,
+                        "rescore": rescore, "code_note": code.note,
                         "method_display_name": _display_name(str(spec.get("method", "?")), result, adapters),
                         "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
                         "unreadable": unreadable, "progress": progress})
@@ -237,6 +238,8 @@ def print_status(root: Path, console: Console | None = None, extra_states: dict[
         else:
             console.print(f"[yellow]stale[/yellow] {escape(str(path))}: {escape(why)} "
                           "(`run GRID --rerun-stale` trains the grid's stale runs again)")
+    for note, n in sorted(Counter(r["code_note"] for r in records if r["code_note"] is not None).items()):
+        console.print(f"{n} current result(s): {note}", markup=False)
     for record in records:
         if record["rescore"] is not None:
             console.print(f"[yellow]rescore[/yellow] {escape(record['path'])}: "

@@ -6,11 +6,15 @@ Two things name a result (docs/design/run-identity.md):
   result and the method's hyperparameters *with their defaults filled in*
   (:meth:`benchmark.config.RunSpec.identity`), so a changed value, a changed default
   included, is another run;
-- the **method fingerprint** hashes the source files that define the method: the module (or
-  package) of its adapter class and, transitively, every module it imports from the suite's
-  ``methods/`` package or from the adapter's own package. A result whose fingerprint is not
-  the current code's is **stale**: kept and shown, flagged by every reader, never silently
-  reused (``run`` skips it unless ``--rerun-stale``).
+- the **method fingerprint** (source digest) hashes the source files that define the method: the
+  module (or package) of its adapter class and, transitively, every module it imports from the
+  suite's ``methods/`` package or from the adapter's own package, with the harness modules its
+  behaviour probe runs (:data:`PROBED_HARNESS_MODULES`). A result whose fingerprint is not the
+  current code's is judged by **behaviour** where the method's package keeps a probe lock
+  (benchmark/behaviour/): it reads current ("code refactored since; behaviour identical") when
+  the lock records both digests with one behaviour and one blind digest (the code the probe cannot
+  see, byte for byte), and **stale** otherwise: kept and shown, flagged by every reader, never
+  silently reused (``run`` skips it unless ``--rerun-stale``). Without a lock, any edit is stale.
 
 A result written before the run id covered resolved hyperparameters has no fingerprint and
 lies under its earlier run id: it reads stale ("earlier version").
@@ -27,6 +31,7 @@ import hashlib
 import importlib.util
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +42,7 @@ from benchmark.run.own_code import UNVERIFIABLE, NO_IMPORTS, AdapterImports, is_
 from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
 
 if TYPE_CHECKING:
+    from benchmark.behaviour.lock import Lock
     from methods.plugins import Provider
 
 SUITE_METHODS_PACKAGE = "methods"  # the suite's own adapters and their shared code
@@ -47,6 +53,11 @@ HARNESS_MODULES = frozenset({"methods.registry", "methods.testing", "methods.con
                               "methods.space", "methods.declaration", "methods.plugins"})  # space: the ranges a
 # tuner searches, not the method; declaration, plugins and the declarations themselves: what readers read
 DECLARATION_PACKAGE = "methods.specs"
+#: the harness modules every behaviour probe runs (benchmark/behaviour/probe.py): the training loop,
+#: its schedules, checkpoints and batch reading, the frozen per-image features; part of every
+#: method's source digest
+PROBED_HARNESS_MODULES = ("benchmark.run.training", "benchmark.run.schedules", "benchmark.run.checkpoint",
+                          "benchmark.cache.prefetch", "benchmark.cache.frozen")
 
 
 def _module_file(name: str) -> Path | None:
@@ -136,14 +147,89 @@ def _source_digest(files: dict[str, Path]) -> str:
     return digest.hexdigest()
 
 
-@lru_cache(maxsize=None)
-def method_fingerprint(method: str) -> str:
-    """The :func:`_source_digest` of :func:`method_source_files`: a registry key's adapter module
-    comes from its declaration (no model code imported), an import path's from its class."""
+def adapter_module(method: str) -> str:
+    """The module of ``method``'s adapter class: a registry key's from its declaration (no model
+    code imported), an import path's from its class."""
     from benchmark.method_lookup import declaration, get_method_class
 
-    module = get_method_class(method).__module__ if is_own_method(method) else declaration(method).adapter_module
-    return _source_digest(method_source_files(module, method))
+    return get_method_class(method).__module__ if is_own_method(method) else declaration(method).adapter_module
+
+
+def probed_files(method: str) -> dict[str, Path]:
+    """Module → source file of what a result of ``method`` depends on and its probe runs: the
+    method's files (:func:`method_source_files`) and :data:`PROBED_HARNESS_MODULES`."""
+    files = method_source_files(adapter_module(method), method)
+    for name in PROBED_HARNESS_MODULES:
+        path = _module_file(name)
+        if path is not None:
+            files[name] = path
+    return dict(sorted(files.items()))
+
+
+@lru_cache(maxsize=None)
+def method_fingerprint(method: str) -> str:
+    """The source digest of ``method``: :func:`_source_digest` of :func:`probed_files`."""
+    return _source_digest(probed_files(method))
+
+
+def method_lock_path(method: str) -> Path | None:
+    """Where the probe lock of ``method``'s package lies (benchmark/behaviour/lock.py)."""
+    from benchmark.behaviour.lock import lock_path
+
+    return lock_path(adapter_module(method))
+
+
+def method_lock(method: str) -> Lock | None:
+    """The probe lock of ``method``'s package, None when it keeps none (any source edit then reads
+    stale: the byte rule). A lock that cannot be read is one error naming its file and line."""
+    from benchmark.behaviour.lock import read_lock
+    from benchmark.method_lookup import known_method
+
+    path = method_lock_path(method)
+    return None if path is None else read_lock(path, known_method)
+
+
+def recorded_behaviour(method: str, digest: str) -> dict[str, Any] | None:
+    """What a new result records of its code's behaviour (``method_behaviour``): the lock's
+    behaviour and blind digest of ``digest``, or None where its lock does not hold it (an edit nobody
+    probed, a method without a lock)."""
+    lock = method_lock(method)
+    entry = None if lock is None else lock.entry(method, digest)
+    return None if entry is None else {"behaviour": entry.behaviour, "blind": entry.blind, "checked": entry.checked}
+
+
+@dataclass(frozen=True)
+class CodeState:
+    """Whether the current code gives a result trained by other source code: ``stale`` says why it
+    does not, ``note`` why it still does (a refactor the probe found neutral)."""
+
+    stale: str | None = None
+    note: str | None = None
+
+
+def code_change(method: str, recorded: str, current: str) -> CodeState:
+    """The verdict on a result of ``method`` trained by source ``recorded`` when the code is now
+    ``current`` (≠ ``recorded``), from the method's probe lock (benchmark/behaviour/lock.py)."""
+    lock = method_lock(method)
+    if lock is None or method not in lock.methods:
+        return CodeState("the method's code changed since it ran (its package keeps no probe lock for it, so any "
+                         "source edit reads stale: the byte rule)")
+    now, then = lock.entry(method, current), lock.entry(method, recorded)
+    if now is None:
+        return CodeState(f"edited locally: the method's code is not in its probe lock; `protobench check-code "
+                         f"{method}` tells whether its numbers changed")
+    if then is None:
+        return CodeState(f"the method's code changed since it ran, and the code that trained it (source "
+                         f"{recorded[:12]}) was never probed")
+    if then.blind != now.blind:
+        return CodeState("the method's code changed since it ran where the behaviour probe cannot see (CUDA, "
+                         "precision or scale paths: stale by bytes; `protobench check-code "
+                         f"{method} --boundary` lists them)")
+    if then.behaviour != now.behaviour:
+        return CodeState(f"the method's behaviour changed since it ran (probe: behaviour {then.behaviour} → "
+                         f"{now.behaviour})")
+    return CodeState(note=f"code refactored since; behaviour identical (probe {now.checked}: behaviour "
+                          f"{now.behaviour}, max relative deviation {max(then.deviation, now.deviation):.0e})")
 
 
 @lru_cache(maxsize=None)
@@ -155,9 +241,17 @@ def metrics_fingerprint() -> str:
 
 def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
               run_dir: Path | None = None) -> str | None:
-    """Why a finished result is stale under the current code, or None when it is current: an
-    earlier version's result (no fingerprint), a method whose defaults changed (its spec now
-    resolves to another run id than the one it ran as), or edited method code.
+    """Why a finished result is stale under the current code, or None when it is current
+    (:func:`code_state`)."""
+    return code_state(result, adapters=adapters, run_dir=run_dir).stale
+
+
+def code_state(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
+               run_dir: Path | None = None) -> CodeState:
+    """Whether the current code gives a finished result: stale (why) for an earlier version's
+    result (no fingerprint), a method whose defaults changed (its spec now resolves to another run
+    id than the one it ran as), or method code whose behaviour changed or cannot be judged
+    (:func:`code_change`); current, with a note where the code was refactored since.
 
     Nothing the result names is imported unless ``adapters`` allows it (benchmark/run/own_code.py):
     a result of an own adapter that is not allowed, or that does not import, reads "unverifiable …"
@@ -165,29 +259,30 @@ def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
     recorded = result.get("method_fingerprint")
     spec = result.get("spec")
     if not isinstance(recorded, str) or not isinstance(spec, dict):
-        return "earlier version (written before run ids covered resolved hyperparameters)"
+        return CodeState("earlier version (written before run ids covered resolved hyperparameters)")
     method = spec.get("method")
     if isinstance(method, str) and not adapters.allows(method):
-        return unverifiable_reason(method, result, run_dir)
+        return CodeState(unverifiable_reason(method, result, run_dir))
     provided = recorded_provider(result)
     try:
         current = RunSpec.from_json(spec, import_trunk=False)
         fingerprint = method_fingerprint(current.method)
     except ProtobenchError as err:
         if isinstance(method, str) and is_own_method(method):  # an import path, not a code change
-            return unverifiable_reason(method, result, run_dir, f"adapter not importable: {err}")
+            return CodeState(unverifiable_reason(method, result, run_dir, f"adapter not importable: {err}"))
         if provided is not None:  # an installed package's method, not installed here
-            return (f"{UNVERIFIABLE} (method {method!r} came from {provided.label()}, which is not installed here: "
-                    f"pip install {provided.distribution}=={provided.version} to check it)")
-        return f"cannot check against the current code ({err})"
+            return CodeState(f"{UNVERIFIABLE} (method {method!r} came from {provided.label()}, which is not installed "
+                             f"here: pip install {provided.distribution}=={provided.version} to check it)")
+        return CodeState(f"cannot check against the current code ({err})")
     if current.run_id != result.get("run_id"):
-        return f"the method's defaults changed (its spec is now run {current.run_id})"
-    if fingerprint != recorded:
-        installed = current_provider(current.method)
-        moved = (f" ({provided.label()} when it ran, {installed.label()} now)"
-                 if provided and installed and provided != installed else "")
-        return "the method's code changed since it ran" + moved
-    return None
+        return CodeState(f"the method's defaults changed (its spec is now run {current.run_id})")
+    if fingerprint == recorded:
+        return CodeState()
+    state = code_change(current.method, recorded, fingerprint)
+    installed = current_provider(current.method)
+    if state.stale and provided and installed and provided != installed:
+        return CodeState(f"{state.stale} ({provided.label()} when it ran, {installed.label()} now)")
+    return state
 
 
 def recorded_provider(result: dict[str, Any]) -> Provider | None:
@@ -233,14 +328,23 @@ def result_judge(adapters: AdapterImports = NO_IMPORTS) -> Callable[[dict[str, A
 def mark_stale(frame: Any, adapters: AdapterImports = NO_IMPORTS) -> Any:  # (pandas.DataFrame) -> pandas.DataFrame
     """``frame`` (``reports.load.load_runs``) with its ``stale`` column filled by the command that
     shows it (reports never import a method): for each row read from a ``result.json``, why the
-    current code no longer gives that result (:func:`result_judge`), None when it does. Rows of
-    CSVs keep theirs. Own adapters are imported only where ``adapters`` allows."""
-    judge = result_judge(adapters)
-    reasons = []
-    for source, stale in zip(frame["source"], frame["stale"]):
+    current code no longer gives that result (:func:`code_state`, else :func:`rescoring`), None
+    when it does. Rows of CSVs keep theirs. Own adapters are imported only where ``adapters``
+    allows. The notes of current results whose code was refactored since (:class:`CodeState`)
+    go to ``attrs["code_notes"]`` (run directory → note), for ``reports.load.stale_note``."""
+    reasons, notes = [], {}
+    for source, stale, run_dir in zip(frame["source"], frame["stale"], frame["run_dir"]):
         result = read_json(Path(source)) if Path(str(source)).name == RESULT_FILE else None
-        reasons.append(stale if result is None else judge(result, Path(str(source)).parent))
-    return frame.assign(stale=reasons)
+        if result is None:
+            reasons.append(stale)
+            continue
+        state = code_state(result, adapters=adapters, run_dir=Path(str(source)).parent)
+        reasons.append(state.stale or rescoring(result))
+        if state.note is not None:
+            notes[str(run_dir)] = state.note
+    marked = frame.assign(stale=reasons)
+    marked.attrs["code_notes"] = notes
+    return marked
 
 
 def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:

@@ -12,7 +12,7 @@ from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
-from benchmark.run.identity import method_fingerprint, metrics_fingerprint
+from benchmark.run.identity import code_change, method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
 from benchmark.run.runner import Prepared, prepare
@@ -91,7 +91,8 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
     With the run's own ``map_pool`` (the default), also the run's per-image and per-prototype
     records (:mod:`benchmark.run.records`): how a run finished before they existed gets them.
     A run whose method code has changed since (benchmark/run/identity.py) is refused unless
-    ``allow_code_change``: the numbers would be another code's.
+    ``allow_code_change``: the numbers would be another code's; code refactored since with its
+    behaviour identical (the probe lock says so) is not a change.
     ``rescore``: the new scores replace those of ``result.json`` (:func:`replace_scores`)."""
     result = RunDir(run_dir).result() or {}
     if rescore and not result:
@@ -108,10 +109,12 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
                               "evaluated on test (train the study's best trial with `protobench run GRID "
                               "--hyperparameters tuned`)")
     fingerprint = method_fingerprint(spec.method)
-    if isinstance(recorded, str) and recorded != fingerprint and not allow_code_change:
+    changed = code_change(spec.method, recorded, fingerprint).stale \
+        if isinstance(recorded, str) and recorded != fingerprint else None
+    if changed is not None and not allow_code_change:
         raise ProtobenchError(f"the code of method {spec.method!r} changed since run {str(run_dir)!r} was trained "
-                              "(its result is stale): re-evaluating would score another code's numbers; retrain it "
-                              "(protobench run GRID --rerun-stale) or pass --allow-code-change")
+                              f"(its result is stale: {changed}): re-evaluating would score another code's numbers; "
+                              "retrain it (protobench run GRID --rerun-stale) or pass --allow-code-change")
     cache_root = Path(cache_dir) if cache_dir else run_cache_root(run_dir)
     test_src, noisy_src = prep.test_sources(cache_root)
     with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):

@@ -28,7 +28,7 @@ from benchmark.run.epoch_score import EpochScoreHook, Pruned, validation_accurac
 from benchmark.errors import ProtobenchError
 from benchmark.run.evaluation import evaluate
 from benchmark.progress import NO_PROGRESS, Progress
-from benchmark.run.identity import method_fingerprint, metrics_fingerprint
+from benchmark.run.identity import method_fingerprint, metrics_fingerprint, recorded_behaviour
 from benchmark.run.own_code import own_code_paths
 from benchmark.run.provenance import provenance, providers, resolve_device
 from benchmark.run.records import write_records
@@ -444,10 +444,11 @@ def finish_run(spec: RunSpec, rd: RunDir, prep: Prepared, data: RunData, report:
         "grid": rd.path.parent.name,
         "spec": spec.to_json(),
         "method_display_name": method_display_name(type(prep.method)),  # what reports label it
-        # the values the method ran with (defaults included; what the run id hashes) and the
-        # fingerprint of its source files (benchmark/run/identity.py: a later edit reads stale)
+        # the values the method ran with (defaults included; what the run id hashes), the source
+        # digest of its code and that code's behaviour in its probe lock (benchmark/run/identity.py)
         "method_hyperparameters": resolved_method_args(spec.method, spec.method_args),
         "method_fingerprint": method_fingerprint(spec.method),
+        "method_behaviour": recorded_behaviour(spec.method, method_fingerprint(spec.method)),
         **providers(spec.method, spec.backbone, spec.dataset),  # the suite or the installed package behind each
         "metrics_fingerprint": metrics_fingerprint(),  # the metric code that scored it
         **evaluated.summary,

@@ -46,4 +46,6 @@ DECLARATION = MethodDeclaration(
         "official code: emannix/comfe-component-features @ 2feeb21",
         "docs/protocol/comfe.md",
     ),
+    # the behaviour probe's schedule (benchmark/behaviour/probe.py): 12 epochs, the first 2 warm-up
+    probe_args={"epochs": 12, "warmup_epochs": 2},
 )

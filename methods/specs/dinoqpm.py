@@ -36,4 +36,6 @@ DECLARATION = MethodDeclaration(
         "official code: RobertZimm/DINO-QPM @ b7509a2, configs/models/qpm/dinov2.yaml",
         "docs/protocol/dinoqpm.md",
     ),
+    # the behaviour probe's schedule (benchmark/behaviour/probe.py): 3 dense epochs, the program, 3 fine-tuning
+    probe_args={"dense_epochs": 3, "finetune_epochs": 3},
 )
