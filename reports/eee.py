@@ -1,58 +1,65 @@
-"""``protobench export RUNS --format eee --out DIR``: one Every Eval Ever record per run.
+"""One Every Eval Ever aggregate record per run, at schema 0.3.0 (``export --format eee``).
 
 Every Eval Ever (EvalEval Coalition, https://github.com/evaleval/every_eval_ever) is a shared
-JSON format for evaluation results; its schema ``eval.schema.json`` version 0.2.2 is vendored in
-``reports/eee_schema/`` (README.md there: where it came from). One record per finished run,
-``DIR/<run_id>.json``, holds:
+JSON format for evaluation results; its schemas ``eval.schema.json`` and
+``instance_level_eval.schema.json``, version 0.3.0, are vendored in ``reports/eee_schema/``
+(README.md there: where they came from). A record holds:
 
 - ``evaluation_id``: the run id; ``retrieved_timestamp``: the run's ``provenance.finished`` as Unix
   epoch seconds (the runner's wall clock, read as UTC), never the exporting clock, so the same runs
   give byte-identical records; ``evaluation_timestamp``: ``provenance.finished`` as recorded;
-- ``model_info``: the trained head (method, backbone, J, variant, seed); ``eval_library``:
-  protobench at the run's ``provenance.code_version`` (the code that evaluated it);
+- ``model_info``: the frozen trunk with the head trained on it (:func:`model_folder` names it),
+  self-deployed and open-weights (:data:`DEPLOYMENT_TYPE`, :data:`MODEL_AVAILABILITY`);
+  ``eval_library``: protobench at the run's ``provenance.code_version`` (the code that evaluated it);
 - ``evaluation_results``: one per metric in :data:`EEE_METRICS` the run computed, its
   ``metric_config`` (id, unit, range, direction) and ``score_details``: the result.json value and,
-  where the run's per-image records hold the metric's per-image part, the interval over the test
-  images at :data:`LEVEL` by ``reports.stats.crossed_mean`` (one seed: Student t over images, or
-  Clopper–Pearson where every image is right or wrong; the procedure and n written beside it);
-- ``detailed_evaluation_results``: the run's per-image records file, its path relative to the
-  RUNS folder given, its SHA-256 and row count.
+  where the run's per-image records hold the metric's per-image part, its standard error and
+  interval over the test images at :data:`LEVEL` by the crossed seeds × images procedure
+  (``reports.stats.crossed_mean``, the one ``report --ci`` uses; one run is one seed: Student t
+  over its images, or Clopper–Pearson where every image is right or wrong), named with its n.
 
-The docs list each mapping (docs/protocol/harness.md, "Reports").
+The samples file and the paths are ``reports.eee_samples`` and ``reports.eee_paths``; the docs list
+each mapping (docs/protocol/harness.md, "Reports").
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from benchmark.errors import ProtobenchError
-from benchmark.output_file import staging_path
-from benchmark.run.records import read_records
-from benchmark.run.store import RECORD_SUFFIXES
 from reports.columns import METRIC_RANGES
 from reports.layouts import display_name
-from reports.load import read_result_json, result_files
 from reports.per_image import PER_IMAGE_METRICS
 from reports.stats import crossed_mean
 
-#: the Every Eval Ever schema version the records follow (reports/eee_schema/eval.schema.json)
-SCHEMA_VERSION = "0.2.2"
-SCHEMA_FILE = Path(__file__).resolve().parent / "eee_schema" / "eval.schema.json"
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: the Every Eval Ever schema version the records and samples follow (reports/eee_schema/)
+SCHEMA_VERSION = "0.3.0"
+SCHEMA_DIR = Path(__file__).resolve().parent / "eee_schema"
+SCHEMA_FILE = SCHEMA_DIR / "eval.schema.json"
+INSTANCE_SCHEMA_FILE = SCHEMA_DIR / "instance_level_eval.schema.json"
 #: the confidence level of every interval (the default of ``report --ci``)
 LEVEL = 0.95
 #: ``provenance.finished`` as the runner writes it (benchmark/run/runner.py: time.strftime)
 FINISHED_FORMAT = "%Y-%m-%dT%H:%M:%S"
-#: the export is built in ``.NAME.exporting-PID`` beside --out, then renamed (whole or not at all)
-STAGING_KIND = "exporting"
+#: the lab ran the model on its own machines (upstream: "a runtime operated by the evaluator")
+DEPLOYMENT_TYPE = "self_deployed"
+#: the trunk's weights are public and the head's are a file of the run (head.safetensors, which a
+#: bundle publishes; its checksum is ``weights_checksum``): docs/protocol/harness.md, Reports
+MODEL_AVAILABILITY = "open_weights"
+#: a model id's prefix when the export names no developer (``--developer``)
+UNNAMED_DEVELOPER = "protobench"
+#: the name of the uncertainty procedure, followed in each record by its design and n
+PROCEDURE = "crossed seeds × images (reports.stats.crossed_mean, as report --ci)"
 
 
 @dataclass(frozen=True)
@@ -99,62 +106,69 @@ EEE_METRICS: dict[str, EeeMetric] = {
 }
 
 
-def eee_files(runs_dirs: Iterable[str | Path], *, organization: str = "unknown") -> dict[str, bytes]:
-    """``<run_id>.json`` → its record's bytes (sorted keys), for every result.json under
-    ``runs_dirs``; everything is read and checked before the caller writes anything. Two results
-    of one run id (a copy, or the same spec in two grids) are refused naming both."""
-    dirs = [Path(d) for d in runs_dirs]
-    files: dict[str, bytes] = {}
-    seen: dict[str, Path] = {}
-    for path in result_files(dirs):
-        root = next(d for d in dirs if path.is_relative_to(d))
-        record = eee_record(path, root, organization=organization)
-        run_id = record["evaluation_id"]
-        if run_id in seen:
-            raise ProtobenchError(f"{seen[run_id]} and {path} hold the same run id {run_id}; an Every Eval Ever "
-                                  "export has one record per run: export them separately (--out per folder)")
-        seen[run_id] = path
-        files[f"{run_id}.json"] = (json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
-    return files
+@dataclass(frozen=True)
+class RunRecords:
+    """One finished run as the export reads it: its ``result.json`` (``path``, found under the
+    RUNS folder ``root``; ``data`` its object) and its per-image records (None: evaluated before
+    records existed), with the file they came from."""
+
+    path: Path
+    root: Path
+    data: Mapping[str, object]
+    table: pd.DataFrame | None
+    records_file: Path | None
+
+    @property
+    def run_id(self) -> str:
+        run_id = self.data.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise malformed(self.path, f"run_id must be a non-empty string, got {run_id!r}")
+        return run_id
+
+    @property
+    def spec(self) -> Mapping[str, object]:
+        return _object(self.path, self.data, "spec")
 
 
-def eee_record(path: Path, root: Path, *, organization: str = "unknown") -> dict[str, object]:
-    """The Every Eval Ever record of the run whose result.json is ``path`` (found under ``root``)."""
-    data = read_result_json(path)
-    spec, metrics = _object(path, data, "spec"), _object(path, data, "metrics")
+def model_folder(spec: Mapping[str, object]) -> str:
+    """The model's name: ``<method>-<backbone>-<dataset>-J<J>-<variant>-seed<seed>``, the head a
+    run trained on its trunk (an adapter's ``module:Class`` method with ``_`` for ``:``, as
+    upstream's publisher spells a colon in a folder)."""
+    parts = (spec.get("method"), spec.get("backbone"), spec.get("dataset"), f"J{spec.get('prototypes_per_class')}",
+             spec.get("variant"), f"seed{spec.get('seed')}")
+    return "-".join(str(p) for p in parts).replace(":", "_")
+
+
+def eee_record(run: RunRecords, *, developer: str | None, organization: str,
+               extra_source: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The Every Eval Ever record of ``run``; its model id is ``<developer>/<model folder>``
+    (:data:`UNNAMED_DEVELOPER` for None, and no ``model_info.developer``). ``extra_source``:
+    further ``source_metadata.additional_details`` (strings)."""
+    data, path = run.data, run.path
+    spec, metrics = run.spec, _object(path, data, "metrics")
     provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
-    run_id = data.get("run_id")
-    if not isinstance(run_id, str) or not run_id:
-        raise _malformed(path, f"run_id must be a non-empty string, got {run_id!r}")
     finished = provenance.get("finished")
-    table, records_file = _per_image(path.parent)
-    results = [_result(path, key, metrics[key], spec, data, table, finished)
+    results = [_result(path, key, metrics[key], spec, data, run.table, finished)
                for key in EEE_METRICS if metrics.get(key) is not None]
-    record: dict[str, object] = {
+    packages = provenance.get("packages") if isinstance(provenance.get("packages"), dict) else {}
+    return {
         "schema_version": SCHEMA_VERSION,
-        "evaluation_id": run_id,
+        "evaluation_id": run.run_id,
         "evaluation_timestamp": finished,
         "retrieved_timestamp": retrieved_timestamp(path, finished),
         "source_metadata": {
             "source_name": "protobench", "source_type": "evaluation_run",
             "source_organization_name": organization, "evaluator_relationship": "first_party",
-            "additional_details": _strings({"grid": data.get("grid"),
-                                            "run_dir": path.parent.relative_to(root).as_posix()})},
-        "model_info": _model_info(spec, data, provenance),
+            "additional_details": {**_strings({"grid": data.get("grid"),
+                                               "run_dir": path.parent.relative_to(run.root).as_posix()}),
+                                   **(extra_source or {})}},
+        "model_info": _model_info(spec, data, provenance, developer),
         "eval_library": {
             "name": "protobench", "version": str(provenance.get("code_version") or "unknown"),
-            "additional_details": _strings({"metrics_fingerprint": data.get("metrics_fingerprint")})},
+            "additional_details": _strings({"metrics_fingerprint": data.get("metrics_fingerprint"),
+                                            "package_version": packages.get("protobench")})},
         "evaluation_results": results,
     }
-    if records_file is not None:
-        record["detailed_evaluation_results"] = {
-            "file_path": records_file.relative_to(root).as_posix(),
-            "hash_algorithm": "sha256", "checksum": hashlib.sha256(records_file.read_bytes()).hexdigest(),
-            "total_rows": len(table),
-            # EEE's "format" names jsonl or json only: the records' own format is said here
-            "additional_details": {"format": records_file.name.partition(".")[2], "table": "per_image",
-                                   "schema": "benchmark/run/record_schema.py"}}
-    return record
 
 
 def retrieved_timestamp(path: Path, finished: object) -> str:
@@ -171,11 +185,16 @@ def retrieved_timestamp(path: Path, finished: object) -> str:
     return str(int(moment.replace(tzinfo=timezone.utc).timestamp()))
 
 
+def evaluation_name(spec: Mapping[str, object], key: str) -> str:
+    """``<dataset> test: <metric name>``: a result's ``evaluation_name`` (and its samples')."""
+    return f"{spec.get('dataset')} test: {EEE_METRICS[key].name}"
+
+
 def _result(path: Path, key: str, value: object, spec: Mapping[str, object], data: Mapping[str, object],
-            table: object, finished: object) -> dict[str, object]:
+            table: pd.DataFrame | None, finished: object) -> dict[str, object]:
     metric = EEE_METRICS[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _malformed(path, f"metrics.{key} must be a finite number or null, got {value!r}")
+        raise malformed(path, f"metrics.{key} must be a finite number or null, got {value!r}")
     low, high = METRIC_RANGES[key]
     evaluation = data.get("evaluation") if isinstance(data.get("evaluation"), dict) else {}
     fingerprints = (data.get("provenance") or {}).get("dataset_fingerprint") if isinstance(
@@ -183,7 +202,7 @@ def _result(path: Path, key: str, value: object, spec: Mapping[str, object], dat
     test_fingerprint = fingerprints.get("test") if isinstance(fingerprints, dict) else None
     return {
         "evaluation_result_id": key,
-        "evaluation_name": f"{spec.get('dataset')} test: {metric.name}",
+        "evaluation_name": evaluation_name(spec, key),
         "evaluation_timestamp": finished,
         "source_data": {"dataset_name": str(spec.get("dataset")), "source_type": "other",
                         "additional_details": _strings({"split": "test", "fingerprint": test_fingerprint,
@@ -198,50 +217,67 @@ def _result(path: Path, key: str, value: object, spec: Mapping[str, object], dat
     }
 
 
-def _score(value: float, key: str, table: object) -> dict[str, object]:
-    """The value and, where the per-image records hold the metric's part, its interval over the test
-    images by ``reports.stats.crossed_mean`` (one run: one seed), procedure and n beside it."""
+def _score(value: float, key: str, table: pd.DataFrame | None) -> dict[str, object]:
+    """The value and, where the per-image records hold the metric's part, its standard error and
+    interval over the test images by ``reports.stats.crossed_mean`` (one run: one seed), the
+    procedure and n beside them."""
     column = PER_IMAGE_METRICS.get(key)
-    if table is None or column is None or column not in table.columns:  # type: ignore[attr-defined]
+    if table is None or column is None or column not in table.columns:
         why = ("no per-image records (run `protobench evaluate RUN_DIR` to write them)" if table is None
                else "the metric has no per-image part: a single run gives no interval")
         return {"score": value, "details": {"interval": f"none: {why}"}}
     scale = 100.0 if column == "correct" else 1.0  # correctness is 0/1, the metrics' parts are percent
-    values = scale * table[column].astype(np.float64).to_numpy()  # type: ignore[index]
+    values = scale * table[column].astype(np.float64).to_numpy()
     got = crossed_mean(values[None, :], LEVEL, METRIC_RANGES[key], difference=False)
-    details = {"interval_procedure": got.test, "interval_clipped": str(got.clipped).lower(),
-               "images_excluded": str(got.excluded)}
+    procedure = f"{PROCEDURE}: {got.test}"
+    details = {"interval_clipped": str(got.clipped).lower(), "images_excluded": str(got.excluded),
+               "seeds": str(got.n_seeds)}
     if not got.has_interval:
         return {"score": value, "details": {**details, "interval": f"none: {got.test}"}}
-    return {"score": value, "details": details,
-            "uncertainty": {"num_samples": int(got.n_images or 0),
-                            "confidence_interval": {"lower": got.ci[0], "upper": got.ci[1],
-                                                    "confidence_level": LEVEL, "method": got.test}}}
+    uncertainty: dict[str, object] = {
+        "num_samples": int(got.n_seeds * (got.n_images or 0)),
+        "confidence_interval": {"lower": got.ci[0], "upper": got.ci[1], "confidence_level": LEVEL,
+                                "method": procedure}}
+    if math.isnan(got.se):  # Clopper–Pearson: every image alike, no spread to take an error from
+        details["standard_error"] = f"none: {got.test}"
+    else:
+        uncertainty["standard_error"] = {"value": got.se, "method": f"analytic, {procedure}"}
+    return {"score": value, "details": details, "uncertainty": uncertainty}
 
 
-def _per_image(run_dir: Path) -> tuple[object, Path | None]:
-    table = read_records(run_dir)  # checked against its schema: a crafted file is refused
-    if table is None:
-        return None, None
-    return table, next(run_dir / f"per_image{s}" for s in RECORD_SUFFIXES if (run_dir / f"per_image{s}").is_file())
-
-
-def _model_info(spec: Mapping[str, object], data: Mapping[str, object],
-                provenance: Mapping[str, object]) -> dict[str, object]:
+def _model_info(spec: Mapping[str, object], data: Mapping[str, object], provenance: Mapping[str, object],
+                developer: str | None) -> dict[str, object]:
     method, backbone = str(spec.get("method")), str(spec.get("backbone"))
     recorded = data.get("method_display_name")
     label = display_name(method, recorded if isinstance(recorded, str) else None)
     J, variant, seed = spec.get("prototypes_per_class"), spec.get("variant"), spec.get("seed")
-    return {
-        "name": f"{label} (J={J}, {variant}, seed {seed}) on {backbone}",
-        "id": f"protobench/{method}-{backbone}-J{J}-{variant}-seed{seed}",
-        "additional_details": _strings({
-            "method": method, "backbone": backbone, "prototypes_per_class": J, "variant": variant, "seed": seed,
-            "method_hyperparameters": data.get("method_hyperparameters"),
-            "method_fingerprint": data.get("method_fingerprint"),
-            "weights_checksum": provenance.get("weights_checksum"), "device": provenance.get("device"),
-            "precision": provenance.get("precision")}),
+    packages = provenance.get("packages") if isinstance(provenance.get("packages"), dict) else {}
+    info: dict[str, object] = {
+        "name": f"{label} (J={J}, {variant}, seed {seed}) on {backbone}, trained on {spec.get('dataset')}",
+        "id": f"{developer or UNNAMED_DEVELOPER}/{model_folder(spec)}",
+        "additional_details": {
+            "deployment_type": DEPLOYMENT_TYPE, "model_availability": MODEL_AVAILABILITY,
+            **_strings({
+                "method": method, "backbone": backbone, "dataset": spec.get("dataset"), "prototypes_per_class": J,
+                "variant": variant, "seed": seed, "trunk_weights": _trunk_weights(spec),
+                "method_hyperparameters": data.get("method_hyperparameters"),
+                "method_fingerprint": data.get("method_fingerprint"),
+                "weights_checksum": provenance.get("weights_checksum"), "device": provenance.get("device"),
+                "precision": provenance.get("precision")})},
     }
+    if developer is not None:
+        info["developer"] = developer
+    if isinstance(packages.get("torch"), str):
+        info["inference_engine"] = {"name": "pytorch", "version": packages["torch"]}
+    return info
+
+
+def _trunk_weights(spec: Mapping[str, object]) -> str:
+    """Where the frozen trunk's weights came from: the spec's named source (``hf-cache``,
+    ``random``) and weights id; a local weights file is named as ``file`` (its path is the lab's)."""
+    weights, weights_id = spec.get("weights"), spec.get("weights_id")
+    source = weights if weights in ("hf-cache", "random") else "file"
+    return f"{source} {weights_id}" if isinstance(weights_id, str) and weights_id else str(source)
 
 
 def _strings(values: Mapping[str, object]) -> dict[str, str]:
@@ -253,43 +289,9 @@ def _strings(values: Mapping[str, object]) -> dict[str, str]:
 def _object(path: Path, data: Mapping[str, object], name: str) -> Mapping[str, object]:
     value = data.get(name)
     if not isinstance(value, dict):
-        raise _malformed(path, f"'{name}' must be a JSON object")
+        raise malformed(path, f"'{name}' must be a JSON object")
     return value
 
 
-def _malformed(path: Path, problem: str) -> ProtobenchError:
+def malformed(path: Path, problem: str) -> ProtobenchError:
     return ProtobenchError(f"{path} is malformed: {problem}; re-run that run or leave it out of the export.")
-
-
-def check_eee_out(out: Path) -> None:
-    """Refuse, before anything is read, an ``out`` that exists or whose nearest existing folder is
-    not a folder this process can write into."""
-    if out.exists() or out.is_symlink():
-        raise ProtobenchError(f"{out} already exists; remove it or choose another --out")
-    parent = next(p for p in out.absolute().parents if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ProtobenchError(f"cannot write {out}: {parent} is not a folder you can write to; choose another --out")
-
-
-def write_eee(files: Mapping[str, bytes], out: Path) -> None:
-    """Write ``files`` into the new folder ``out``: built beside it and renamed, so it appears whole
-    or not at all; an existing ``out`` or one that cannot be written is one error naming it."""
-    check_eee_out(out)
-    staging = None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = staging_path(out, STAGING_KIND)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        for name, data in files.items():
-            (staging / name).write_bytes(data)
-        staging.rename(out)
-    except OSError as err:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        raise ProtobenchError(f"cannot write {out}: {err.strerror or err}; choose a folder you can write to "
-                              "(--out)") from None
-    except BaseException:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        raise

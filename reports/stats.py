@@ -76,7 +76,8 @@ class Difference:
     two-sided p-value of "the mean is 0" from the same procedure, ``test``, which names its n.
     Where the data allow no test, ``p_value`` and ``ci`` are NaN and ``test`` says why; the exact
     test of few discordant images gives a p without an interval. ``excluded``: images left out for
-    a missing (NaN) value."""
+    a missing (NaN) value. ``se``: the standard error the interval is ``mean ± c·se`` of (NaN where
+    the procedure made none: no test, Clopper–Pearson, the exact sign-flip test)."""
 
     difference: float
     ci: Interval
@@ -86,6 +87,7 @@ class Difference:
     n_seeds: int = 0
     n_images: int | None = None
     excluded: int = 0
+    se: float = math.nan
 
     @property
     def tested(self) -> bool:
@@ -132,8 +134,9 @@ def crossed_mean(values: np.ndarray, level: float, bounds: Bounds, *, difference
     seeds, images = y.shape
     note = f"; {excluded} image(s) with a missing value excluded" if excluded else ""
 
-    def result(mean: float, ci: Interval, p: float, test: str, clipped: bool = False) -> Difference:
-        return Difference(mean, ci, p, test + note, clipped, seeds, images, excluded)
+    def result(mean: float, ci: Interval, p: float, test: str, clipped: bool = False,
+               se: float = math.nan) -> Difference:
+        return Difference(mean, ci, p, test + note, clipped, seeds, images, excluded, se)
 
     if images == 0:
         return result(math.nan, NO_INTERVAL, math.nan, "no image with a value on every seed: no test")
@@ -160,7 +163,7 @@ def crossed_mean(values: np.ndarray, level: float, bounds: Bounds, *, difference
         return result(mean, NO_INTERVAL, math.nan, f"{test}: no spread, no test")
     half = float(ref.critical(level) * ref.se)
     ci, clipped = clip_interval((mean - half, mean + half), bounds)
-    return result(mean, ci, crossed.p_value(ref), test, clipped)
+    return result(mean, ci, crossed.p_value(ref), test, clipped, float(ref.se))
 
 
 def _no_spread(y: np.ndarray, level: float, bounds: Bounds, difference: bool) -> tuple[Interval, float, str]:

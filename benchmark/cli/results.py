@@ -7,7 +7,8 @@ rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototyp
                       [--decimals N] [--method-macro] [--ci [LEVEL]] [--significance [ALPHA]] [--out FILE]
     protobench report --list
     protobench export RUNS_DIR... --out FILE.csv|.jsonl|.parquet [--per-image]
-    protobench export RUNS_DIR... --format eee --out DIR [--organization NAME]
+    protobench export RUNS_DIR... --format eee --out DIR [--layout flat|submission] [--developer NAME]
+                      [--collection NAME] [--organization NAME]
     protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
     protobench agreement RUNS_DIR... [--level P] [--resamples N] [--seed N] [--format markdown|csv] [--out FILE]
     protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
@@ -256,10 +257,21 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one row per run × test image: label, prediction, correctness, logit margin and each "
                              "metric's per-image part")
     parser.add_argument("--format", choices=("table", "eee"), default="table", dest="export_format",
-                        help="table (default): one file, its type from the --out suffix; eee: one Every Eval Ever "
-                             "record (eval.schema.json 0.2.2) per run, DIR/<run_id>.json")
-    parser.add_argument("--organization", default="unknown", metavar="NAME",
-                        help="with --format eee: the lab that ran the evaluations (source_organization_name)")
+                        help="table (default): one file, its type from the --out suffix; eee: Every Eval Ever "
+                             "records (schema 0.3.0), one per run, laid out by --layout")
+    parser.add_argument("--layout", choices=("flat", "submission"), default="flat", dest="eee_layout",
+                        help="with --format eee: flat (default) DIR/<run_id>.json; submission: the datastore's "
+                             "DIR/data/<collection>/<developer>/<model>/<uuid>.json with <uuid>_samples.jsonl "
+                             "(one line per test image) beside it")
+    parser.add_argument("--developer", metavar="NAME",
+                        help="with --format eee: the lab whose heads these are, the model ids' prefix and the "
+                             "submission's developer folder (needed by --layout submission)")
+    parser.add_argument("--collection", metavar="NAME",
+                        help="with --layout submission: the datastore collection folder (default: "
+                             "protobench-<dataset> of each run)")
+    parser.add_argument("--organization", metavar="NAME",
+                        help="with --format eee: the lab that ran the evaluations (source_organization_name; "
+                             "default: --developer, else unknown)")
     add_check_adapters_argument(parser)
 
 
@@ -271,6 +283,10 @@ def run_export(args: argparse.Namespace) -> int:
 
     if args.export_format == "eee":
         return _export_eee(args)
+    given = [f"--{name}" for name in ("developer", "collection", "organization") if getattr(args, name) is not None]
+    if given or args.eee_layout != "flat":
+        raise ProtobenchError(f"{', '.join(given or ['--layout'])} shape Every Eval Ever records: add --format eee, "
+                              "or drop them")
     check_export_path(args.out)
     notes = None
     if args.per_image:  # each run's rows carry its verdict, as the per-run export's
@@ -289,17 +305,21 @@ def run_export(args: argparse.Namespace) -> int:
 def _export_eee(args: argparse.Namespace) -> int:
     """One Every Eval Ever record per run into the new folder ``--out`` (reports/eee.py)."""
     from benchmark.run.identity import mark_stale
-    from reports.eee import check_eee_out, eee_files, write_eee
+    from reports.eee import SCHEMA_VERSION
+    from reports.eee_export import EeeOptions, eee_files
+    from reports.eee_paths import SAMPLES_SUFFIX, check_eee_out, write_eee
     from reports.load import load_runs, stale_note
 
     if args.per_image:
         raise ProtobenchError("--per-image and --format eee do not combine: each Every Eval Ever record already "
-                              "names its run's per-image file (detailed_evaluation_results); drop one of them")
+                              "names its run's per-image file; drop one of them")
+    options = EeeOptions(args.eee_layout, args.developer, args.collection, args.organization).checked()
     check_eee_out(args.out)
     frame = mark_stale(load_runs(args.runs_dirs, csv=False), adapter_imports(args))  # the readers' checks
-    files = eee_files(args.runs_dirs, organization=args.organization)
-    write_eee(files, args.out)
-    print(f"wrote {len(files)} Every Eval Ever record(s) to {args.out}")
+    written = write_eee(eee_files(args.runs_dirs, options), args.out)
+    samples = sum(name.endswith(SAMPLES_SUFFIX) for name in written)
+    print(f"wrote {len(written) - samples} Every Eval Ever record(s) and {samples} samples file(s) to {args.out} "
+          f"(schema {SCHEMA_VERSION}, layout {options.layout})")
     _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
     return 0
 

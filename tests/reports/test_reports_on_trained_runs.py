@@ -54,3 +54,34 @@ def test_plot_of_the_runs(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "acc.pdf"
     assert main(["plot", str(runs), "--x", "seed", "--y", "acc", "--out", str(out)]) == 0
     assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_every_eval_ever_submission_of_the_trained_runs_validates(runs: Path, tmp_path: Path) -> None:
+    # the real runs' per-image records through `export --format eee --layout submission`: every record
+    # against eval.schema.json 0.3.0, every samples line against instance_level_eval.schema.json, the
+    # checksum the samples file's SHA-256; the import-path method's ':' becomes '_' in its folder
+    import hashlib
+
+    from eee_support import instance_validator, validator
+
+    out = tmp_path / "E"
+    assert main(["export", str(runs), "--format", "eee", "--layout", "submission", "--developer", "lab-a",
+                 "--out", str(out)]) == 0
+    records = sorted(out.glob("data/*/*/*/*.json"))
+    assert len(records) == len(results(runs)) == 2
+    check, check_line = validator(), instance_validator()
+    for path in records:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert list(check.iter_errors(record)) == []
+        assert path.parent.name.startswith("example_adapter_CosinePrototypes-")
+        detail = record["detailed_evaluation_results"]
+        samples = out / detail["file_path"]
+        assert samples.parent == path.parent and samples.name == f"{path.stem}_samples.jsonl"
+        assert detail["checksum"] == hashlib.sha256(samples.read_bytes()).hexdigest()
+        lines = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+        num_images = record["evaluation_results"][0]["source_data"]["additional_details"]["num_images"]
+        assert len(lines) == detail["total_rows"] == int(num_images) > 0
+        assert all(list(check_line.iter_errors(line)) == [] for line in lines)
+        acc = next(r for r in record["evaluation_results"] if r["evaluation_result_id"] == "acc")
+        assert 100 * sum(x["evaluation"]["score"] for x in lines) / len(lines) == \
+            pytest.approx(acc["score_details"]["score"])

@@ -67,6 +67,22 @@ def test_interval_and_p_equal_the_independent_computation(seeds: int) -> None:
     assert ("Cochran–Cox" in got.test) == (seeds <= 3) and ("Satterthwaite" in got.test) == (seeds > 3)
 
 
+@pytest.mark.parametrize("seeds", [1, 2, 5])
+def test_the_standard_error_is_the_one_the_interval_is_made_of(seeds: int) -> None:
+    # Every Eval Ever records carry it (reports/eee.py): one seed, the standard error of the mean over
+    # the images (scipy); more, √((MS_seed + max(MS_image − MS_resid, 0)) / (S·I)) from statsmodels' ANOVA
+    y = crossed_sample(seeds, 60)
+    got = crossed_mean(y, 0.95, (-math.inf, math.inf))
+    if seeds == 1:
+        expected = float(sps.sem(y[0]))
+    else:
+        ms_seed, ms_image, ms_residual = anova_mean_squares(y)
+        expected = math.sqrt((ms_seed + max(ms_image - ms_residual, 0.0)) / (seeds * 60))
+    assert got.se == pytest.approx(expected, rel=1e-9)
+    everywhere_right = crossed_mean(np.full((1, 40), 100.0), 0.95, (0.0, 100.0), difference=False)
+    assert everywhere_right.has_interval and math.isnan(everywhere_right.se)  # Clopper–Pearson: no spread
+
+
 @pytest.mark.parametrize("seeds", [1, 2, 3, 5])
 def test_the_interval_excludes_zero_exactly_when_p_is_below_alpha(seeds: int) -> None:
     rng = np.random.default_rng(seeds)
