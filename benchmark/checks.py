@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.errors import ProtobenchError, did_you_mean
+from benchmark.errors import FieldError, ProtobenchError, did_you_mean
 
 
 def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError:
@@ -16,11 +16,11 @@ def unknown_key_error(key: str, valid: list[str], where: str) -> ProtobenchError
 
 def require_type(key: str, value: Any, expected: type | tuple[type, ...], where: str) -> None:
     """``value`` must be an instance of ``expected``, by the one rule of grid values and method
-    hyperparameters (:func:`methods.common.values.check_type`, imported here: loading a grid's
-    reader imports no torch until a value is checked)."""
-    from methods.common.values import check_type
+    hyperparameters (:func:`methods.common.values.type_problem`, imported here: loading a grid's
+    reader imports no torch until a value is checked); else a :class:`FieldError` of the field
+    ``key`` names (``dataset_args.classes``: ``dataset_args``)."""
+    from methods.common.values import type_problem
 
-    try:
-        check_type(key, value, expected, where)
-    except (TypeError, ValueError) as err:
-        raise ProtobenchError(str(err)) from None
+    problem = type_problem(key, value, expected)
+    if problem is not None:
+        raise FieldError(where, key.partition(".")[0], problem[1])

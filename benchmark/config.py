@@ -15,15 +15,15 @@ from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
 from benchmark.data.declared import DATASETS, dataset_declaration, known_datasets
-from benchmark.errors import ProtobenchError, did_you_mean
+from benchmark.errors import FieldError, ProtobenchError, did_you_mean
 from benchmark.spec_fields import identity_fields
+from methods.common.precisions import PRECISIONS
 
 DATASET_NAMES = tuple(DATASETS)  # the built-ins (benchmark/data/declared.py; installed ones: known_datasets())
 AUGMENTATIONS = ("none", "offline40")
 MAP_POOLS = (1, 2)
 CACHE_STAGES = ("shared", "local")  # where runs read token-cache entries (benchmark/cache/stage.py)
 STORAGE_DTYPES = ("float16", "float32")
-PRECISIONS = ("fp32", "tf32", "bf16")  # methods.common.precision.PRECISIONS, spelt here without torch (a test keeps them equal)
 EVALUATION_SPLITS = ("test", "validation")  # what a run is scored on (validation: a tuning trial)  # token-cache storage (benchmark/cache/tokens.py)
 
 # Bound on a run's prototypes C·J (classes × prototypes per class), so a mistyped J fails at
@@ -222,62 +222,62 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
     from benchmark.method_lookup import validate_method_args
     from benchmark.tuning.split import check_rule
 
-    def bad(msg: str) -> ProtobenchError:
-        return ProtobenchError(f"{where}: {msg}")
+    def bad(field: str, msg: str) -> FieldError:
+        return FieldError(where, field, msg)
 
     try:
         declared = dataset_declaration(spec.dataset)
     except ValueError as err:  # an installed package's name clash or broken declaration
-        raise bad(str(err)) from None
+        raise bad("dataset", str(err)) from None
     if declared is None:
         known = known_datasets()
-        raise bad(f"unknown dataset {spec.dataset!r}{did_you_mean(spec.dataset, known)}; choose one of "
+        raise bad("dataset", f"unknown dataset {spec.dataset!r}{did_you_mean(spec.dataset, known)}; choose one of "
                   f"{', '.join(known)}, or install a package that declares it (entry point 'protobench.datasets')")
     if spec.prototypes_per_class < 1:
-        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
+        raise bad("prototypes_per_class", f"prototypes_per_class (J) = {spec.prototypes_per_class} must be ≥ 1")
     if spec.prototypes_per_class > MAX_PROTOTYPES:
-        raise bad(f"prototypes_per_class (J) = {spec.prototypes_per_class} is more than fits in memory: "
+        raise bad("prototypes_per_class", f"prototypes_per_class (J) = {spec.prototypes_per_class} is more than fits in memory: "
                   f"classes × J must be ≤ {MAX_PROTOTYPES} (benchmark.config.MAX_PROTOTYPES)")
     for name in ("batch_size", "eval_batch_size", "image_size"):
         if getattr(spec, name) < 1:
-            raise bad(f"{name} = {getattr(spec, name)} must be ≥ 1")
+            raise bad(name, f"{name} = {getattr(spec, name)} must be ≥ 1")
     if spec.seed < 0:
-        raise bad(f"seed = {spec.seed} must be ≥ 0")
+        raise bad("seed", f"seed = {spec.seed} must be ≥ 0")
     if spec.num_workers < 0:
-        raise bad(f"num_workers = {spec.num_workers} must be ≥ 0")
+        raise bad("num_workers", f"num_workers = {spec.num_workers} must be ≥ 0")
     if spec.augmentation not in AUGMENTATIONS:
-        raise bad(f"augmentation = {spec.augmentation!r} must be one of {', '.join(AUGMENTATIONS)}")
+        raise bad("augmentation", f"augmentation = {spec.augmentation!r} must be one of {', '.join(AUGMENTATIONS)}")
     if spec.map_pool not in MAP_POOLS:
-        raise bad(f"map_pool = {spec.map_pool} must be 1 (native grid) or 2 (NPPP's 2×2 pooling)")
+        raise bad("map_pool", f"map_pool = {spec.map_pool} must be 1 (native grid) or 2 (NPPP's 2×2 pooling)")
     if spec.cache_dtype not in STORAGE_DTYPES:
-        raise bad(f"cache_dtype = {spec.cache_dtype!r} must be one the token cache can store: "
+        raise bad("cache_dtype", f"cache_dtype = {spec.cache_dtype!r} must be one the token cache can store: "
                   f"{', '.join(STORAGE_DTYPES)}")
     if spec.cache_stage not in CACHE_STAGES:
-        raise bad(f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
+        raise bad("cache_stage", f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
     if spec.precision not in PRECISIONS:
-        raise bad(f"precision = {spec.precision!r} must be one of {', '.join(PRECISIONS)} "
+        raise bad("precision", f"precision = {spec.precision!r} must be one of {', '.join(PRECISIONS)} "
                   "(tf32 and bf16 only speed up CUDA; on a CPU bf16 autocast is slower)")
     if not (spec.cache_in_memory == "auto" or isinstance(spec.cache_in_memory, bool)):
-        raise bad(f"cache_in_memory = {spec.cache_in_memory!r} must be 'auto', true or false")
+        raise bad("cache_in_memory", f"cache_in_memory = {spec.cache_in_memory!r} must be 'auto', true or false")
     if spec.checkpoint_every < 1:
-        raise bad(f"checkpoint_every = {spec.checkpoint_every} must be ≥ 1 (1: a checkpoint every epoch)")
+        raise bad("checkpoint_every", f"checkpoint_every = {spec.checkpoint_every} must be ≥ 1 (1: a checkpoint every epoch)")
     if spec.device != "auto" and not (spec.device == "cpu" or spec.device.startswith("cuda")):
-        raise bad(f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
+        raise bad("device", f"device = {spec.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")
     if not spec.weights:
-        raise bad("weights must be 'hf-cache', 'random' or a path to a weights file")
+        raise bad("weights", "weights must be 'hf-cache', 'random' or a path to a weights file")
     if spec.dataset_args and spec.dataset != "synthbirds":
-        raise bad("dataset_args only apply to the generated 'synthbirds' dataset")
+        raise bad("dataset_args", "dataset_args only apply to the generated 'synthbirds' dataset")
     for key, value in spec.dataset_args.items():
         if key not in SYNTHBIRDS_DEFAULTS:
             raise unknown_key_error(key, list(SYNTHBIRDS_DEFAULTS), f"{where}: dataset_args")
         require_type(f"dataset_args.{key}", value, int, where)
     if spec.evaluation_split not in EVALUATION_SPLITS:
-        raise bad(f"evaluation_split = {spec.evaluation_split!r} must be 'test' or 'validation' (a tuning trial)")
+        raise bad("evaluation_split", f"evaluation_split = {spec.evaluation_split!r} must be 'test' or 'validation' (a tuning trial)")
     if spec.evaluation_split == "validation" and spec.tuned:
-        raise bad("a tuning trial (evaluation_split = 'validation') cannot also be a tuned run (tuned = {...})")
+        raise bad("evaluation_split", "a tuning trial (evaluation_split = 'validation') cannot also be a tuned run (tuned = {...})")
     check_rule(spec.validation_fraction, spec.validation_seed, where)
     # last: a timm name or an own trunk's factory is imported to canonicalise it
     canonical = spec.backbone if not import_trunk else canonical_backbone(spec.backbone, where=where)
     if canonical != spec.backbone:
-        raise bad(f"backbone {spec.backbone!r} is not in its canonical form {canonical!r}")
+        raise bad("backbone", f"backbone {spec.backbone!r} is not in its canonical form {canonical!r}")
     validate_method_args(spec.method, spec.method_args)

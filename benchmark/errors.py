@@ -13,6 +13,20 @@ class ProtobenchError(Exception):
     """
 
 
+class FieldError(ProtobenchError):
+    """A bad value of one field of a run's settings: ``where`` names the place it was written (a
+    grid's ``[defaults]`` or ``[[sweep]]`` block, a command-line option), ``field`` the RunSpec
+    field, ``detail`` what is wrong and the fix. The message is ``"{where}: {detail}"``."""
+
+    def __init__(self, where: str, field: str, detail: str) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.where, self.field, self.detail = where, field, detail
+
+    def written_in(self, where: str) -> FieldError:
+        """The same error blamed on another place (the block the value was really written in)."""
+        return FieldError(where, self.field, self.detail)
+
+
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
     """`` (did you mean 'closest'?)`` for the valid name closest to a misspelt one (difflib's
     ratio ≥ 0.6, the standard library's cut-off), else ``""``: appended to every unknown-name

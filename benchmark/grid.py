@@ -36,7 +36,7 @@ from typing import Any
 
 from benchmark.checks import unknown_key_error
 from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, check_field, read_toml
-from benchmark.errors import ProtobenchError, did_you_mean
+from benchmark.errors import FieldError, ProtobenchError, did_you_mean
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep", "tuning")  # tuning: benchmark/tuning/config.py
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
@@ -244,16 +244,12 @@ def _build(values: dict[str, Any], overrides: dict[str, Any], where: str, option
 
 
 def _blamed_on_defaults(err: ProtobenchError, where: str, defaults: str, from_defaults: set[str]) -> ProtobenchError:
-    """The error of a grid point blamed on ``[defaults]`` when the value it names (its first word,
-    a RunSpec field) was written there, not in the ``[[sweep]]`` block (docs/guides/grids.md)."""
-    message = str(err)
-    if not message.startswith(where + ": "):
-        return err
-    rest = message[len(where) + 2:]
-    key = re.match(r"\w+", rest)
-    if key is None or key.group() not in from_defaults:
-        return err
-    return ProtobenchError(f"{defaults}: {rest}")
+    """The error of a grid point blamed on ``[defaults]`` when the field it names (a
+    :class:`~benchmark.errors.FieldError`'s) was written there, not in the ``[[sweep]]`` block
+    ``where`` (docs/guides/grids.md)."""
+    if isinstance(err, FieldError) and err.where == where and err.field in from_defaults:
+        return err.written_in(defaults)
+    return err
 
 
 def weights_for_backbone(values: dict[str, Any], where: str) -> dict[str, Any]:

@@ -19,24 +19,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
-    block_groups,
+    WarmJoint,
     check_count,
     check_finite,
     check_non_negative,
     check_positive,
-    cluster_cost,
     head_input,
     head_reads,
     init_prototypes,
     make_add_on,
     make_block,
-    separation_cost,
-    warm_joint_stages,
 )
 from methods.registry import register_method
-from methods.tesnet import class_projection_maps, min_cosine_distances, orthogonality_cost, projections
+from methods.tesnet import basis_terms, class_projection_maps, projections, renormalise
 
 
 def aggregate_scores(pooled: Tensor, weights: Tensor) -> Tensor:
@@ -71,23 +67,6 @@ class EvalProtoPNet(PrototypeMethod):
     epoch ``warm_epochs`` on, as main.py's ``epoch >= warmup_epochs``).
     """
 
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "add_on_lr": LogUniform(3e-4, 3e-2),
-        "basis_lr": LogUniform(3e-4, 3e-2),
-        "block_lr": LogUniform(1e-5, 1e-2),
-        "joint_lr_gamma": Uniform(0.05, 0.5),
-        "clst_weight": Uniform(0.1, 2.0),
-        "sep_weight": Uniform(-0.5, 0.0),
-        "orth_weight": LogUniform(1e-5, 1e-3),
-        "sdfa_weight": Uniform(0.0, 2.0),
-        "sdfa_margin": Uniform(0.01, 0.5),
-    }
-
-    needs_early_tokens = True
-
     def __init__(
         self,
         ctx: MethodContext,
@@ -113,23 +92,18 @@ class EvalProtoPNet(PrototypeMethod):
     ) -> None:
         super().__init__(ctx)
         name = self.name
-        check_count(name, minimum=1, basis_dim=basis_dim, joint_lr_step=joint_lr_step)
-        check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs)
-        check_positive(name, add_on_lr=add_on_lr, basis_lr=basis_lr, aggregation_lr=aggregation_lr,
-                       joint_lr_gamma=joint_lr_gamma, block_lr=block_lr)
-        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay,
-                           sdfa_margin=sdfa_margin)
+        check_count(name, minimum=1, basis_dim=basis_dim)
+        check_positive(name, add_on_lr=add_on_lr, basis_lr=basis_lr, aggregation_lr=aggregation_lr)
+        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, sdfa_margin=sdfa_margin)
         check_finite(name, clst_weight=clst_weight, sep_weight=sep_weight, orth_weight=orth_weight,
                      sdfa_weight=sdfa_weight)
-        self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
+        self.schedule = WarmJoint.checked(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs,
+                                          joint_lr_step=joint_lr_step, joint_lr_gamma=joint_lr_gamma,
+                                          joint_lr_curve_epochs=joint_lr_curve_epochs, block_lr=block_lr,
+                                          block_weight_decay=block_weight_decay)
         self.add_on_lr, self.basis_lr, self.aggregation_lr = add_on_lr, basis_lr, aggregation_lr
         self.add_on_weight_decay = add_on_weight_decay
-        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
-            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
-        self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
-        self.joint_lr_curve_epochs = joint_lr_curve_epochs
         self.sdfa_margin = sdfa_margin
-        self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
         # signed coefficients of main.py ``coefs`` with scripts/train.sh's consis_coe = 0.5
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "orth": orth_weight,
                              "sdfa": sdfa_weight}
@@ -162,15 +136,11 @@ class EvalProtoPNet(PrototypeMethod):
     def stages(self) -> list[Stage]:
         """main.py: warm = add-on (wd 1e-3) + basis + aggregation weights; joint = the same + the
         trunk's features at 1e-4, wd 1e-3 (here the appended block when ``expanded``)."""
-        warm = [
+        return self.schedule.stages_of([
             ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
             ParamGroup("basis", [self.basis], self.basis_lr),
             ParamGroup("aggregation", [self.aggregation_weights], self.aggregation_lr),
-        ]
-        return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
-                                 warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
-                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma,
-                                 lr_curve_epochs=self.joint_lr_curve_epochs)
+        ], self.block)
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         latent = self.latent(batch)
@@ -179,15 +149,8 @@ class EvalProtoPNet(PrototypeMethod):
         if self.uses("ce"):
             terms["ce"] = F.cross_entropy(aggregate_scores(projection.amax(dim=-1), self.aggregation_weights),
                                           batch.labels)
-        if self.uses("clst") or self.uses("sep"):
-            min_distances = min_cosine_distances(projection, latent)
-            if self.uses("clst"):
-                terms["clst"] = cluster_cost(min_distances, batch.labels, self.prototypes_per_class)
-            if self.uses("sep"):
-                terms["sep"] = separation_cost(min_distances, batch.labels, self.prototypes_per_class)
-        if self.uses("orth"):
-            terms["orth"] = orthogonality_cost(self.basis, self.prototypes_per_class)
-        if self.uses("sdfa") and epoch >= self.warm_epochs:
+        terms.update(basis_terms(self, projection, latent, batch.labels))
+        if self.uses("sdfa") and epoch >= self.schedule.warm_epochs:
             if batch.early_tokens is None:
                 raise RuntimeError("evalprotopnet: SDFA needs the early block's tokens (batch.early_tokens); "
                                    "build the token cache with this method in the grid so it stores them")
@@ -198,5 +161,4 @@ class EvalProtoPNet(PrototypeMethod):
         return terms
 
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
-        """``b ← b/‖b‖`` after every optimiser step (train_and_test.py)."""
-        self.basis.copy_(F.normalize(self.basis, dim=1))
+        renormalise(self.basis)

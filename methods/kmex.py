@@ -79,9 +79,7 @@ class KMEx(PrototypeMethod):
     ``inertia`` (mean squared distance of an image's embedding to its class's nearest centre) is
     what the per-class k-means minimises: ``loss_terms`` reports it, nothing descends on it."""
 
-    display_name = "KMEx"
     reads = frozenset({"tokens"})
-    clusters_each_class = True
 
     def __init__(self, ctx: MethodContext, *, n_init: int = 10, max_iter: int = 300, tol: float = 1e-4) -> None:
         super().__init__(ctx)

@@ -35,7 +35,6 @@ class WeightedKNN(PrototypeMethod):
     """DINO's weighted k-NN classifier: one ``fit`` stage that trains nothing; its
     ``on_stage_start`` stores the training split's normalised features."""
 
-    display_name = "k-NN"
     reads = frozenset({"tokens", "block_input"})
 
     def __init__(self, ctx: MethodContext, *, pool: str = "cls", k: int = 20, temperature: float = 0.07) -> None:

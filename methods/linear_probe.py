@@ -24,9 +24,8 @@ from torch.nn import functional as F
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, WarmupCosine
 from methods.common.lineage import check_count, check_positive
-from methods.common.pooled import POOLS, feature_width, frozen_final_norm, pooled_features
+from methods.common.pooled import feature_width, frozen_final_norm, pooled_features
 from methods.registry import register_method
-from methods.space import Categorical, LogUniform
 
 #: ``LinearClassifier``: ``self.linear.weight.data.normal_(mean=0.0, std=0.01)``
 INIT_STD = 0.01
@@ -38,10 +37,7 @@ COSINE_TO_ZERO = WarmupCosine(warmup_epochs=0.0, start_factor=1.0, final_factor=
 class LinearProbe(PrototypeMethod):
     """A linear classifier on pooled frozen features, trained as DINOv2's linear evaluation."""
 
-    display_name = "Linear probe"
     reads = frozenset({"tokens", "block_input"})
-    # the official grid of learning rates (1e-5 … 0.1) scaled to batch 128 (lr · 128/256)
-    search_space = {"lr": LogUniform(5e-06, 0.05), "pool": Categorical(POOLS)}
 
     def __init__(self, ctx: MethodContext, *, pool: str = "cls+mean", epochs: int = 20, lr: float = 0.005) -> None:
         super().__init__(ctx)

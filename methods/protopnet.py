@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
-    block_groups,
+    LastLayerPhase,
+    WarmJoint,
     check_count,
     check_epochs_in_schedule,
     check_finite,
@@ -40,13 +40,13 @@ from methods.common.lineage import (
     head_reads,
     init_prototypes,
     last_layer_contributions,
-    last_layer_phase,
     make_add_on,
     make_block,
     make_last_layer,
     push_prototypes,
+    push_then_last_layer,
+    register_push_records,
     separation_cost,
-    warm_joint_stages,
 )
 from methods.common.cosine import cluster_similarity, cosine_activation, separation_similarity
 from methods.common.precision import float32_island
@@ -81,22 +81,6 @@ class ProtoPNet(PrototypeMethod):
     not hold it), so ``l1`` is used there and never returned by ``loss_terms``.
     """
 
-    batches_trials = True  # tune --batch K: the step vectorises over K parameter sets (methods/base.py)
-
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "add_on_lr": LogUniform(3e-4, 3e-2),
-        "prototype_lr": LogUniform(3e-4, 3e-2),
-        "last_layer_lr": LogUniform(1e-5, 1e-3),
-        "block_lr": LogUniform(1e-5, 1e-2),
-        "joint_lr_gamma": Uniform(0.05, 0.5),
-        "clst_weight": Uniform(0.1, 2.0),
-        "sep_weight": Uniform(-0.5, 0.0),
-        "l1_weight": LogUniform(1e-5, 1e-3),
-    }
-
     def __init__(
         self,
         ctx: MethodContext,
@@ -124,27 +108,23 @@ class ProtoPNet(PrototypeMethod):
     ) -> None:
         super().__init__(ctx)
         name = self.name
-        check_count(name, minimum=1, prototype_dim=prototype_dim, joint_lr_step=joint_lr_step,
-                    last_layer_batch_size=last_layer_batch_size)
-        check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs, last_layer_epochs=last_layer_epochs)
-        check_positive(name, add_on_lr=add_on_lr, prototype_lr=prototype_lr, joint_lr_gamma=joint_lr_gamma,
-                       last_layer_lr=last_layer_lr, block_lr=block_lr)
-        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay)
+        check_count(name, minimum=1, prototype_dim=prototype_dim)
+        check_positive(name, add_on_lr=add_on_lr, prototype_lr=prototype_lr)
+        check_non_negative(name, add_on_weight_decay=add_on_weight_decay)
         check_finite(name, clst_weight=clst_weight, sep_weight=sep_weight, l1_weight=l1_weight)
         if similarity not in SIMILARITIES:
             raise ValueError(f"{name}: similarity must be one of {', '.join(map(repr, SIMILARITIES))}, "
                              f"got {similarity!r}")
+        self.schedule = WarmJoint.checked(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs,
+                                          joint_lr_step=joint_lr_step, joint_lr_gamma=joint_lr_gamma,
+                                          joint_lr_curve_epochs=joint_lr_curve_epochs, block_lr=block_lr,
+                                          block_weight_decay=block_weight_decay)
+        self.last_layer_phase = LastLayerPhase.checked(name, last_layer_epochs=last_layer_epochs,
+                                                       last_layer_lr=last_layer_lr,
+                                                       last_layer_batch_size=last_layer_batch_size)
         self.similarity = similarity
         self.push_epochs = check_epochs_in_schedule(name, "push_epochs", push_epochs, warm_epochs + joint_epochs)
-        self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.prototype_lr, self.add_on_weight_decay = add_on_lr, prototype_lr, add_on_weight_decay
-        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
-            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
-        self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
-        self.joint_lr_curve_epochs = joint_lr_curve_epochs
-        self.last_layer_epochs, self.last_layer_lr = last_layer_epochs, last_layer_lr
-        self.last_layer_batch_size = last_layer_batch_size
-        self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
         # signed coefficients of train_and_test.py / settings.py ``coefs``; on similarities the
         # costs change sign (ProtoPNeXt train_protopnet.py: cluster_coef −0.8, separation_coef 0.08)
         sign = -1.0 if similarity == "cosine" else 1.0
@@ -155,9 +135,7 @@ class ProtoPNet(PrototypeMethod):
         self.add_on = make_add_on((ctx.embed_dim, prototype_dim, prototype_dim))
         self.prototypes = init_prototypes(ctx.num_prototypes, prototype_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)
-        # where each prototype was last pushed from (−1: not yet pushed)
-        self.register_buffer("push_image", torch.full((ctx.num_prototypes,), -1, dtype=torch.long))
-        self.register_buffer("push_position", torch.full((ctx.num_prototypes,), -1, dtype=torch.long))
+        register_push_records(self, ctx.num_prototypes)
 
     # ---- forward pieces ---------------------------------------------------------------------
     def latent(self, batch: TokenBatch) -> Tensor:
@@ -192,14 +170,10 @@ class ProtoPNet(PrototypeMethod):
     def stages(self) -> list[Stage]:
         """main.py: warm = add-on (wd 1e-3) + prototypes; joint = the same + the trunk's features
         at 1e-4, wd 1e-3 (here the appended block when ``expanded``), StepLR on the joint optimiser."""
-        warm = [
+        return self.schedule.stages_of([
             ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
             ParamGroup("prototypes", [self.prototypes], self.prototype_lr),
-        ]
-        return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
-                                 warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
-                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma,
-                                 lr_curve_epochs=self.joint_lr_curve_epochs)
+        ], self.block)
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         if self.similarity == "cosine":
@@ -228,17 +202,8 @@ class ProtoPNet(PrototypeMethod):
         return terms
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
-        if epoch not in self.push_epochs:
-            return
-        training = self.training
-        self.eval()  # push.py runs the network in eval mode
-        self.push(data)
-        # main.py: push reads train_push_loader, the last-layer epochs train_loader (augmented)
-        last_layer_phase(self.last_layer, data.epoch_data, self.pooled_similarities,
-                         prototypes_per_class=self.prototypes_per_class, epochs=self.last_layer_epochs,
-                         lr=self.last_layer_lr, batch_size=self.last_layer_batch_size,
-                         l1_weight=self.loss_weights["l1"])
-        self.train(training)
+        if epoch in self.push_epochs:
+            push_then_last_layer(self, data, self.pooled_similarities, self.last_layer_phase)
 
     def _latent_and_closeness(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         latent = self.latent(batch)

@@ -41,13 +41,24 @@ PLUGIN_GROUP = "protobench.methods"
 _CLASSES: dict[str, type] = {}  # registry key → its adapter class, once imported
 
 
+#: what a suite adapter reads from its declaration (methods/specs/<name>.py) instead of saying it again
+DECLARED_ATTRIBUTES = ("display_name", "search_space", "batches_trials", "clusters_each_class", "needs_early_tokens")
+
+
 def register_method(name: str) -> Callable[[M], M]:
-    """Class decorator on an adapter: ``@register_method("vmfproto")`` names the class by its key."""
+    """Class decorator on an adapter: ``@register_method("vmfproto")`` names the class by its key;
+    a suite method's class takes its display name, search space and flags
+    (:data:`DECLARED_ATTRIBUTES`) from its declaration, the one place they are written."""
 
     def decorate(cls: M) -> M:
         if name in _CLASSES and _CLASSES[name] is not cls:
             raise ValueError(f"method name {name!r} is registered twice")
         cls.name = name
+        if name in BUILTIN_METHODS:
+            declared = _builtin_declaration(name)
+            for attribute in DECLARED_ATTRIBUTES:
+                value = getattr(declared, attribute)
+                setattr(cls, attribute, dict(value) if attribute == "search_space" else value)
         _CLASSES[name] = cls
         return cls
 

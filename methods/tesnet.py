@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
-    block_groups,
+    LastLayerPhase,
+    WarmJoint,
     check_count,
     check_epochs_in_schedule,
     check_finite,
@@ -32,13 +32,13 @@ from methods.common.lineage import (
     head_reads,
     init_prototypes,
     last_layer_contributions,
-    last_layer_phase,
     make_add_on,
     make_block,
     make_last_layer,
     push_prototypes,
+    push_then_last_layer,
+    register_push_records,
     separation_cost,
-    warm_joint_stages,
 )
 from methods.registry import register_method
 
@@ -89,6 +89,26 @@ def subspace_separation(basis: Tensor, prototypes_per_class: int) -> Tensor:
     return 0.5 * distances.sum() / math.sqrt(2.0)
 
 
+def basis_terms(method: PrototypeMethod, projection: Tensor, latent: Tensor, labels: Tensor) -> dict[str, Tensor]:
+    """TesNet's ``clst`` and ``sep`` on ``min_grid −cos(z, b̂)`` and ``orth`` on the raw basis
+    (train_and_test.py), each where ``method`` uses it; EvalProtoPNet's official code keeps them."""
+    terms: dict[str, Tensor] = {}
+    if method.uses("clst") or method.uses("sep"):
+        min_distances = min_cosine_distances(projection, latent)
+        if method.uses("clst"):
+            terms["clst"] = cluster_cost(min_distances, labels, method.prototypes_per_class)
+        if method.uses("sep"):
+            terms["sep"] = separation_cost(min_distances, labels, method.prototypes_per_class)
+    if method.uses("orth"):
+        terms["orth"] = orthogonality_cost(method.basis, method.prototypes_per_class)
+    return terms
+
+
+def renormalise(basis: Tensor) -> None:
+    """``b ← b/‖b‖`` after every optimiser step (train_and_test.py), in place."""
+    basis.copy_(F.normalize(basis, dim=1))
+
+
 @register_method("tesnet")
 class TesNet(PrototypeMethod):
     """TesNet head on the frozen trunk's tokens (or on the appended block's, ``expanded=True``).
@@ -98,21 +118,6 @@ class TesNet(PrototypeMethod):
     the last layer, used by the last-layer phase after the push: the warm and joint optimisers
     of main.py do not hold the last layer).
     """
-
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "add_on_lr": LogUniform(3e-4, 3e-2),
-        "basis_lr": LogUniform(3e-4, 3e-2),
-        "last_layer_lr": LogUniform(1e-5, 1e-3),
-        "block_lr": LogUniform(1e-5, 1e-2),
-        "joint_lr_gamma": Uniform(0.05, 0.5),
-        "clst_weight": Uniform(0.1, 2.0),
-        "sep_weight": Uniform(-0.5, 0.0),
-        "orth_weight": LogUniform(1e-5, 1e-3),
-        "subsep_weight": Uniform(-1e-5, 0.0),
-    }
 
     def __init__(
         self,
@@ -142,24 +147,20 @@ class TesNet(PrototypeMethod):
     ) -> None:
         super().__init__(ctx)
         name = self.name
-        check_count(name, minimum=1, basis_dim=basis_dim, joint_lr_step=joint_lr_step,
-                    last_layer_batch_size=last_layer_batch_size)
-        check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs, last_layer_epochs=last_layer_epochs)
-        check_positive(name, add_on_lr=add_on_lr, basis_lr=basis_lr, joint_lr_gamma=joint_lr_gamma,
-                       last_layer_lr=last_layer_lr, block_lr=block_lr)
-        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay)
+        check_count(name, minimum=1, basis_dim=basis_dim)
+        check_positive(name, add_on_lr=add_on_lr, basis_lr=basis_lr)
+        check_non_negative(name, add_on_weight_decay=add_on_weight_decay)
         check_finite(name, clst_weight=clst_weight, sep_weight=sep_weight, l1_weight=l1_weight,
                      orth_weight=orth_weight, subsep_weight=subsep_weight)
+        self.schedule = WarmJoint.checked(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs,
+                                          joint_lr_step=joint_lr_step, joint_lr_gamma=joint_lr_gamma,
+                                          joint_lr_curve_epochs=joint_lr_curve_epochs, block_lr=block_lr,
+                                          block_weight_decay=block_weight_decay)
+        self.last_layer_phase = LastLayerPhase.checked(name, last_layer_epochs=last_layer_epochs,
+                                                       last_layer_lr=last_layer_lr,
+                                                       last_layer_batch_size=last_layer_batch_size)
         self.push_epochs = check_epochs_in_schedule(name, "push_epochs", push_epochs, warm_epochs + joint_epochs)
-        self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.basis_lr, self.add_on_weight_decay = add_on_lr, basis_lr, add_on_weight_decay
-        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
-            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
-        self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
-        self.joint_lr_curve_epochs = joint_lr_curve_epochs
-        self.last_layer_epochs, self.last_layer_lr = last_layer_epochs, last_layer_lr
-        self.last_layer_batch_size = last_layer_batch_size
-        self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
         # signed coefficients of settings_CUB.py ``coefs``
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "l1": l1_weight,
                              "orth": orth_weight, "subsep": subsep_weight}
@@ -169,9 +170,7 @@ class TesNet(PrototypeMethod):
         self.add_on = make_add_on((ctx.embed_dim, basis_dim, basis_dim))
         self.basis = init_prototypes(ctx.num_prototypes, basis_dim)
         self.last_layer = make_last_layer(ctx.num_classes, ctx.prototypes_per_class)
-        # where each basis vector was pushed from (−1: not yet pushed)
-        self.register_buffer("push_image", torch.full((ctx.num_prototypes,), -1, dtype=torch.long))
-        self.register_buffer("push_position", torch.full((ctx.num_prototypes,), -1, dtype=torch.long))
+        register_push_records(self, ctx.num_prototypes)
 
     # ---- forward pieces ---------------------------------------------------------------------
     def latent(self, batch: TokenBatch) -> Tensor:
@@ -197,14 +196,10 @@ class TesNet(PrototypeMethod):
     def stages(self) -> list[Stage]:
         """main.py: warm = add-on (wd 1e-3) + basis, last layer frozen; joint = the same + the
         trunk's features at 1e-4, wd 1e-3 (here the appended block when ``expanded``)."""
-        warm = [
+        return self.schedule.stages_of([
             ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
             ParamGroup("basis", [self.basis], self.basis_lr),
-        ]
-        return warm_joint_stages(warm, block_groups(self.block, self.block_lr, self.block_weight_decay),
-                                 warm_epochs=self.warm_epochs, joint_epochs=self.joint_epochs,
-                                 lr_step=self.joint_lr_step, lr_gamma=self.joint_lr_gamma,
-                                 lr_curve_epochs=self.joint_lr_curve_epochs)
+        ], self.block)
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:
         latent = self.latent(batch)
@@ -212,34 +207,17 @@ class TesNet(PrototypeMethod):
         terms: dict[str, Tensor] = {}
         if self.uses("ce"):
             terms["ce"] = F.cross_entropy(self.last_layer(projection.amax(dim=-1)), batch.labels)
-        if self.uses("clst") or self.uses("sep"):
-            min_distances = min_cosine_distances(projection, latent)
-            if self.uses("clst"):
-                terms["clst"] = cluster_cost(min_distances, batch.labels, self.prototypes_per_class)
-            if self.uses("sep"):
-                terms["sep"] = separation_cost(min_distances, batch.labels, self.prototypes_per_class)
-        if self.uses("orth"):
-            terms["orth"] = orthogonality_cost(self.basis, self.prototypes_per_class)
+        terms.update(basis_terms(self, projection, latent, batch.labels))
         if self.uses("subsep"):
             terms["subsep"] = subspace_separation(self.basis, self.prototypes_per_class)
         return terms
 
     def after_step(self, batch: TokenBatch, stage: Stage, epoch: int) -> None:
-        """``b ← b/‖b‖`` after every optimiser step (train_and_test.py)."""
-        self.basis.copy_(F.normalize(self.basis, dim=1))
+        renormalise(self.basis)
 
     def on_epoch_end(self, stage: Stage, epoch: int, data: TrainData) -> None:
-        if epoch not in self.push_epochs:
-            return
-        training = self.training
-        self.eval()  # push.py runs the network in eval mode
-        self.push(data)
-        # main.py: push reads train_push_loader, the last-layer epochs train_loader (augmented)
-        last_layer_phase(self.last_layer, data.epoch_data, self.pooled_projections,
-                         prototypes_per_class=self.prototypes_per_class, epochs=self.last_layer_epochs,
-                         lr=self.last_layer_lr, batch_size=self.last_layer_batch_size,
-                         l1_weight=self.loss_weights["l1"])
-        self.train(training)
+        if epoch in self.push_epochs:
+            push_then_last_layer(self, data, self.pooled_projections, self.last_layer_phase)
 
     def _latent_and_projection(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         latent = self.latent(batch)

@@ -149,7 +149,9 @@ def _parse(module: str, path: Path) -> _Module:
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.append(_Function(module, node, owner))
-                roots.extend([*node.decorator_list, node.args])
+                # what runs at definition: decorators and default values (annotations never run:
+                # every module of the suite has ``from __future__ import annotations``)
+                roots.extend([*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d)])
             elif isinstance(node, ast.ClassDef):
                 roots.extend([*node.decorator_list, *node.bases, *node.keywords])
                 visit(node.body, node.name)
@@ -161,25 +163,32 @@ def _parse(module: str, path: Path) -> _Module:
 
 
 def _reachable(modules: list[_Module], executed: Mapping[str, set[int]]) -> list[_Function]:
-    """The functions a run of the probed method can reach: those the probe entered, every method
-    of a class one of them belongs to or that reachable code names, and every module-level
-    function reachable code names (by name, across the files: a name that could call it),
-    transitively from what runs at import. A function nothing reachable names (another method's
-    code in a shared module) cannot change this method's numbers."""
+    """The functions a run of the probed method can reach, transitively from what runs at import
+    and what the probe entered: a function the probe entered; a module-level function whose name
+    reachable code names; a method whose name reachable code names (or that Python calls by itself:
+    a dunder, ``forward``) of a class reachable code names or one of whose methods was entered.
+    Names are matched across the files (a name that could call it). A function nothing reachable
+    names (another method's code in a shared module) cannot change this method's numbers."""
     functions = [f for m in modules for f in m.functions]
     entered = {id(f) for f in functions
                if any(executed.get(f.module, set()).intersection(_header_lines(s)) for s in f.statements())}
     referenced = set().union(*(_names(root) for m in modules for root in m.roots))
     reached: dict[int, _Function] = {id(f): f for f in functions if id(f) in entered}
     while True:
-        classes = {f.owner for f in reached.values() if f.owner} | {name for name in referenced}
         for f in reached.values():
             referenced |= set().union(*(_names(s) for s in f.statements()), set())
-        more = {id(f): f for f in functions if id(f) not in reached and
-                (f.owner in classes if f.owner else f.node.name in referenced)}
+        classes = {f.owner for f in reached.values() if f.owner} | referenced
+        more = {id(f): f for f in functions if id(f) not in reached and (
+            f.node.name in referenced if f.owner is None else
+            f.owner in classes and (f.node.name in referenced or _called_by_python(f.node.name)))}
         if not more:
             return list(reached.values())
         reached.update(more)
+
+
+def _called_by_python(name: str) -> bool:
+    """A method Python (or torch's ``nn.Module.__call__``) calls without naming it in our code."""
+    return (name.startswith("__") and name.endswith("__")) or name == "forward"
 
 
 def boundary(files: Mapping[str, Path], executed: Mapping[str, set[int]]) -> list[BlindStatement]:

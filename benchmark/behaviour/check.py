@@ -59,14 +59,18 @@ class Verdict:
     blind: list[BlindStatement] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+    blind_changed: tuple[int, int] = (0, 0)  # (earlier sources of its behaviour whose blind digest differs, of all)
 
     def line(self) -> str:
         if self.error is not None:
             return f"{self.method}: the probe failed: {self.error}; nothing recorded (it never counts as identical)"
         where = f"source {self.digest[:12]}, {len(self.blind)} statements beyond the probe, {self.seconds:.1f} s"
         if not self.new_behaviour:
+            differ, earlier = self.blind_changed
+            beyond = (f"; what the probe cannot see differs from {differ} of its {earlier} earlier source(s): their "
+                      "results read stale by bytes" if differ else "")
             return (f"{self.method}: behaviour identical to {self.behaviour} (max relative deviation "
-                    f"{self.deviation:.1e}, within tolerance; {where})")
+                    f"{self.deviation:.1e}, within tolerance; {where}){beyond}")
         if self.closest is None:
             return f"{self.method}: first behaviour recorded, {self.behaviour} ({where})"
         ratio, configuration, output = self.closest
@@ -166,7 +170,10 @@ def judge(method: str, digest: str, probed: Probed, known: MethodLock | None) ->
         verdict.deviation = 0.0
         behaviours[verdict.behaviour] = {"golden": probed.outputs, "recorded": today(), **probed.arithmetic}
     sources = dict(known.sources) if known is not None else {}
-    sources[digest] = SourceEntry(verdict.behaviour, blind_digest(probed.blind), verdict.deviation, today())
+    blind = blind_digest(probed.blind)
+    earlier = [s for d, s in sources.items() if d != digest and s.behaviour == verdict.behaviour]
+    verdict.blind_changed = (sum(s.blind != blind for s in earlier), len(earlier))
+    sources[digest] = SourceEntry(verdict.behaviour, blind, verdict.deviation, today())
     merged = {**(known.configurations if known is not None else {}), **configurations(method)}
     return verdict, MethodLock(probed.dtype, merged, behaviours, sources)
 

@@ -85,6 +85,7 @@ class MicroTokens(TokenSource):
         self.attention = torch.from_numpy(attention).to(dtype)
         self.labels = torch.from_numpy(labels)
         self.grid = setup.grid
+        self.early = True  # whether batches carry early-block tokens (the harness: the method's needs_early_tokens)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -93,7 +94,7 @@ class MicroTokens(TokenSource):
               reads: frozenset[str] = TOKEN_FIELDS) -> TokenBatch:
         return TokenBatch(tokens=self.tokens[indices], block_input=self.block_input[indices],
                           attention=self.attention[indices], labels=self.labels[indices], indices=indices,
-                          grid=self.grid, early_tokens=self.tokens[indices]).only(reads)
+                          grid=self.grid, early_tokens=self.tokens[indices] if self.early else None).only(reads)
 
 
 class MicroBlock(nn.Module):
@@ -161,6 +162,7 @@ def _trained(method: str, args: Mapping[str, Any], tokens: MicroTokens, checkpoi
     torch.manual_seed(setup.seed)
     model = build_method(method, _context(setup), **args)
     device = torch.device("cpu")
+    tokens.early = model.needs_early_tokens  # a run's training cache holds them only then
     source = with_frozen_features(tokens, model.frozen_features, batch_size=len(tokens), device=device)
     try:
         train(model, source, seed=setup.seed, batch_size=setup.batch_size, device=device, checkpoint_path=checkpoint,

@@ -157,9 +157,14 @@ def adapter_module(method: str) -> str:
 
 def probed_files(method: str) -> dict[str, Path]:
     """Module → source file of what a result of ``method`` depends on and its probe runs: the
-    method's files (:func:`method_source_files`) and :data:`PROBED_HARNESS_MODULES`."""
+    method's files (:func:`method_source_files`), a suite method's declaration (its flags, such as
+    ``needs_early_tokens``, and the variants and ``probe_args`` the probe runs) and
+    :data:`PROBED_HARNESS_MODULES`."""
+    from methods.registry import BUILTIN_METHODS
+
     files = method_source_files(adapter_module(method), method)
-    for name in PROBED_HARNESS_MODULES:
+    declared = [f"{DECLARATION_PACKAGE}.{method}"] if method in BUILTIN_METHODS else []
+    for name in (*declared, *PROBED_HARNESS_MODULES):
         path = _module_file(name)
         if path is not None:
             files[name] = path

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import FieldError, ProtobenchError
 
 DEFAULT_FRACTION = 0.1
 DEFAULT_SEED = 0
@@ -42,9 +42,9 @@ class ValidationSplit:
 def check_rule(fraction: float, seed: int, where: str) -> None:
     """A fraction in (0, 1) and a seed ≥ 0, refused before any compute."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise ProtobenchError(f"{where}: validation_fraction = {fraction!r} must be a number in (0, 1), e.g. 0.1")
+        raise FieldError(where, "validation_fraction", f"validation_fraction = {fraction!r} must be a number in (0, 1), e.g. 0.1")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ProtobenchError(f"{where}: validation_seed = {seed!r} must be an integer ≥ 0")
+        raise FieldError(where, "validation_seed", f"validation_seed = {seed!r} must be an integer ≥ 0")
 
 
 def validation_split(labels: np.ndarray, *, fraction: float = DEFAULT_FRACTION,

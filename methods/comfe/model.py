@@ -31,7 +31,6 @@ from methods.comfe.losses import LOSS_TERMS, Level
 from methods.common.lineage import check_arg, check_count, check_non_negative, check_positive
 from methods.common.precision import float32_island
 from methods.registry import register_method
-from methods.space import LogUniform, Uniform
 
 NAME = "comfe"
 STAGE = "head"
@@ -55,22 +54,7 @@ class ComFe(PrototypeMethod):
     ``weight_decay``; ``clip_grad_norm``.
     """
 
-    display_name = "ComFe"
     reads = frozenset({"tokens"})
-    # The reference rate a decade either side of 5e-4, kept above start_lr and final_lr (the warm-up
-    # climbs, the cosine falls); weight decay a decade either side of 0.05; the temperatures τ1,
-    # τ2, τc (the released config's 0.1, 0.02, 0.02) over about a factor 5 either way; label
-    # smoothing ε and dropout over [0, 0.3]. The decoder's shape and the schedule's length are not
-    # tuned (the epochs are the budget).
-    search_space = {
-        "lr": LogUniform(1e-4, 5e-3),
-        "weight_decay": LogUniform(5e-3, 0.5),
-        "temp_pred": LogUniform(0.02, 0.5),
-        "temp_class": LogUniform(0.005, 0.1),
-        "temp_contrastive": LogUniform(0.005, 0.1),
-        "label_smoothing": Uniform(0.0, 0.3),
-        "dropout": Uniform(0.0, 0.3),
-    }
 
     def __init__(
         self,

@@ -131,6 +131,83 @@ def warm_joint_stages(warm: list[ParamGroup], joint_extra: list[ParamGroup], *, 
     ]
 
 
+@dataclass(frozen=True)
+class WarmJoint:
+    """main.py's schedule, which the lineage's official codes (forks of ProtoPNet's) share:
+    ``warm_epochs`` of the head alone, then ``joint_epochs`` that add the trunk's features (here
+    the appended block at ``block_lr``, weight decay ``block_weight_decay``) under a StepLR
+    (``lr_step``, ``lr_gamma``) on the joint optimiser, sampled at ``joint_epochs`` points of its
+    ``lr_curve_epochs``-epoch curve when compressed (docs/protocol/harness.md, "Grids")."""
+
+    warm_epochs: int
+    joint_epochs: int
+    lr_step: int
+    lr_gamma: float
+    lr_curve_epochs: int | None
+    block_lr: float
+    block_weight_decay: float
+
+    @classmethod
+    def checked(cls, name: str, *, warm_epochs: int, joint_epochs: int, joint_lr_step: int, joint_lr_gamma: float,
+                joint_lr_curve_epochs: int | None, block_lr: float, block_weight_decay: float) -> WarmJoint:
+        """The schedule of method ``name``'s hyperparameters; a ValueError naming a bad one."""
+        check_count(name, minimum=1, joint_lr_step=joint_lr_step)
+        check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs)
+        check_positive(name, joint_lr_gamma=joint_lr_gamma, block_lr=block_lr)
+        check_non_negative(name, block_weight_decay=block_weight_decay)
+        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
+            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
+        return cls(warm_epochs, joint_epochs, joint_lr_step, joint_lr_gamma, joint_lr_curve_epochs, block_lr,
+                   block_weight_decay)
+
+    def block_groups(self, block: nn.Module | None) -> list[ParamGroup]:
+        return block_groups(block, self.block_lr, self.block_weight_decay)
+
+    def stages_of(self, warm: list[ParamGroup], block: nn.Module | None) -> list[Stage]:
+        """:func:`warm_joint_stages` with the ``warm`` groups, the block joining the joint stage."""
+        return warm_joint_stages(warm, self.block_groups(block), warm_epochs=self.warm_epochs,
+                                 joint_epochs=self.joint_epochs, lr_step=self.lr_step, lr_gamma=self.lr_gamma,
+                                 lr_curve_epochs=self.lr_curve_epochs)
+
+
+@dataclass(frozen=True)
+class LastLayerPhase:
+    """main.py's last-layer epochs after each push (ProtoPNet, TesNet): ``epochs`` of the last
+    layer alone at ``lr``, in batches of ``batch_size`` (:func:`last_layer_phase`)."""
+
+    epochs: int
+    lr: float
+    batch_size: int
+
+    @classmethod
+    def checked(cls, name: str, *, last_layer_epochs: int, last_layer_lr: float,
+                last_layer_batch_size: int) -> LastLayerPhase:
+        check_count(name, minimum=1, last_layer_batch_size=last_layer_batch_size)
+        check_count(name, last_layer_epochs=last_layer_epochs)
+        check_positive(name, last_layer_lr=last_layer_lr)
+        return cls(last_layer_epochs, last_layer_lr, last_layer_batch_size)
+
+
+def push_then_last_layer(method: nn.Module, data: TrainData, pooled: PooledScores, phase: LastLayerPhase) -> None:
+    """After a push epoch: ``method.push(data)`` with the network in eval mode (push.py), then the
+    last-layer phase on the images the epochs read (main.py: the push reads ``train_push_loader``,
+    the last-layer epochs ``train_loader``), with the method's ``l1`` weight."""
+    training = method.training
+    method.eval()  # push.py runs the network in eval mode
+    method.push(data)
+    last_layer_phase(method.last_layer, data.epoch_data, pooled, prototypes_per_class=method.prototypes_per_class,
+                     epochs=phase.epochs, lr=phase.lr, batch_size=phase.batch_size,
+                     l1_weight=method.loss_weights["l1"])
+    method.train(training)
+
+
+def register_push_records(module: nn.Module, num_prototypes: int) -> None:
+    """Where each prototype was last pushed from: its image's index in the training split
+    (``push_image``) and its grid position (``push_position``); −1 until it is pushed."""
+    module.register_buffer("push_image", torch.full((num_prototypes,), -1, dtype=torch.long))
+    module.register_buffer("push_position", torch.full((num_prototypes,), -1, dtype=torch.long))
+
+
 # ---- construction and initialisation (official model.py of each method) ---------------------
 def make_add_on(widths: Sequence[int], *, hidden: type[nn.Module] | None = nn.ReLU,
                 final: type[nn.Module] | None = nn.Sigmoid) -> nn.Sequential:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-PRECISIONS = ("fp32", "tf32", "bf16")  # a run's ``precision`` (benchmark.config.RunSpec)
+from methods.common.precisions import PRECISIONS
 
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")

@@ -13,12 +13,22 @@ from typing import Any
 MAX_INTEGER = 2**31 - 1
 
 
-def check_type(key: str, value: Any, expected: type | tuple[type, ...], where: str) -> None:
-    """``value`` must be an instance of ``expected`` (TypeError); a bool only counts as a bool
-    (TOML's ``true`` is never an int); an int lies within ±:data:`MAX_INTEGER` (ValueError)."""
+def type_problem(key: str, value: Any, expected: type | tuple[type, ...]) -> tuple[type[Exception], str] | None:
+    """What is wrong with ``value`` for ``key`` (the exception type :func:`check_type` raises and
+    its message after the place), None when it is an instance of ``expected``."""
     types = expected if isinstance(expected, tuple) else (expected,)
     if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
         kind = " or ".join(t.__name__ for t in types)
-        raise TypeError(f"{where}: {key} = {value!r} must be of type {kind}")
+        return TypeError, f"{key} = {value!r} must be of type {kind}"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
-        raise ValueError(f"{where}: {key} = {value} is out of range: integers must lie within ±{MAX_INTEGER}")
+        return ValueError, f"{key} = {value} is out of range: integers must lie within ±{MAX_INTEGER}"
+    return None
+
+
+def check_type(key: str, value: Any, expected: type | tuple[type, ...], where: str) -> None:
+    """``value`` must be an instance of ``expected`` (TypeError); a bool only counts as a bool
+    (TOML's ``true`` is never an int); an int lies within ±:data:`MAX_INTEGER` (ValueError)."""
+    problem = type_problem(key, value, expected)
+    if problem is not None:
+        kind, detail = problem
+        raise kind(f"{where}: {detail}")

@@ -19,10 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
+    WarmJoint,
     head_reads,
-    block_groups,
     check_arg,
     check_count,
     check_epochs_in_schedule,
@@ -38,6 +37,7 @@ from methods.common.lineage import (
     step_after_epoch,
     own_class_mask,
     push_prototypes,
+    register_push_records,
 )
 from methods.deformable.functional import (
     KERNEL,
@@ -70,23 +70,6 @@ class DeformableProtoPNet(PrototypeMethod):
     trains in the joint stage at ``block_lr``.
     """
 
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "add_on_lr": LogUniform(3e-4, 3e-2),
-        "prototype_lr": LogUniform(3e-4, 3e-2),
-        "offset_lr": LogUniform(1e-5, 1e-3),
-        "block_lr": LogUniform(1e-5, 1e-2),
-        "joint_lr_gamma": Uniform(0.05, 0.5),
-        "margin": Uniform(0.0, 0.5),
-        "clst_weight": Uniform(-2.0, -0.1),
-        "sep_weight": Uniform(0.0, 0.5),
-        "orth_weight": LogUniform(1e-3, 1.0),
-    }
-
-    display_name = "Def. ProtoPNet"  # as the paper's tables name it
-
     cuda_ops_without_deterministic_kernel = ("grid_sample backward (deformable pooling)",)
 
     def __init__(
@@ -118,26 +101,21 @@ class DeformableProtoPNet(PrototypeMethod):
         name = self.name
         check_arg(isinstance(margin, (int, float)) and 0 <= margin < math.pi / 2, name, "margin",
                   "in [0, π/2) radians", margin)
-        check_count(name, minimum=1, joint_lr_step=joint_lr_step, offset_channels=offset_channels)
-        check_count(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs)
-        check_positive(name, add_on_lr=add_on_lr, prototype_lr=prototype_lr, offset_lr=offset_lr,
-                       joint_lr_gamma=joint_lr_gamma, block_lr=block_lr)
-        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, block_weight_decay=block_weight_decay,
-                           offset_init_std=offset_init_std)
+        check_count(name, minimum=1, offset_channels=offset_channels)
+        check_positive(name, add_on_lr=add_on_lr, prototype_lr=prototype_lr, offset_lr=offset_lr)
+        check_non_negative(name, add_on_weight_decay=add_on_weight_decay, offset_init_std=offset_init_std)
         check_finite(name, incorrect_class_connection=incorrect_class_connection, clst_weight=clst_weight,
                      sep_weight=sep_weight, orth_weight=orth_weight)
         check_arg(min(ctx.grid) >= KERNEL, name, "the token grid", "at least 2×2", ctx.grid)
+        self.schedule = WarmJoint.checked(name, warm_epochs=warm_epochs, joint_epochs=joint_epochs,
+                                          joint_lr_step=joint_lr_step, joint_lr_gamma=joint_lr_gamma,
+                                          joint_lr_curve_epochs=joint_lr_curve_epochs, block_lr=block_lr,
+                                          block_weight_decay=block_weight_decay)
         self.push_epochs = check_epochs_in_schedule(name, "push_epochs", push_epochs, warm_epochs + joint_epochs)
         self.margin = margin
-        self.warm_epochs, self.joint_epochs = warm_epochs, joint_epochs
         self.add_on_lr, self.prototype_lr, self.offset_lr = add_on_lr, prototype_lr, offset_lr
         self.add_on_weight_decay = add_on_weight_decay
-        if joint_lr_curve_epochs is not None:  # a compressed joint stage samples this many official epochs
-            check_count(name, minimum=1, joint_lr_curve_epochs=joint_lr_curve_epochs)
-        self.joint_lr_step, self.joint_lr_gamma = joint_lr_step, joint_lr_gamma
-        self.joint_lr_curve_epochs = joint_lr_curve_epochs
         self.offset_init_std = offset_init_std
-        self.block_lr, self.block_weight_decay = block_lr, block_weight_decay
         self.loss_weights = {"ce": 1.0, "clst": clst_weight, "sep": sep_weight, "orth": orth_weight}
 
         dim, num_prototypes = ctx.embed_dim, ctx.num_prototypes
@@ -162,8 +140,7 @@ class DeformableProtoPNet(PrototypeMethod):
                                           incorrect_class_connection).requires_grad_(False)
         # push records: source image (index in the training split, −1 = never pushed), flat cell
         # row·W + col of the activation map, the deformed (row, col) grid positions of the K parts
-        self.register_buffer("push_image", torch.full((num_prototypes,), -1, dtype=torch.long))
-        self.register_buffer("push_position", torch.full((num_prototypes,), -1, dtype=torch.long))
+        register_push_records(self, num_prototypes)
         self.register_buffer("push_part_positions", torch.zeros(num_prototypes, NUM_PARTS, 2))
 
     # ---- forward pieces ------------------------------------------------------------------------
@@ -216,12 +193,12 @@ class DeformableProtoPNet(PrototypeMethod):
         warm = [ParamGroup("add_on", list(self.add_on.parameters()), self.add_on_lr, self.add_on_weight_decay),
                 ParamGroup("prototypes", [self.prototypes], self.prototype_lr)]
         joint = [*warm, ParamGroup("offsets", list(self.offset_net.parameters()), self.offset_lr),
-                 *block_groups(self.block, self.block_lr, self.block_weight_decay)]
+                 *self.schedule.block_groups(self.block)]
+        schedule = self.schedule
         return [
-            Stage("warm", self.warm_epochs, warm),
-            Stage("joint", self.joint_epochs, joint, scheduler=sampled_schedule(
-                step_after_epoch(self.joint_lr_step, self.joint_lr_gamma), self.joint_epochs,
-                self.joint_lr_curve_epochs)),
+            Stage("warm", schedule.warm_epochs, warm),
+            Stage("joint", schedule.joint_epochs, joint, scheduler=sampled_schedule(
+                step_after_epoch(schedule.lr_step, schedule.lr_gamma), schedule.joint_epochs, schedule.lr_curve_epochs)),
         ]
 
     def loss_terms(self, batch: TokenBatch, stage: Stage, epoch: int) -> dict[str, Tensor]:

@@ -37,7 +37,6 @@ from methods.common.pooled import cls_token, frozen_final_norm
 from methods.dinoqpm.assignment import check_program, qpm_constants, solve_assignment
 from methods.dinoqpm.losses import feature_diversity_loss
 from methods.registry import register_method
-from methods.space import LogUniform
 
 #: ``SLDDLevel.forward``: ``(input - mean) / torch.clamp(std, min=1e-6)``
 STD_FLOOR = 1e-6
@@ -71,10 +70,7 @@ def make_mlp(embed_dim: int, hidden_dim: int, feature_dim: int, layers: int) -> 
 class DinoQPM(PrototypeMethod):
     """An MLP on frozen patch tokens, average-pooled features, and a QP-selected binary final layer."""
 
-    display_name = "DINO-QPM"
     reads = frozenset({"tokens", "block_input"})
-    # a decade around each phase's official learning rate (configs/models/qpm/dinov2.yaml)
-    search_space = {"lr_dense": LogUniform(3e-4, 3e-3), "lr_finetune": LogUniform(1.5e-3, 1.5e-2)}
 
     def __init__(self, ctx: MethodContext, *, feature_dim: int = 512, hidden_dim: int = 2048, layers: int = 4,
                  n_features: int = 50, dense_epochs: int = 25, finetune_epochs: int = 25,

@@ -40,7 +40,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
     PASS_BATCH_SIZE,
     block_groups,
@@ -96,19 +95,6 @@ class MGProto(PrototypeMethod):
     per class by prior after training (only when J is larger); ``expanded`` runs the head on the
     appended trainable block (docs/protocol/harness.md).
     """
-
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "lr_add_on": LogUniform(3e-4, 3e-2),
-        "lr_block": LogUniform(1e-5, 1e-2),
-        "lr_gamma": Uniform(0.1, 0.9),
-        "lambda_mine": Uniform(0.0, 1.0),
-        "em_lr": LogUniform(3e-4, 3e-2),
-        "em_alpha": Uniform(0.01, 0.5),
-        "prior_momentum": Uniform(0.9, 0.999),
-    }
 
     def __init__(
         self,

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import (
     block_groups,
     check_arg,
@@ -57,20 +56,6 @@ class NPPP(PrototypeMethod):
     side is foreground); ``lr_block`` / ``lr_sa`` the stage-2 Adam groups; ``prototype_std`` the
     truncated-normal initialisation of the prototypes.
     """
-
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "temperature": Uniform(0.05, 1.0),
-        "momentum": Uniform(0.9, 0.999),
-        "sa_init": Uniform(0.1, 0.9),
-        "lambda_ppd": Uniform(0.0, 2.0),
-        "ppd_temperature": Uniform(0.02, 0.5),
-        "background_weight": Uniform(0.0, 1.0),
-        "lr_block": LogUniform(1e-5, 1e-2),
-        "lr_sa": LogUniform(1e-7, 1e-5),
-    }
 
     reads = frozenset({"tokens", "block_input", "attention"})
 

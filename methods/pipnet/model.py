@@ -47,7 +47,6 @@ from methods.pipnet.functional import (
     unused_prototypes,
 )
 from methods.registry import register_method
-from methods.space import LogUniform, Uniform
 
 #: η_min of the classifier's warm restarts (main.py:180-183)
 CLASSIFIER_ETA_MIN = 1e-3
@@ -70,19 +69,6 @@ class PIPNet(PrototypeMethod):
     (2), ``ce`` (2). ``view_dropout`` > 0 draws the two views as independent channel dropouts of
     the head's input (not official: docs/protocol/pipnet.md); 0 (default) aligns the view with itself.
     """
-
-    display_name = "PIP-Net"
-    # Learning rates a decade either side of the official defaults (``util/args.py``: 0.05 for the
-    # classifier, 0.0005 for the network); the loss weights λ_A, λ_T, λ_C (paper defaults 5, 2, 2)
-    # over a range about them. Epoch counts are the budget, never tuned.
-    search_space = {
-        "classifier_lr": LogUniform(5e-3, 0.5),
-        "add_on_lr": LogUniform(5e-4, 5e-2),
-        "lr_block": LogUniform(5e-5, 5e-3),
-        "align_weight": Uniform(0.5, 10.0),
-        "tanh_weight": Uniform(0.0, 5.0),
-        "ce_weight": Uniform(0.5, 5.0),
-    }
 
     def __init__(
         self,

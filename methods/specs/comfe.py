@@ -31,6 +31,11 @@ DECLARATION = MethodDeclaration(
         "weight_decay": non_negative(0.05),
         "clip_grad_norm": positive(0.01),
     },
+    # The reference rate a decade either side of 5e-4, kept above start_lr and final_lr (the warm-up
+    # climbs, the cosine falls); weight decay a decade either side of 0.05; the temperatures τ1,
+    # τ2, τc (the released config's 0.1, 0.02, 0.02) over about a factor 5 either way; label
+    # smoothing ε and dropout over [0, 0.3]. The decoder's shape and the schedule's length are not
+    # tuned (the epochs are the budget).
     search_space={
         "lr": LogUniform(0.0001, 0.005),
         "weight_decay": LogUniform(0.005, 0.5),

@@ -7,7 +7,7 @@ from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
     name="deformable_protopnet",
-    display_name="Def. ProtoPNet",
+    display_name="Def. ProtoPNet",  # as the paper's tables name it
     adapter="methods.deformable.model:DeformableProtoPNet",
     hyperparameters={
         "margin": interval(0.1, 0.0, math.pi / 2, high_open=True),
@@ -26,6 +26,9 @@ DECLARATION = MethodDeclaration(
         "offset_init_std": non_negative(2e-05),
         **APPENDED_BLOCK,
     },
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),
         "prototype_lr": LogUniform(0.0003, 0.03),

@@ -28,6 +28,7 @@ DECLARATION = MethodDeclaration(
         "time_limit": positive(10800.0),
         "mip_gap": interval(5e-3, 0.0, 1.0, high_open=True),
     },
+    # a decade around each phase's official learning rate (configs/models/qpm/dinov2.yaml)
     search_space={"lr_dense": LogUniform(3e-4, 3e-3), "lr_finetune": LogUniform(1.5e-3, 1.5e-2)},
     references=(
         "Zimmermann, Norrenbrock and Rosenhahn, DINO-QPM: Adapting Visual Foundation Models for Globally "

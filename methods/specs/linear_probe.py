@@ -11,6 +11,7 @@ DECLARATION = MethodDeclaration(
         "epochs": count(20, minimum=1),
         "lr": positive(0.005),
     },
+    # the official grid of learning rates (1e-5 … 0.1) scaled to batch 128 (lr · 128/256)
     search_space={"lr": LogUniform(5e-06, 0.05), "pool": Categorical(("cls", "mean", "cls+mean"))},
     references=(
         "Oquab et al., DINOv2: Learning Robust Visual Features without Supervision, TMLR 2024",

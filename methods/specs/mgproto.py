@@ -29,6 +29,9 @@ DECLARATION = MethodDeclaration(
         "prune_top_m": count(8, minimum=1),
         "expanded": flag(False),
     },
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space={
         "lr_add_on": LogUniform(0.0003, 0.03),
         "lr_block": LogUniform(1e-05, 0.01),

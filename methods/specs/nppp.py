@@ -24,6 +24,9 @@ DECLARATION = MethodDeclaration(
         "lr_sa": positive(1e-06),
         "prototype_std": positive(0.02),
     },
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space={
         "temperature": Uniform(0.05, 1.0),
         "momentum": Uniform(0.9, 0.999),

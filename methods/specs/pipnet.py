@@ -23,6 +23,9 @@ DECLARATION = MethodDeclaration(
         "view_dropout": interval(0.0, 0.0, 1.0, high_open=True),
         "expanded": flag(False),
     },
+    # Learning rates a decade either side of the official defaults (``util/args.py``: 0.05 for the
+    # classifier, 0.0005 for the network); the loss weights λ_A, λ_T, λ_C (paper defaults 5, 2, 2)
+    # over a range about them. Epoch counts are the budget, never tuned.
     search_space={
         "classifier_lr": LogUniform(0.005, 0.5),
         "add_on_lr": LogUniform(0.0005, 0.05),

@@ -20,6 +20,9 @@ DECLARATION = MethodDeclaration(
         **APPENDED_BLOCK,
     },
     batches_trials=True,
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space={
         "add_on_lr": LogUniform(0.0003, 0.03),
         "prototype_lr": LogUniform(0.0003, 0.03),

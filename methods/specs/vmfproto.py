@@ -5,7 +5,7 @@ from methods.space import LogUniform, Uniform
 
 DECLARATION = MethodDeclaration(
     name="vmfproto",
-    display_name="vMFProto",
+    display_name="vMFProto",  # the paper's spelling, in every table, legend and figure
     adapter="methods.vmfproto.model:VMFProto",
     hyperparameters={
         "gating": choice('attention_pca', ('attention_pca', 'pca', 'attention', 'none')),
@@ -30,6 +30,9 @@ DECLARATION = MethodDeclaration(
         "lr_pi": positive(1e-05),
     },
     batches_trials=True,
+    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
+    # learning rates log-uniform over about a decade either side, loss weights and temperatures
+    # uniform over the range their papers discuss (docs/guides/tuning.md)
     search_space={
         "tau": Uniform(0.05, 1.0),
         "gamma": Uniform(0.9, 0.999),

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods.base import DiagnosticRange, MethodContext, ParamGroup, PrototypeMethod, Stage, TokenBatch, TrainData
-from methods.space import LogUniform, Uniform
 from methods.common.lineage import PASS_BATCH_SIZE
 from methods.common.ot import grouped_hard_assignment
 from methods.common.precision import float32_island
@@ -59,24 +58,6 @@ class VMFProto(PrototypeMethod):
     L1 error of every class's column marginal is at most ``ot_tolerance`` (at most
     ``ot_max_iterations`` iterations).
     """
-
-    # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
-    # learning rates log-uniform over about a decade either side, loss weights and temperatures
-    # uniform over the range their papers discuss (docs/guides/tuning.md)
-    search_space = {
-        "tau": Uniform(0.05, 1.0),
-        "gamma": Uniform(0.9, 0.999),
-        "lambda_ppd": Uniform(0.0, 2.0),
-        "lambda_logdet": LogUniform(0.01, 10.0),
-        "kappa_init": LogUniform(1.0, 100.0),
-        "lr_block": LogUniform(1e-5, 1e-2),
-        "lr_mu": LogUniform(5e-5, 5e-2),
-        "lr_kappa": LogUniform(1.2e-4, 1.2e-1),
-    }
-
-    batches_trials = True  # tune --batch K: the step vectorises over K parameter sets (methods/base.py)
-
-    display_name = "vMFProto"  # the paper's spelling, in every table, legend and figure
 
     reads = frozenset({"tokens", "block_input", "attention"})
 

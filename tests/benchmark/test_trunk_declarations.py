@@ -27,7 +27,7 @@ def test_each_trunk_alias_declares_timms_geometry(name: str) -> None:
 def test_the_precisions_the_config_checks_are_the_methods_own() -> None:
     from methods.common.precision import PRECISIONS as METHOD_PRECISIONS
 
-    assert PRECISIONS == METHOD_PRECISIONS
+    assert PRECISIONS is METHOD_PRECISIONS  # one definition (methods/common/precisions.py)
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))

@@ -108,6 +108,21 @@ def test_a_value_written_in_defaults_is_blamed_on_defaults(tmp_path: Path) -> No
         parse_grid(table, source="g.toml")
 
 
+def test_the_field_an_error_carries_decides_the_block_it_is_blamed_on(tmp_path: Path) -> None:
+    """The error names its field (benchmark.errors.FieldError), not a word of its message: an
+    unknown dataset written in [defaults] is blamed there, though its message starts "unknown"."""
+    table = tiny_grid_table("g", tmp_path, dataset="synthbird")
+    table["sweep"] = [{"seed": [0, 1]}]
+    with pytest.raises(ProtobenchError, match=r"^g\.toml \[defaults\]: unknown dataset 'synthbird' \(did you mean"):
+        parse_grid(table, source="g.toml")
+    table["dataset_args"] = {}
+    del table["defaults"]["dataset_args"]
+    table["defaults"].pop("dataset")
+    table["sweep"] = [{"seed": [0, 1], "dataset": "synthbird"}]
+    with pytest.raises(ProtobenchError, match=r"^g\.toml \[\[sweep\]\] #1: unknown dataset 'synthbird'"):
+        parse_grid({k: v for k, v in table.items() if k != "dataset_args"}, source="g.toml")
+
+
 def test_a_tuning_seed_numpy_cannot_take_is_refused_naming_it(tmp_path: Path) -> None:
     from benchmark.tuning.config import tuning_config
 
