@@ -3,9 +3,12 @@
 The probe (benchmark/behaviour/probe.py) runs one CPU thread in float64 on 3 classes and 144
 images. Three kinds of code can change a result without changing its outputs:
 
-1. **code it never runs** (found by coverage.py while ``check-code`` probes): CUDA-only branches
-   (``device.type == "cuda"``), bfloat16/float16 branches, hyperparameter settings no probed
-   configuration takes, branches only a larger problem reaches, a resume from a checkpoint;
+1. **code it never runs** (found by coverage.py while ``check-code`` probes), in the functions a
+   run of the method can reach: CUDA-only branches (``device.type == "cuda"``), bfloat16/float16
+   branches, hyperparameter settings no probed configuration takes, branches only a larger
+   problem reaches. For the method's own files, code its own probe never runs; for the harness
+   (the training loop and what it reads, shared by every method), code no probe of the suite
+   runs (every method's and the harness's own, benchmark/behaviour/harness_probe.py);
 2. **precision constructs**, which run but do nothing in float64: every statement that names
    :data:`PRECISION_NAMES` (``@float32_island``, ``with autocast(...)``, ``torch.bfloat16`` …);
 3. **scale-bound code**, which runs but binds only at the paper's scale (C = 200, thousands of
@@ -191,8 +194,10 @@ def _called_by_python(name: str) -> bool:
     return (name.startswith("__") and name.endswith("__")) or name == "forward"
 
 
-def boundary(files: Mapping[str, Path], executed: Mapping[str, set[int]]) -> list[BlindStatement]:
-    """Every statement of ``files`` (module → path) the probe cannot judge, given the lines it ran
+def boundary(files: Mapping[str, Path], executed: Mapping[str, set[int]],
+             emit: frozenset[str] | None = None) -> list[BlindStatement]:
+    """Every statement of ``files`` (module → path; ``emit``: of those modules only, the others
+    still naming what is reachable) the probes cannot judge, given the lines they ran
     (``executed``: module → lines coverage saw run): in the functions a run can reach
     (:func:`_reachable`), the statements that did not run, and the statements naming a precision
     construct; anywhere, the declared definitions (:data:`BEYOND_THE_PROBE`)."""
@@ -217,7 +222,7 @@ def boundary(files: Mapping[str, Path], executed: Mapping[str, set[int]]) -> lis
                 found.append(BlindStatement(f.module, node.lineno, "precision", _dump(header)))
             elif not isinstance(node, _SILENT) and not ran.intersection(_header_lines(node)):
                 found.append(BlindStatement(f.module, node.lineno, "unexecuted", _dump(header)))
-    return sorted(found, key=lambda s: (s.module, s.line))
+    return sorted((s for s in found if emit is None or s.module in emit), key=lambda s: (s.module, s.line))
 
 
 def blind_digest(statements: list[BlindStatement]) -> str:

@@ -12,6 +12,7 @@ recorded nowhere: it never counts as identical.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -26,22 +27,25 @@ import numpy as np
 
 from benchmark.behaviour.boundary import BlindStatement, blind_digest, boundary
 from benchmark.behaviour.lock import (Lock, LockError, MethodLock, SourceEntry, behaviour_id, deviation, line_of,
-                                      read_lock, today, tolerance_of, write_lock)
-from benchmark.behaviour.setup import PINNED_ARITHMETIC, configurations
+                                      lock_path, read_lock, today, tolerance_of, write_lock)
+from benchmark.behaviour.setup import DEFAULT_CONFIGURATION, HARNESS, HARNESS_METHOD, PINNED_ARITHMETIC, configurations
 from benchmark.errors import ProtobenchError
 from benchmark.method_lookup import known_method
-from benchmark.run.identity import method_fingerprint, method_lock_path, probed_files
+from benchmark.run.identity import harness_digest, harness_files, method_fingerprint, method_lock_path, probed_files
 
 Outputs = dict[str, dict[str, np.ndarray]]
+#: the suite's probe lock (methods/probe-lock.json), which also keeps the harness's blind digests
+SUITE_LOCK: Path = lock_path("methods")  # type: ignore[assignment]
 
 
 @dataclass
 class Probed:
-    """One probe: its outputs, the dtype it ran in, what it could not see, how long it took."""
+    """One probe: its outputs, the dtype it ran in, the lines it ran (module → lines), how long it
+    took and the arithmetic it ran in."""
 
     dtype: str
     outputs: Outputs
-    blind: list[BlindStatement]
+    executed: dict[str, set[int]]
     seconds: float
     arithmetic: dict[str, str]
 
@@ -108,10 +112,8 @@ def run_probes(requests: list[tuple[str, str | None]], *, pinned: bool = True,
                 for key in arrays.files:
                     configuration, _, output = key.partition("/")
                     outputs.setdefault(configuration, {})[output] = arrays[key]
-            files = probed_files(method)
             executed = {module: set(lines) for module, lines in record["executed"].items()}
-            found.append(Probed(record["dtype"], outputs, boundary(files, executed), record["seconds"],
-                                record["arithmetic"]))
+            found.append(Probed(record["dtype"], outputs, executed, record["seconds"], record["arithmetic"]))
         return found
 
 
@@ -146,9 +148,32 @@ def _check_shapes(lock: Lock, method: str, outputs: Outputs) -> None:
                                     f"{method!r} from it and run `protobench check-code {method}`")
 
 
-def judge(method: str, digest: str, probed: Probed, known: MethodLock | None) -> tuple[Verdict, MethodLock]:
-    """The verdict on ``probed`` against the lock's entry ``known``, and the entry that records it."""
-    verdict = Verdict(method, digest, blind=probed.blind, seconds=probed.seconds)
+def method_blind(method: str, probed: Probed) -> list[BlindStatement]:
+    """What ``method``'s probe cannot judge of the method's own files (the harness's: :func:`harness_blind`)."""
+    files = probed_files(method)
+    return boundary(files, probed.executed, emit=frozenset(files) - frozenset(harness_files()))
+
+
+def harness_blind(probes: list[Probed]) -> list[BlindStatement]:
+    """What no probe of ``probes`` (every method's and the harness's) ran of the harness modules."""
+    union: dict[str, set[int]] = {}
+    for probed in probes:
+        for module, lines in probed.executed.items():
+            union.setdefault(module, set()).update(lines)
+    return boundary(harness_files(), union)
+
+
+def entry_blind(method: list[BlindStatement], harness: str) -> str:
+    """A source's blind digest: its method files' with the harness's (``harness``, a digest)."""
+    return hashlib.sha256(f"{blind_digest(method)}:{harness}".encode()).hexdigest()
+
+
+def judge(method: str, digest: str, probed: Probed, blind: list[BlindStatement], harness: str,
+          known: MethodLock | None) -> tuple[Verdict, MethodLock]:
+    """The verdict on ``probed`` (``blind``: what it cannot judge of the method's files;
+    ``harness``: the harness's blind digest) against the lock's entry ``known``, and the entry
+    that records it."""
+    verdict = Verdict(method, digest, blind=blind, seconds=probed.seconds)
     if known is not None and known.dtype != probed.dtype:  # check_code probes in the lock's dtype
         raise ProtobenchError(f"{method}: probed in {probed.dtype}, its lock holds {known.dtype} outputs")
     behaviours = dict(known.behaviours) if known is not None else {}
@@ -170,18 +195,41 @@ def judge(method: str, digest: str, probed: Probed, known: MethodLock | None) ->
         verdict.deviation = 0.0
         behaviours[verdict.behaviour] = {"golden": probed.outputs, "recorded": today(), **probed.arithmetic}
     sources = dict(known.sources) if known is not None else {}
-    blind = blind_digest(probed.blind)
+    combined = entry_blind(blind, harness)
     earlier = [s for d, s in sources.items() if d != digest and s.behaviour == verdict.behaviour]
-    verdict.blind_changed = (sum(s.blind != blind for s in earlier), len(earlier))
-    sources[digest] = SourceEntry(verdict.behaviour, blind, verdict.deviation, today())
+    verdict.blind_changed = (sum(s.blind != combined for s in earlier), len(earlier))
+    sources[digest] = SourceEntry(verdict.behaviour, combined, verdict.deviation, today())
     merged = {**(known.configurations if known is not None else {}), **configurations(method)}
     return verdict, MethodLock(probed.dtype, merged, behaviours, sources)
 
 
+def harness_mismatch(harness: Probed, alone: Probed) -> str | None:
+    """Why the harness probe's lockstep members do not give :data:`HARNESS_METHOD`'s probe alone
+    (None: they do, within the tolerance)."""
+    golden = {DEFAULT_CONFIGURATION: alone.outputs[DEFAULT_CONFIGURATION]}
+    for member, outputs in sorted(harness.outputs.items()):
+        ratio, _, output = closest({DEFAULT_CONFIGURATION: outputs}, golden)
+        if ratio > 1.0:
+            return (f"the lockstep member {member} of tune --batch gives {HARNESS_METHOD}'s {output!r} {ratio:.1e} × "
+                    "its tolerance away from the run alone")
+    return None
+
+
 def check_code(methods: list[str], *, log: Callable[[str], None] = print) -> list[Verdict]:
-    """Probe each of ``methods`` and record the answers in their locks (one write per lock file)."""
-    locks: dict[Path, Lock] = {}
-    requests = []
+    """Probe each of ``methods`` and record the answers in their locks (one write per lock file).
+    When the suite's lock has not seen the current harness (the training loop and what it reads),
+    every suite method and the harness probe run too: what no probe runs of the harness is known
+    only from all of them (:func:`harness_blind`)."""
+    from methods.registry import BUILTIN_METHODS
+
+    suite = read_lock(SUITE_LOCK, known_method) or Lock(SUITE_LOCK, {})
+    harness_source = harness_digest()
+    if harness_source not in suite.harness:
+        if not set(BUILTIN_METHODS) <= set(methods):
+            log("the harness changed since the probe lock was written: probing every method of the suite")
+        methods = list(dict.fromkeys([*methods, *BUILTIN_METHODS]))
+    locks: dict[Path, Lock] = {SUITE_LOCK: suite}
+    requests: list[tuple[str, str | None]] = []
     for method in methods:
         path = method_lock_path(method)
         if path is None:
@@ -190,8 +238,20 @@ def check_code(methods: list[str], *, log: Callable[[str], None] = print) -> lis
             locks[path] = read_lock(path, known_method) or Lock(path, {})
         known = locks[path].methods.get(method)
         requests.append((method, known.dtype if known else None))
-    verdicts, changed = [], set()
-    for (method, _), probed in zip(requests, run_probes(requests)):
+    with_harness = harness_source not in suite.harness
+    probes = run_probes(requests + ([(HARNESS, None)] if with_harness else []))
+    if with_harness:
+        found = dict(zip([m for m, _ in requests] + [HARNESS], probes))
+        failed = [f"{m}: {p}" for m, p in found.items() if isinstance(p, str)]
+        mismatch = None if failed else harness_mismatch(found[HARNESS], found[HARNESS_METHOD])  # type: ignore[arg-type]
+        if failed or mismatch:
+            raise ProtobenchError("the harness cannot be judged while a probe fails or disagrees: "
+                                  + "; ".join(failed or [mismatch]))  # type: ignore[list-item]
+        suite.harness[harness_source] = blind_digest(harness_blind([p for p in probes if not isinstance(p, str)]))
+        probes = probes[:-1]
+    harness = suite.harness[harness_source]
+    verdicts, changed = [], {SUITE_LOCK} if with_harness else set()
+    for (method, _), probed in zip(requests, probes):
         lock = locks[method_lock_path(method)]  # type: ignore[index]
         digest = method_fingerprint(method)
         if isinstance(probed, str):
@@ -199,7 +259,8 @@ def check_code(methods: list[str], *, log: Callable[[str], None] = print) -> lis
         else:
             if method in lock.methods:
                 _check_shapes(lock, method, probed.outputs)
-            verdict, lock.methods[method] = judge(method, digest, probed, lock.methods.get(method))
+            verdict, lock.methods[method] = judge(method, digest, probed, method_blind(method, probed), harness,
+                                                  lock.methods.get(method))
             verdicts.append(verdict)
             changed.add(lock.path)
         log(verdicts[-1].line())

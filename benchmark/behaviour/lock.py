@@ -11,12 +11,14 @@ package), written by ``protobench check-code`` only::
         "behaviours": {"<id>": {"golden": {"default": {"logits": {"shape": [12, 3], "data": "<base64 f8>"}, ...}},
                                 "recorded": "2026-12-07", "torch": "2.14.1"}},
         "sources": {"<source digest>": {"behaviour": "<id>", "blind": "<digest>", "deviation": 0.0,
-                                        "checked": "2026-12-07", "torch": "2.14.1"}}}}}
+                                        "checked": "2026-12-07"}}}},
+     "harness": {"<harness source digest>": "<blind digest>"}}
 
 A **behaviour** is a set of golden outputs; a source digest belongs to the behaviour whose golden
 outputs its probe reproduced within :data:`TOLERANCE` (``deviation``: the largest relative
-difference measured). ``blind`` is the digest of the code the probe cannot see
-(benchmark/behaviour/boundary.py): two sources of one behaviour read alike only when it is equal too.
+difference measured). ``blind`` is the digest of the code the probes cannot see
+(benchmark/behaviour/boundary.py: the method's own, with the harness's of ``harness``): two sources
+of one behaviour read alike only when it is equal too.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -74,10 +76,13 @@ class MethodLock:
 
 @dataclass
 class Lock:
-    """A whole lock file, as read (:func:`read_lock`) or about to be written (:func:`write_lock`)."""
+    """A whole lock file, as read (:func:`read_lock`) or about to be written (:func:`write_lock`):
+    its methods and, in the suite's lock, the digest of what no probe of the suite ran of each
+    harness source it was checked with (``harness``: harness source digest → that blind digest)."""
 
     path: Path
     methods: dict[str, MethodLock]
+    harness: dict[str, str] = field(default_factory=dict)
 
     def entry(self, method: str, digest: str) -> SourceEntry | None:
         found = self.methods.get(method)
@@ -207,7 +212,10 @@ def _read_lock(name: str, mtime: int, size: int, known_method: Any) -> Lock:
         raise _fail(path, text, ("format",), f"a probe lock of format {LOCK_FORMAT} holds {{\"format\": {LOCK_FORMAT}, "
                                              "\"methods\": {...}}")
     methods = {name: _method(path, text, name, value, known_method) for name, value in data["methods"].items()}
-    return Lock(path, methods)
+    harness = data.get("harness", {})
+    if not isinstance(harness, dict) or not all(isinstance(v, str) for v in harness.values()):
+        raise _fail(path, text, ("harness",), "harness maps harness source digests to blind digests")
+    return Lock(path, methods, dict(harness))
 
 
 def _method(path: Path, text: str, name: str, value: Any, known_method: Any) -> MethodLock:
@@ -272,7 +280,10 @@ def lock_json(lock: Lock) -> str:
                    for digest, s in entry.sources.items()}
         methods[name] = {"dtype": entry.dtype, "configurations": entry.configurations, "behaviours": behaviours,
                          "sources": sources}
-    return json.dumps({"format": LOCK_FORMAT, "methods": methods}, indent=1, sort_keys=True) + "\n"
+    document: dict[str, Any] = {"format": LOCK_FORMAT, "methods": methods}
+    if lock.harness:
+        document["harness"] = lock.harness
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
 
 
 def write_lock(lock: Lock) -> None:

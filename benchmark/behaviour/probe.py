@@ -48,7 +48,7 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from benchmark.behaviour.setup import OUTPUTS, PROBE, PROBE_DTYPES, ProbeSetup, configurations
+from benchmark.behaviour.setup import HARNESS, OUTPUTS, PROBE, PROBE_DTYPES, ProbeSetup, configurations
 from benchmark.cache.frozen import with_frozen_features
 from benchmark.cache.tokens import TokenSource
 from benchmark.run.training import TrainingInterrupted, train
@@ -166,7 +166,8 @@ def _trained(method: str, args: Mapping[str, Any], tokens: MicroTokens, checkpoi
     source = with_frozen_features(tokens, model.frozen_features, batch_size=len(tokens), device=device)
     try:
         train(model, source, seed=setup.seed, batch_size=setup.batch_size, device=device, checkpoint_path=checkpoint,
-              log=lambda line: None, stop_after_epoch=stop_after_epoch)
+              log=lambda line: None, stop_after_epoch=stop_after_epoch,
+              on_epoch_end=lambda record: None)  # a run's epoch log is told of each epoch
     except TrainingInterrupted:
         pass
     return model
@@ -224,20 +225,26 @@ def arithmetic() -> dict[str, str]:
 
 
 def _probe_traced(method: str, dtype: str | None, out: Path, index: int) -> None:
-    """One method's probe under coverage of its probed files; outputs to ``out/<index>.npz``, the rest
-    (dtype, executed lines, seconds, arithmetic, or the exception) to ``out/<index>.json``."""
+    """One method's probe (or, for :data:`HARNESS`, the harness's: benchmark/behaviour/harness_probe.py)
+    under coverage of its probed files; outputs to ``out/<index>.npz``, the rest (dtype, executed
+    lines, seconds, arithmetic, or the exception) to ``out/<index>.json``."""
     import coverage
 
-    from benchmark.run.identity import probed_files
+    from benchmark.run.identity import harness_files, probed_files
 
     record: dict[str, Any] = {"method": method, "arithmetic": arithmetic()}
     try:
-        files = probed_files(method)
+        files = harness_files() if method == HARNESS else probed_files(method)
         tracer = coverage.Coverage(data_file=None, config_file=False, include=[str(p) for p in files.values()])
         tic = time.perf_counter()
         tracer.start()
         try:
-            used, outputs = run_probe(method, dtype)
+            if method == HARNESS:
+                from benchmark.behaviour.harness_probe import probe_harness
+
+                used, outputs = "float64", probe_harness()
+            else:
+                used, outputs = run_probe(method, dtype)
         finally:
             tracer.stop()
         data = tracer.get_data()

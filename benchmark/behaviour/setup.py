@@ -14,6 +14,11 @@ PINNED_ARITHMETIC: dict[str, str] = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR
 PROBE_DTYPES: tuple[str, ...] = ("float64", "float32")
 OUTPUTS: tuple[str, ...] = ("logits", "maps", "contributions", "logits_without_top", "global_features")
 DEFAULT_CONFIGURATION = "default"
+#: the probe request of the harness itself (benchmark/behaviour/harness_probe.py): the lockstep of
+#: ``tune --batch K`` run with HARNESS_METHOD's defaults, so the training loop's paths for several
+#: members run too and its members are checked against that method's probe alone
+HARNESS = "@harness"
+HARNESS_METHOD = "protopnet"
 
 
 @dataclass(frozen=True)

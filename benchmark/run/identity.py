@@ -164,11 +164,21 @@ def probed_files(method: str) -> dict[str, Path]:
 
     files = method_source_files(adapter_module(method), method)
     declared = [f"{DECLARATION_PACKAGE}.{method}"] if method in BUILTIN_METHODS else []
-    for name in (*declared, *PROBED_HARNESS_MODULES):
+    for name in declared:
         path = _module_file(name)
         if path is not None:
             files[name] = path
-    return dict(sorted(files.items()))
+    return dict(sorted({**files, **harness_files()}.items()))
+
+
+def harness_files() -> dict[str, Path]:
+    """Module → source file of :data:`PROBED_HARNESS_MODULES`."""
+    return {name: path for name in PROBED_HARNESS_MODULES if (path := _module_file(name)) is not None}
+
+
+def harness_digest() -> str:
+    """The source digest of the harness modules every probe runs (the probe lock's ``harness``)."""
+    return _source_digest(harness_files())
 
 
 @lru_cache(maxsize=None)
