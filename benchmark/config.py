@@ -17,7 +17,6 @@ from benchmark.checks import require_type, unknown_key_error
 from benchmark.data.declared import DATASETS, dataset_declaration, known_datasets
 from benchmark.errors import FieldError, ProtobenchError, did_you_mean
 from benchmark.spec_fields import identity_fields
-from methods.common.precisions import PRECISIONS
 
 DATASET_NAMES = tuple(DATASETS)  # the built-ins (benchmark/data/declared.py; installed ones: known_datasets())
 AUGMENTATIONS = ("none", "offline40")
@@ -254,6 +253,8 @@ def validate_run_spec(spec: RunSpec, *, where: str, import_trunk: bool = True) -
                   f"{', '.join(STORAGE_DTYPES)}")
     if spec.cache_stage not in CACHE_STAGES:
         raise bad("cache_stage", f"cache_stage = {spec.cache_stage!r} must be 'shared' or 'local' (copy entries to node-local scratch)")
+    from methods.common.precisions import PRECISIONS  # here: readers of configs (reports/) load no methods
+
     if spec.precision not in PRECISIONS:
         raise bad("precision", f"precision = {spec.precision!r} must be one of {', '.join(PRECISIONS)} "
                   "(tf32 and bf16 only speed up CUDA; on a CPU bf16 autocast is slower)")

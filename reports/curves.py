@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import METRICS_FILE, RESULT_FILE, SPEC_FILE, UnreadableRunFile, curve_files, parse_run_json, read_json
+from benchmark.run.store import RESULT_FILE, SPEC_FILE, UnreadableRunFile, curve_files, parse_run_json, read_json
 from reports.figure_style import SCREEN, FigureStyle, drawing
 from reports.plots import check_figure_path, one_legend, panels, save_figure
 

@@ -1,6 +1,6 @@
 """``protobench check-code METHOD``: run a method's behaviour probe and record the answer in its lock.
 
-The probes run in one child process with pinned arithmetic (benchmark/behaviour/probe.py), under
+The probes run in one child process with pinned arithmetic (benchmark/behaviour/child.py), under
 coverage.py, so one pass gives each method's outputs and the lines it ran; the lines give the blind
 digest (benchmark/behaviour/boundary.py). The outputs are compared with every behaviour the lock
 knows for the method, configuration by configuration: the source digest joins the first
@@ -93,7 +93,7 @@ def run_probes(requests: list[tuple[str, str | None]], *, pinned: bool = True,
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())})  # the parent's imports
     with tempfile.TemporaryDirectory(prefix="protobench-probe-") as folder:
         out = Path(folder)
-        argv = [sys.executable, "-m", "benchmark.behaviour.probe", "--out", str(out),
+        argv = [sys.executable, "-m", "benchmark.behaviour.child", "--out", str(out),
                 *(f"{method}={dtype}" if dtype else method for method, dtype in requests)]
         done = subprocess.run(argv, env=env, capture_output=True, text=True)
         found: list[Probed | str] = []

@@ -5,9 +5,9 @@ Three members train in lockstep, once stepped per member and once vectorised, ea
 epoch it ends (as a run's epoch log and a trial's pruner are): two copies of
 :data:`~benchmark.behaviour.setup.HARNESS_METHOD`'s default configuration, which must each give
 that method's probe alone (``check-code`` compares them), and a member whose training tokens hold
-a NaN, whose loss turns non-finite, so that it leaves the lockstep while the others go on. What it
-runs counts, with every method's probe, towards the harness code the probes have seen
-(benchmark/behaviour/boundary.py): the loop's paths for several members and for a failing one.
+a NaN, whose loss turns non-finite, so that it leaves the lockstep while the others go on; then a
+lockstep whose two members both hold the NaN, which ends when both have left. What it runs counts, with every method's probe, towards the harness code the probes have seen
+(benchmark/behaviour/boundary.py): the loop's paths for several members, for a failing one and for all failing.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _member(tokens: MicroTokens, setup: ProbeSetup) -> Member:
 
 def probe_harness(setup: ProbeSetup = PROBE) -> dict[str, dict[str, np.ndarray]]:
     """``{"per_member_0", "per_member_1", "vectorised_0", "vectorised_1"}`` → the outputs of each
-    good member; a RuntimeError when the NaN member did not leave with a non-finite loss."""
+    good member; a RuntimeError when a NaN member did not leave with a non-finite loss."""
     found: dict[str, dict[str, np.ndarray]] = {}
     with probe_environment("float64") as chosen:
         tokens = MicroTokens(setup, setup.train_per_class, setup.train_data_seed, chosen)
@@ -56,4 +56,10 @@ def probe_harness(setup: ProbeSetup = PROBE) -> dict[str, dict[str, np.ndarray]]
                 source = with_frozen_features(test, member.method.frozen_features, batch_size=len(test),
                                               device=torch.device("cpu"))
                 found[f"{step}_{index}"] = _outputs(member.method, source)
+        doomed = [_member(broken, setup), _member(broken, setup)]
+        train_lockstep(doomed, seed=setup.seed, batch_size=setup.batch_size, device=torch.device("cpu"),
+                       vectorised=False, log=lambda line: None)
+        if not all(isinstance(member.outcome, NonFiniteLossError) for member in doomed):
+            raise RuntimeError("a lockstep whose members all hold a NaN token ended with "
+                               f"{[member.outcome for member in doomed]!r}, not their non-finite losses")
     return found

@@ -23,6 +23,7 @@ of one behaviour read alike only when it is equal too.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import hashlib
 import json
@@ -191,7 +192,8 @@ def read_lock(path: Path, known_method: Any = None) -> Lock | None:
         stat = path.stat()
     except OSError:
         return None
-    return _read_lock(str(path), stat.st_mtime_ns, stat.st_size, known_method)
+    # a copy: callers add sources and harness entries to what they read (check_code), and the cache must not see them
+    return copy.deepcopy(_read_lock(str(path), stat.st_mtime_ns, stat.st_size, known_method))
 
 
 @lru_cache(maxsize=32)

@@ -27,17 +27,12 @@ ATen's scalar kernels (no vector width of this CPU), MKL's Conditional Numerical
 and one thread, so the same code gives the same bits on another x86-64 CPU (under one torch
 build), even for a method whose training amplifies a last-bit difference (TesNet's orthogonality
 term at its kink: 3e-3 between MKL's AVX2 and AVX-512 kernels unpinned, 0 pinned). ``python -m
-benchmark.behaviour.probe`` is that child: it probes the methods it is given under coverage.py
+benchmark.behaviour.child`` is that child: it probes the methods it is given under coverage.py
 and writes each one's outputs, dtype and executed lines to a folder.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
-import time
-import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,7 +43,7 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from benchmark.behaviour.setup import HARNESS, OUTPUTS, PROBE, PROBE_DTYPES, ProbeSetup, configurations
+from benchmark.behaviour.setup import OUTPUTS, PROBE, PROBE_DTYPES, ProbeSetup, configurations
 from benchmark.cache.frozen import with_frozen_features
 from benchmark.cache.tokens import TokenSource
 from benchmark.run.training import TrainingInterrupted, train
@@ -214,61 +209,3 @@ def run_probe(method: str, dtype: str | None = None,
             first = first or err
     assert first is not None
     raise first
-
-
-def arithmetic() -> dict[str, str]:
-    """What this process computes with: torch's version, ATen's CPU capability, MKL's reproducibility mode."""
-    import os
-
-    return {"torch": torch.__version__, "aten_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", "")}
-
-
-def _probe_traced(method: str, dtype: str | None, out: Path, index: int) -> None:
-    """One method's probe (or, for :data:`HARNESS`, the harness's: benchmark/behaviour/harness_probe.py)
-    under coverage of its probed files; outputs to ``out/<index>.npz``, the rest (dtype, executed
-    lines, seconds, arithmetic, or the exception) to ``out/<index>.json``."""
-    import coverage
-
-    from benchmark.run.identity import harness_files, probed_files
-
-    record: dict[str, Any] = {"method": method, "arithmetic": arithmetic()}
-    try:
-        files = harness_files() if method == HARNESS else probed_files(method)
-        tracer = coverage.Coverage(data_file=None, config_file=False, include=[str(p) for p in files.values()])
-        tic = time.perf_counter()
-        tracer.start()
-        try:
-            if method == HARNESS:
-                from benchmark.behaviour.harness_probe import probe_harness
-
-                used, outputs = "float64", probe_harness()
-            else:
-                used, outputs = run_probe(method, dtype)
-        finally:
-            tracer.stop()
-        data = tracer.get_data()
-        record.update(dtype=used, seconds=time.perf_counter() - tic,
-                      executed={module: sorted(data.lines(str(path)) or ()) for module, path in files.items()})
-        np.savez(out / f"{index}.npz", **{f"{c}/{o}": a for c, values in outputs.items() for o, a in values.items()})
-    except Exception as err:  # noqa: BLE001 - reported per method by the parent, never identical
-        record["error"] = f"{type(err).__name__}: {err}"
-        record["traceback"] = traceback.format_exc()
-    (out / f"{index}.json").write_text(json.dumps(record))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmark.behaviour.probe --out DIR METHOD[=DTYPE] ...`` (started by
-    benchmark/behaviour/check.py with :data:`PINNED_ARITHMETIC`)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmark.behaviour.probe")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("methods", nargs="+", metavar="METHOD[=DTYPE]")
-    args = parser.parse_args(argv)
-    for index, request in enumerate(args.methods):
-        method, _, dtype = request.partition("=")
-        _probe_traced(method, dtype or None, args.out, index)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

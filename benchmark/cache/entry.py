@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field

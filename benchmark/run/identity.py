@@ -56,7 +56,7 @@ DECLARATION_PACKAGE = "methods.specs"
 #: the harness modules every behaviour probe runs (benchmark/behaviour/probe.py): the training loop,
 #: its schedules, checkpoints and batch reading, the frozen per-image features; part of every
 #: method's source digest
-PROBED_HARNESS_MODULES = ("benchmark.run.training", "benchmark.run.schedules", "benchmark.run.checkpoint",
+PROBED_HARNESS_MODULES = ("benchmark.run.training", "benchmark.run.steps", "benchmark.run.schedules", "benchmark.run.checkpoint",
                           "benchmark.cache.prefetch", "benchmark.cache.frozen")
 
 

@@ -1,5 +1,7 @@
 """Several runs of one method that differ only in hyperparameters, trained in lockstep over shared
-token batches (``tune --batch K``, docs/guides/tuning.md "Batched trials").
+token batches (``tune --batch K``, docs/guides/tuning.md "Batched trials"), by the one training
+loop (:func:`benchmark.run.training.train_members`); what is the lockstep's own lives here: the
+rows each batch reads once for every member, and the vectorised step.
 
 Each member follows exactly the path :func:`benchmark.run.training.train` gives it alone: the same
 stages, the same batch order (a pure function of the seed and the epoch, and the members share
@@ -21,12 +23,9 @@ A member that fails (non-finite loss, a failed decomposition) or is pruned leave
 and the others go on; each member's outcome is its :class:`TrainingReport` or its exception.
 Members are not checkpointed during training: a batch killed midway is trained again.
 """
-from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -35,32 +34,14 @@ from torch import Tensor, nn
 from benchmark.cache.frozen import WithFrozenFeatures
 from benchmark.cache.tokens import TokenSource
 from benchmark.errors import ProtobenchError
-from benchmark.run.provenance import code_version
-from benchmark.run.schedules import clip_gradients, make_optimizer, make_scheduler
-from benchmark.run.training import (EpochRecord, SourceTrainData, StepLosses, TrainingReport, _rng_state,
-                                    _set_rng_state, epoch_order, numerical_step, seed_everything, total_loss)
+from benchmark.run.steps import Member, SourceTrainData, _rng_state, seed_everything
+from benchmark.run.training import (Pass, Reader, after_step, finish_step, per_member_steps,
+                                    total_loss, train_members)
 from benchmark.tuning.subset import RowSubset
-from methods.base import PrototypeMethod, Stage, TokenBatch, set_trainable
+from methods.base import PrototypeMethod, Stage, TokenBatch
 from methods.common.precision import autocast
 
-
-@dataclass
-class Member:
-    """One run of the lockstep: its method, its training tokens (``clean``: the un-augmented split
-    its hooks read when ``source`` holds augmented copies) and what it is told after each epoch."""
-
-    method: PrototypeMethod
-    source: TokenSource
-    clean: TokenSource | None = None
-    on_epoch_end: Callable[[EpochRecord], None] | None = None
-    log: Callable[[str], None] = print  # its own log: one line per epoch
-    report: TrainingReport = field(default_factory=TrainingReport)
-    outcome: BaseException | None = None  # why it left the lockstep (failure, pruning), None while it trains
-    rng: dict[str, Any] = field(default_factory=dict)
-    data: SourceTrainData | None = None
-    optimizer: torch.optim.Optimizer | None = None
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
-    stage: Stage | None = None
+__all__ = ["Member", "SharedReads", "check_lockstep", "train_lockstep", "vectorised_terms"]
 
 
 def schedule_signature(method: PrototypeMethod) -> list[tuple[Any, ...]]:
@@ -162,6 +143,60 @@ def vectorised_terms(members: Sequence[Member], batches: Sequence[TokenBatch], s
     return [{name: value[k] for name, value in terms.items()} for k in range(len(members))]
 
 
+def _terms_used(method: PrototypeMethod) -> frozenset[str]:
+    """The loss terms ``method`` computes (``uses``: a non-zero weight)."""
+    return frozenset(term for term in method.loss_weights if method.uses(term))
+
+
+def vectorised_steps(log: Callable[[str], None]) -> Callable[[list[Member], list[TokenBatch], int, Pass], None]:
+    """The vectorised step (:func:`vectorised_terms`), one pass for every member, then each member's
+    :func:`~benchmark.run.training.finish_step` and ``after_step``. Members that switch different
+    loss terms on, or a pass that raises (an op without a batching rule, a value read from the
+    device, a failed decomposition of one member), step per member instead, and so do the later
+    steps: whether to go on vectorising."""
+    state = {"vectorised": True}
+
+    def step(members: list[Member], batches: list[TokenBatch], epoch: int, run: Pass) -> None:
+        stage = members[0].stage
+        assert stage is not None
+        if state["vectorised"] and stage.trains and len(members) > 1 and len({_terms_used(m.method) for m in members}) > 1:
+            # the vectorised step runs the first member's code: its `uses` would decide every member's terms
+            log("the trials switch different loss terms on (a weight of 0); stepping each trial on its own")
+            state["vectorised"] = False
+        if not (state["vectorised"] and stage.trains and len(members) > 1):
+            per_member_steps(members, batches, epoch, run)
+            return
+        try:
+            with autocast(run.precision, run.device):
+                all_terms = vectorised_terms(members, batches, stage, epoch)
+                totals = [total_loss(m.method, t, m.stage, epoch) for m, t in zip(members, all_terms)]  # type: ignore[arg-type]
+            for m in members:
+                m.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            torch.stack([t.float() for t in totals]).sum().backward()
+        except Exception as err:  # noqa: BLE001 - no parameter has changed yet: step per member instead
+            log(f"the vectorised step failed ({type(err).__name__}: {err}); stepping each trial on its own")
+            state["vectorised"] = False
+            per_member_steps(members, batches, epoch, run)
+            return
+        for m, terms, batch in zip(members, all_terms, batches):
+            run.work(m, lambda m=m, terms=terms, batch=batch: (
+                finish_step(m, terms), after_step(m.method, batch, m.stage, epoch, run.precision, run.device)))  # type: ignore[arg-type]
+
+    return step
+
+
+def shared_reader(shared: SharedReads, device: torch.device, members: Sequence[Member]) -> Reader:
+    """Each step's batch of the active members, the shared rows read once (:class:`SharedReads`)."""
+    reads = frozenset().union(*(m.method.reads for m in members))
+    index = {id(m): k for k, m in enumerate(members)}
+
+    def read(rows: Tensor, active: Sequence[Member]) -> list[TokenBatch]:
+        batches = shared.batches(rows, device, reads, [index[id(m)] for m in active])
+        return [batches[index[id(m)]] for m in active]
+
+    return read
+
+
 def train_lockstep(members: Sequence[Member], *, seed: int, batch_size: int, device: torch.device,
                    precision: str = "fp32", vectorised: bool = False, log: Callable[[str], None] = print) -> None:
     """Train every member as :func:`benchmark.run.training.train` trains one run (no resume, no
@@ -169,162 +204,12 @@ def train_lockstep(members: Sequence[Member], *, seed: int, batch_size: int, dev
     raised :class:`benchmark.run.epoch_score.Pruned`) gets its exception in ``outcome`` and the
     others go on. Each member's ``log`` gets its epochs; ``log`` what concerns them all."""
     check_lockstep([m.method for m in members])
-    code = code_version()
     for m in members:
         m.method.to(device)
         m.data = SourceTrainData(m.source, device, seed, reads=m.method.reads) if m.clean is None else \
             SourceTrainData(m.clean, device, seed, epoch_source=m.source, reads=m.method.reads)
         seed_everything(seed)
         m.rng = _rng_state(device)
-    reads = frozenset().union(*(m.method.reads for m in members))
-    shared = SharedReads([m.source for m in members])
-    n = len(members[0].source)
-    stages = members[0].method.stages()
-    total_epochs = sum(s.epochs for s in stages)
-    global_epoch = 0
-    for stage_index, first_stage in enumerate(stages):
-        if first_stage.epochs == 0:
-            continue
-        for m in _active(members):
-            _turn(m, device, lambda m=m: _start_stage(m, stage_index, global_epoch, batch_size, n, precision, device))
-        for _ in range(first_stage.epochs):
-            tic = time.perf_counter()
-            active = _active(members)
-            if not active:
-                return
-            losses = {id(m): StepLosses(m.method, m.stage, global_epoch, math.ceil(n / batch_size))  # type: ignore[arg-type]
-                      for m in active}
-            lrs = {id(m): {g["name"]: g["lr"] for g in m.optimizer.param_groups} if m.optimizer else {} for m in active}
-            for m in active:
-                m.method.train()
-            order = epoch_order(n, seed, global_epoch)
-            for start in range(0, n, batch_size):
-                active = _active(members)
-                batches = shared.batches(order[start:start + batch_size], device, reads,
-                                         [members.index(m) for m in active])
-                vectorised = _step(active, [batches[members.index(m)] for m in active], losses, global_epoch,
-                                   precision, device, vectorised, log)
-            elapsed = (time.perf_counter() - tic) / max(len(active), 1)  # each member's share of the epoch
-            for m in _active(members):
-                _turn(m, device, lambda m=m: _end_epoch(m, losses[id(m)], lrs[id(m)], global_epoch, total_epochs,
-                                                         elapsed, precision, device, code))
-            global_epoch += 1
-    for m in _active(members):
-        m.method.eval()
-
-
-def _active(members: Sequence[Member]) -> list[Member]:
-    return [m for m in members if m.outcome is None]
-
-
-def _turn(member: Member, device: torch.device, work: Callable[[], None]) -> None:
-    """Run ``work`` with the member's RNG state in place (and keep what it leaves); an exception
-    ends the member's training (``outcome``)."""
-    _set_rng_state(member.rng, device)
-    try:
-        work()
-    except Exception as err:  # noqa: BLE001 - the member leaves the lockstep, the others go on
-        member.outcome = err
-    finally:
-        member.rng = _rng_state(device)
-
-
-def _start_stage(m: Member, stage_index: int, epoch: int, batch_size: int, n: int, precision: str,
-                 device: torch.device) -> None:
-    stage = m.method.stages()[stage_index]  # rebuilt on the live module (fresh param lists)
-    set_trainable(m.method, stage)
-    m.stage = stage
-    m.optimizer = make_optimizer(stage) if stage.trains else None
-    m.scheduler = make_scheduler(stage, m.optimizer, math.ceil(n / batch_size))
-    with numerical_step(m.method, stage, epoch, "the on_stage_start hook"), autocast(precision, device):
-        m.method.on_stage_start(stage, epoch, m.data)  # type: ignore[arg-type]
-
-
-def _step(active: list[Member], batches: list[TokenBatch], losses: dict[int, StepLosses], epoch: int,
-          precision: str, device: torch.device, vectorised: bool, log: Callable[[str], None]) -> bool:
-    """One batch for every active member: loss, backward, clipping, optimiser and per-step
-    scheduler step (when the stage trains), then ``after_step``. A vectorised step that raises
-    (an op without a batching rule, a value read from the device, a failed decomposition of one
-    member) is taken again per member, and so are the later ones: whether to go on vectorising."""
-    stage = active[0].stage
-    assert stage is not None
-    if stage.trains:
-        stepped = False
-        if vectorised and len(active) > 1 and len({_terms_used(m.method) for m in active}) > 1:
-            # the vectorised step runs the first member's code: its `uses` would decide every member's terms
-            log("the trials switch different loss terms on (a weight of 0); stepping each trial on its own")
-            vectorised = False
-        if vectorised and len(active) > 1:
-            try:
-                with autocast(precision, device):
-                    all_terms = vectorised_terms(active, batches, stage, epoch)
-                    totals = [total_loss(m.method, t, m.stage, epoch) for m, t in zip(active, all_terms)]  # type: ignore[arg-type]
-                for m in active:
-                    m.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-                torch.stack([t.float() for t in totals]).sum().backward()
-                stepped = True
-            except Exception as err:  # noqa: BLE001 - no parameter has changed yet: step per member instead
-                log(f"the vectorised step failed ({type(err).__name__}: {err}); stepping each trial on its own")
-                vectorised = False
-            if stepped:
-                for m, terms in zip(active, all_terms):
-                    _turn(m, device, lambda m=m, terms=terms: _optimiser_step(m, terms, losses[id(m)]))
-        if not stepped:
-            for m, batch in zip(active, batches):
-                _turn(m, device, lambda m=m, batch=batch: _whole_step(m, batch, losses[id(m)], epoch, precision, device))
-    for m, batch in zip(active, batches):
-        if m.outcome is None:
-            _turn(m, device, lambda m=m, batch=batch: _after_step(m, batch, epoch, precision, device))
-    return vectorised
-
-
-def _terms_used(method: PrototypeMethod) -> frozenset[str]:
-    """The loss terms ``method`` computes (``uses``: a non-zero weight)."""
-    return frozenset(term for term in method.loss_weights if method.uses(term))
-
-
-def _whole_step(m: Member, batch: TokenBatch, losses: StepLosses, epoch: int, precision: str,
-                device: torch.device) -> None:
-    """The step of :func:`benchmark.run.training.run_epoch` for one member."""
-    with numerical_step(m.method, m.stage, epoch, "the loss terms, backward pass and optimiser step"):  # type: ignore[arg-type]
-        with autocast(precision, device):
-            terms = m.method.loss_terms(batch, m.stage, epoch)  # type: ignore[arg-type]
-            loss = total_loss(m.method, terms, m.stage, epoch)  # type: ignore[arg-type]
-        m.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-        loss.backward()
-        _optimiser_step(m, terms, losses)
-
-
-def _optimiser_step(m: Member, terms: dict[str, Tensor], losses: StepLosses) -> None:
-    clip_gradients(m.stage, m.optimizer)  # type: ignore[arg-type]
-    m.optimizer.step()  # type: ignore[union-attr]
-    if m.scheduler is not None and m.stage.step_schedule is not None:  # type: ignore[union-attr]
-        m.scheduler.step()
-    losses.record(terms)
-
-
-def _after_step(m: Member, batch: TokenBatch, epoch: int, precision: str, device: torch.device) -> None:
-    with torch.no_grad(), numerical_step(m.method, m.stage, epoch, "the after_step hook"), \
-            autocast(precision, device):  # type: ignore[arg-type]
-        m.method.after_step(batch, m.stage, epoch)  # type: ignore[arg-type]
-
-
-def _end_epoch(m: Member, losses: StepLosses, lrs: dict[str, float], epoch: int, total_epochs: int,
-               elapsed: float, precision: str, device: torch.device, code: str) -> None:
-    """The epoch's end for one member, in :func:`benchmark.run.training.train`'s order: its
-    epoch-level scheduler step, ``on_epoch_end`` hook, loss means, record and callback."""
-    stage = m.stage
-    assert stage is not None
-    running = losses.epoch_means()  # a non-finite term raises: the member fails
-    if m.scheduler is not None and stage.step_schedule is None:
-        m.scheduler.step()
-    with torch.no_grad(), numerical_step(m.method, stage, epoch, "the on_epoch_end hook"), \
-            autocast(precision, device):
-        m.method.on_epoch_end(stage, epoch, m.data)  # type: ignore[arg-type]
-    m.report.epoch_seconds.append(elapsed)
-    m.report.stage_seconds[stage.name] = m.report.stage_seconds.get(stage.name, 0.0) + elapsed
-    terms_text = " ".join(f"{k}={v:.4f}" for k, v in running.items())
-    m.log(f"epoch {epoch + 1}/{total_epochs} [{stage.name}] {elapsed:.2f}s {terms_text}".rstrip())
-    m.report.record_epoch(code, epoch + 1)
-    if m.on_epoch_end is not None:
-        m.on_epoch_end(EpochRecord(epoch + 1, stage.name, elapsed, lrs, running))
+    train_members(members, seed=seed, batch_size=batch_size, device=device, precision=precision,
+                  read=shared_reader(SharedReads([m.source for m in members]), device, members),
+                  step=vectorised_steps(log) if vectorised else per_member_steps)

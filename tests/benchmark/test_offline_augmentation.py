@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import benchmark.run.training
+import methods.common.lineage
 import methods.protopnet
 from benchmark.config import build_run_spec
 from benchmark.data import AUGMENTATION_SEED, load_dataset
@@ -37,12 +38,12 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("offline40")
     cache = work / "cache"
     reads: dict[str, list[int]] = {"epoch": [], "push": [], "last_layer": []}
-    real_push, real_last_layer = methods.protopnet.ProtoPNet.push, methods.protopnet.last_layer_phase
-    real_run_epoch = benchmark.run.training.run_epoch
+    real_push, real_last_layer = methods.protopnet.ProtoPNet.push, methods.common.lineage.last_layer_phase
+    real_run_pass = benchmark.run.training.run_pass
 
-    def run_epoch(method, source, stage, optimizer, order, **kwargs):
+    def run_pass(members, order, **kwargs):  # one training epoch's pass over its order
         reads["epoch"].append(len(order))
-        return real_run_epoch(method, source, stage, optimizer, order, **kwargs)
+        return real_run_pass(members, order, **kwargs)
 
     def push(self, data):
         reads["push"].append(len(data))
@@ -55,8 +56,8 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     entries, results = [], []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(methods.protopnet.ProtoPNet, "push", push)
-        patch.setattr(methods.protopnet, "last_layer_phase", last_layer_phase)
-        patch.setattr(benchmark.run.training, "run_epoch", run_epoch)
+        patch.setattr(methods.common.lineage, "last_layer_phase", last_layer_phase)
+        patch.setattr(benchmark.run.training, "run_pass", run_pass)
         for seed in (0, 1):
             spec = build_run_spec(tiny_spec(work / "synthbirds", seed), where="test")
             results.append(execute_run(spec, work / "runs" / spec.run_id, cache_root=cache, progress=False,

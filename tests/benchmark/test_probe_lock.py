@@ -32,23 +32,32 @@ def test_every_method_s_current_code_is_in_the_lock() -> None:
 
 @pytest.mark.slow
 def test_the_lock_is_honest_every_probe_reproduces_its_recorded_behaviour() -> None:
-    """Every method probed now (pinned arithmetic): its outputs within tolerance of the golden
-    outputs of the behaviour the lock records for its source, and the same blind digest."""
-    from benchmark.behaviour.boundary import blind_digest as digest_of
-    from benchmark.behaviour.check import closest, run_probes
+    """Every method probed now (pinned arithmetic), and the harness probe: each method's outputs
+    within tolerance of the golden outputs of the behaviour the lock records for its source, the
+    same blind digest (its own files' with the harness's), and the harness's blind digest the
+    union of what every probe ran."""
+    from benchmark.behaviour.check import (HARNESS, closest, entry_blind, harness_blind, method_blind,
+                                           run_probes)
+    from benchmark.run.identity import harness_digest
 
     lock = read_lock(LOCK, known_method)
+    harness = lock.harness.get(harness_digest())
+    assert harness is not None, f"the lock has not seen the current harness: {REFRESH}"
     requests = [(m, lock.methods[m].dtype) for m in BUILTIN_METHODS]
+    probes = run_probes([*requests, (HARNESS, None)])
+    failed = [f"{m}: {p}" for (m, _), p in zip([*requests, (HARNESS, None)], probes) if isinstance(p, str)]
+    assert not failed, "\n".join(failed)
     wrong = []
-    for (method, _), probed in zip(requests, run_probes(requests)):
-        assert not isinstance(probed, str), f"{method}: {probed}"
+    if blind_digest(harness_blind(probes)) != harness:  # type: ignore[arg-type]
+        wrong.append("what no probe runs of the harness is not what the lock records")
+    for (method, _), probed in zip(requests, probes):
         entry = lock.entry(method, method_fingerprint(method))
         golden = lock.methods[method].behaviours[entry.behaviour]["golden"]
         assert set(golden) == set(probed.outputs), method  # every configuration is recorded
         ratio, configuration, output = closest(probed.outputs, golden)
         if ratio > 1.0:
             wrong.append(f"{method}: {output} of {configuration} is {ratio:.1e} × its tolerance off")
-        if digest_of(probed.blind) != entry.blind:
+        if entry_blind(method_blind(method, probed), harness) != entry.blind:
             wrong.append(f"{method}: what the probe cannot see is not what the lock records")
     assert not wrong, "\n".join(wrong) + f"\n(a file outside the source digest changed behaviour?) {REFRESH}"
 

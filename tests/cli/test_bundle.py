@@ -4,7 +4,6 @@ the bundle equals ``report`` of the runs, one flipped byte fails ``bundle verify
 the model card parses with huggingface_hub, and nothing in a bundle is a pickle."""
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import tarfile

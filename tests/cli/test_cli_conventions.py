@@ -4,14 +4,13 @@ import json
 import os
 import re
 import socket
-from pathlib import Path
 
 import pytest
 
 from benchmark.cli import build_parser, main
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
-from benchmark.grid import load_grid, parse_grid, parse_set_options, select_runs, toml_literal
+from benchmark.grid import parse_grid, parse_set_options, select_runs, toml_literal
 from benchmark.run.store import atomic_write_json, run_lock
 from benchmark.estimates.workload import run_epochs
 

@@ -106,7 +106,7 @@ def all_documented_examples() -> list[str]:
 
 #: commands that train, need a GPU cluster or a missing dataset: parsed only (``tune`` trains its
 #: trials; tests/cli/test_tune.py runs it and ``report --tuning`` on a finished study)
-PARSED_ONLY = ("run", "demo", "perf", "cancel", "evaluate", "figures", "doctor", "tune")
+PARSED_ONLY = ("run", "demo", "perf", "cancel", "evaluate", "figures", "doctor", "tune", "check-code")
 
 
 PLUGIN_METHOD = "cosine_plugin"  # tests/helpers/plugin_package.METHOD

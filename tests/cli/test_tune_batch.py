@@ -31,7 +31,12 @@ from methods.registry import BUILTIN_METHODS, declaration
 
 pytestmark = pytest.mark.slow
 ACCURACY_TOLERANCE = 1e-5  # percentage points (the issue's bound on a batched trial's validation accuracy)
-MARGIN_TOLERANCE = 1e-3  # per-image logit margins after training with the vectorised step (reassociation only)
+# per-image logit margins after training with the vectorised step: it reassociates sums, so they may
+# differ as far as another summation order moves the trial alone, ten times over, and at least
+# MARGIN_TOLERANCE. Measured (batched grid, cosine): 1e-6 for two trials; 1.1e-2 for the third
+# (add-on lr 0.025), whose push picks another patch after a last-bit difference: 1.118e-2 under
+# Reassociation alone, 1.117e-2 vectorised
+MARGIN_TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +62,16 @@ def _margins(run_dir: Path) -> pd.Series:
     return pd.read_parquet(run_dir / "per_image.parquet")["margin"]
 
 
+def _reassociation_noise(spec, root: Path, cache: Path) -> float:
+    """How far the trial alone's margins move when each sum is rounded another way
+    (benchmark/behaviour/tolerance.py): what the vectorised step's reassociation may move them by."""
+    from benchmark.behaviour.tolerance import Reassociation
+
+    with Reassociation(seed=0):
+        execute_run(spec, root / "reassociated" / spec.run_id, cache_root=cache, progress=False)
+    return float((_margins(root / "reassociated" / spec.run_id) - _margins(root / "alone" / spec.run_id)).abs().max())
+
+
 @pytest.mark.parametrize("grid_name, method", [
     ("tuning", "protopnet"), ("tuning", "vmfproto"), ("batched", "protopnet")])  # the last: similarity = "cosine"
 def test_a_batched_trial_equals_the_trial_trained_alone(request, monkeypatch, grid_name, method):
@@ -70,12 +85,13 @@ def test_a_batched_trial_equals_the_trial_trained_alone(request, monkeypatch, gr
     monkeypatch.setattr(lockstep, "vectorised_terms", lambda *args: vmapped.append(1) or real(*args))
     cache = root / "cache"
     alone = [execute_run(s, root / method / "alone" / s.run_id, cache_root=cache, progress=False) for s in specs]
+    noise = [_reassociation_noise(spec, root / method, cache) for spec in specs]
     for step in ("per-member", "vectorised"):
         dirs = [root / method / step / s.run_id for s in specs]
         vmapped.clear()
         together = run_batch(specs, dirs, cache_root=cache, loaded=Loaded(), hooks=[None] * 3, step=step)
         assert bool(vmapped) == (step == "vectorised"), f"{method}: the {step} step ran vmap {len(vmapped)} times"
-        for spec, one, batched_trial, run_dir in zip(specs, alone, together, dirs):
+        for spec, one, batched_trial, run_dir, own_noise in zip(specs, alone, together, dirs, noise):
             assert not isinstance(batched_trial, BaseException), batched_trial
             assert batched_trial["run_id"] == spec.run_id and batched_trial["evaluation_split"] == "validation"
             assert batched_trial["method_hyperparameters"] == one["method_hyperparameters"]
@@ -87,7 +103,7 @@ def test_a_batched_trial_equals_the_trial_trained_alone(request, monkeypatch, gr
             else:
                 assert abs(batched_trial["metrics"]["acc"] - one["metrics"]["acc"]) <= ACCURACY_TOLERANCE
                 difference = (_margins(run_dir) - _margins(root / method / "alone" / spec.run_id)).abs().max()
-                assert difference <= MARGIN_TOLERANCE
+                assert difference <= max(MARGIN_TOLERANCE, 10 * own_noise), (difference, own_noise)
 
 
 def test_tune_help_names_the_methods_that_declare_batches(capsys):

@@ -14,7 +14,6 @@ from reports_support import GOOD_RESULT
 from tiny_grid import tiny_grid, write_tiny_grid
 
 import benchmark.cache.entry as entries
-import benchmark.cache.store as store
 from benchmark.backbones import FrozenTrunk
 from benchmark.cli import main
 from benchmark.config import build_run_spec

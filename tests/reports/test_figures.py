@@ -2,7 +2,6 @@
 panels, readable class names, vector PDF; the single-run panels drawn the same way."""
 import importlib.util
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
