@@ -48,6 +48,9 @@ class Source:
     root: Path
     checksum: str | None
     verification: str
+    #: (run, why) of each run that could not be read whole (reports/leaderboard/reading.py): a
+    #: verified source with one is refused unless --allow-unverified, which lists it marked
+    unreadable: tuple[tuple[str, str], ...] = ()
 
     @property
     def verified(self) -> bool:

@@ -153,11 +153,15 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     check_target(args.out, local)  # before any source is read or unpacked
     with tempfile.TemporaryDirectory(prefix="protobench-leaderboard-") as work:
         sources = open_sources(args.sources, Path(work), allow_unverified=args.allow_unverified)
-        built = build_leaderboard(sources, args.out, level=args.level, alpha=args.alpha)
+        built, sources = build_leaderboard(sources, args.out, level=args.level, alpha=args.alpha,
+                                           allow_unverified=args.allow_unverified)
     for source in sources:
         if not source.verified:
             print(f"note: source {source.name} is not verified ({source.verification}); its rows say so",
                   file=sys.stderr)
+        for run, why in source.unreadable:
+            print(f"note: source {source.name}: run {run} cannot be read ({why}); it is listed as unreadable, "
+                  "not ranked", file=sys.stderr)
     print(f"leaderboard of {built.runs} run(s) from {len(sources)} source(s): {built.entries} entr(y/ies) on "
           f"{built.boards} board(s), written to {args.out} in {time.perf_counter() - started:.1f} s; open "
           f"{args.out / 'index.html'}")
