@@ -133,13 +133,18 @@ def check_present_data(runs: tuple[RunSpec, ...]) -> None:
         check_data(spec)
 
 
+#: the most trials ``perf --tuning K`` times at once (a batched timing holds all K trials in memory)
+MAX_TIMED_TRIALS = 64
+
+
 def cmd_perf(args: argparse.Namespace) -> int:
     if args.paper_scale and args.grid:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
     if args.timed_batches < 1 or args.warmup < 0:
         raise ProtobenchError(f"--timed-batches {args.timed_batches} must be ≥ 1 and --warmup {args.warmup} ≥ 0")
-    if args.tuning is not None and args.tuning < 1:
-        raise ProtobenchError(f"--tuning {args.tuning} must be ≥ 1 (the trials timed per method)")
+    if args.tuning is not None and not 1 <= args.tuning <= MAX_TIMED_TRIALS:
+        raise ProtobenchError(f"--tuning {args.tuning} must lie in 1..{MAX_TIMED_TRIALS} (the trials timed per "
+                              "method; a batch of K trials holds K trials' parameters and activations at once)")
     if args.repeats < 1:
         raise ProtobenchError(f"--repeats {args.repeats} must be ≥ 1")
     from benchmark.cli.perf_tables import print_perf  # after the option checks: a bad option costs no torch import

@@ -133,10 +133,23 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
 
 
 def check_document(document: dict[str, Any]) -> None:
-    """Validate against the shipped schema (jsonschema); a failure is a bug of this code."""
+    """Validate against the shipped schema (jsonschema), then what a schema cannot say: every
+    standing names an entry of its board, once (ValueError names the first that does not). For a
+    document this code built, a failure is a bug; for one read back (``site --leaderboard``), a
+    crafted or damaged file."""
     import jsonschema
 
     jsonschema.Draft202012Validator(schema()).validate(document)
+    for board in document["boards"]:
+        ids = [e["id"] for e in board["entries"]]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"board {board['id']!r} lists entry {next(i for i in ids if ids.count(i) > 1)!r} twice")
+        for ranking in board["rankings"]:
+            named = [s["entry"] for s in ranking["standings"]]
+            unknown = next((e for e in named if e not in ids), None)
+            if unknown is not None or len(set(named)) != len(named):
+                raise ValueError(f"board {board['id']!r}, metric {ranking['metric']!r}: a standing names entry "
+                                 f"{unknown or named[0]!r}, which the board does not hold once")
 
 
 def document_bytes(document: dict[str, Any]) -> bytes:
