@@ -81,6 +81,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory whose free disk to check (default: RUNS_DIR/.token-cache)")
     p.add_argument("--slurm", action="store_true", help="SLURM commands missing is a failure, not a warning")
+    p.add_argument("--deep", action="store_true",
+                   help="decode every image of the grid's datasets (default: read every image's header, decoding a "
+                        "JPEG only where it lacks its end marker), with the bounds `run` applies")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -186,4 +189,4 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, overrides=grid_overrides(args)) if args.grid else None
     cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir)) if grid else None
-    return print_checks(run_doctor(grid, cache_root, slurm_required=args.slurm))
+    return print_checks(run_doctor(grid, cache_root, slurm_required=args.slurm, deep=args.deep))
