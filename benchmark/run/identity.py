@@ -170,6 +170,10 @@ def staleness(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
     if isinstance(method, str) and not adapters.allows(method):
         return unverifiable_reason(method, result, run_dir)
     provided = recorded_provider(result)
+    if provided is not None and isinstance(method, str) and not is_own_method(method):
+        from benchmark.run.plugin_state import plugin_staleness  # an installed package's: judged from disk
+
+        return plugin_staleness(result, provided, lambda module: _source_digest(method_source_files(module, method)))
     try:
         current = RunSpec.from_json(spec, import_trunk=False)
         fingerprint = method_fingerprint(current.method)
