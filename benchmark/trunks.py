@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from methods.plugins import BUILTIN, Provider, check_clashes, discovered
+from methods.plugins import BUILTIN, Provider, check_clash, discovered, installed
 
 PLUGIN_GROUP = "protobench.backbones"
 
@@ -57,8 +57,8 @@ ALIASES: dict[str, TrunkDeclaration] = {
 
 
 def installed_trunks() -> dict[str, tuple[TrunkDeclaration, Provider]]:
-    """The trunks installed packages declare (``protobench.backbones``); a name an alias has, or
-    two distributions declare, is refused naming both (ValueError)."""
+    """The trunks installed packages declare (``protobench.backbones``) that load; one whose name
+    an alias has, or two distributions declare, or that does not load, is skipped with a warning."""
     return discovered(PLUGIN_GROUP, ALIASES, TrunkDeclaration)
 
 
@@ -66,8 +66,8 @@ def trunk_declaration(name: str) -> tuple[TrunkDeclaration, Provider] | None:
     """The declaration of an alias or of an installed package's trunk (None: neither, e.g.
     ``timm:NAME`` or an import path), and who provides it."""
     if name in ALIASES:
-        check_clashes(PLUGIN_GROUP, ALIASES)
+        check_clash(PLUGIN_GROUP, name, ALIASES)
         return ALIASES[name], BUILTIN
     if ":" in name:
         return None
-    return installed_trunks().get(name)
+    return installed(PLUGIN_GROUP, name, ALIASES, TrunkDeclaration)

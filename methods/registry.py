@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from methods.declaration import Hyperparameter, MethodDeclaration
-from methods.plugins import BUILTIN, Provider, check_clashes, discovered
+from methods.plugins import BUILTIN, Provider, check_clash, discovered, installed
 from methods.common.values import check_type
 
 if TYPE_CHECKING:
@@ -70,15 +70,11 @@ def _builtin_declaration(name: str) -> MethodDeclaration:
     return importlib.import_module(f"methods.specs.{name}").DECLARATION
 
 
-def _plugins() -> dict[str, tuple[MethodDeclaration, Provider]]:
-    """The methods installed packages declare (``protobench.methods``), checked against the
-    built-ins: a clash is refused naming both distributions (methods/plugins.py)."""
-    return discovered(PLUGIN_GROUP, BUILTIN_METHODS, MethodDeclaration)
-
-
 def list_methods() -> list[str]:
-    """Registry keys: the suite's methods and those installed packages declare, sorted."""
-    return sorted({*BUILTIN_METHODS, *_plugins()})
+    """Registry keys: the suite's methods and those installed packages declare that load (every
+    package's declaration imported; one that clashes or does not load is skipped with a warning,
+    methods/plugins.py), sorted."""
+    return sorted({*BUILTIN_METHODS, *discovered(PLUGIN_GROUP, BUILTIN_METHODS, MethodDeclaration)})
 
 
 def batching_methods() -> list[str]:
@@ -88,11 +84,12 @@ def batching_methods() -> list[str]:
 
 
 def _installed(name: str) -> tuple[MethodDeclaration, Provider]:
-    """An installed package's method: its declaration and distribution (ValueError: unknown)."""
-    plugins = _plugins()
-    if name not in plugins:
+    """An installed package's method: its declaration and distribution, only its own package's
+    module imported (ValueError: unknown, clashing, or a declaration that does not load)."""
+    found = installed(PLUGIN_GROUP, name, BUILTIN_METHODS, MethodDeclaration)
+    if found is None:
         raise _unknown(name)
-    return plugins[name]
+    return found
 
 
 def method_provider(name: str) -> Provider:
@@ -122,7 +119,7 @@ def declaration(name: str) -> MethodDeclaration:
 
 def builtin_declaration(name: str) -> MethodDeclaration:
     """A built-in method's declaration, after refusing an installed package that claims its name."""
-    check_clashes(PLUGIN_GROUP, BUILTIN_METHODS)
+    check_clash(PLUGIN_GROUP, name, BUILTIN_METHODS)
     return _builtin_declaration(name)
 
 
@@ -186,7 +183,10 @@ def method_display_name(cls: type) -> str:
 def display_name_of(method: str, recorded: str | None = None) -> str:
     """The one label of a method in every output (status, tables, legends, figures, export): its
     declared display name, read without model code; for an import path, the class's (imported:
-    the user named it), else the name its result recorded, else its class name."""
+    the user named it), else the name its result recorded, else its class name. An installed
+    package's method with a recorded name keeps it: a reader imports no package's code."""
+    if recorded and ":" not in method and method not in BUILTIN_METHODS:
+        return recorded
     try:
         return declaration(method).display_name
     except (ValueError, TypeError):

@@ -1,8 +1,7 @@
-"""Text of one table cell in the formats the reports write."""
+"""Text of one table cell in the formats the reports write: the markdown rule of
+benchmark/escaping.py (one rule per output format), re-exported where the reports import it."""
 from __future__ import annotations
 
+from benchmark.escaping import markdown_cell
 
-def markdown_cell(cell: str) -> str:
-    """A table cell with ``|`` escaped (GitHub-flavoured markdown), so a label holding one (an
-    adapter's display_name) cannot split its row."""
-    return cell.replace("|", r"\|")
+__all__ = ["markdown_cell"]

@@ -73,6 +73,10 @@ def per_image_records(runs_dirs: Iterable[str | Path],
         if table is None:
             without.append(str(path.parent))
             continue
+        ids = table["image"].astype(str)
+        if ids.duplicated().any():  # as compare refuses them (reports.per_image.seed_values)
+            raise ProtobenchError(f"{path.parent}: its per-image records list image {ids[ids.duplicated()].iloc[0]!r} "
+                                  "twice; run `protobench evaluate RUN_DIR` to write them again, or leave that run out")
         data = read_result_json(path)
         spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
         recorded = data.get("method_display_name")

@@ -11,36 +11,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from benchmark.escaping import latex_text, markdown_text
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
 
 KeyValue = str | int
 Where = Mapping[str, KeyValue]
 
-_TEX_SPECIALS = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-}
-
-
 @dataclass(frozen=True)
 class Text:
-    """A label in its two spellings: markdown/plain text and LaTeX source."""
+    """A label in its two spellings: markdown/plain text and LaTeX source. ``markup``: ``md`` is
+    the suite's own markdown (a layout's caption); otherwise it is plain text (a label made from
+    data by :func:`text`), which the markdown renderer escapes (benchmark/escaping.py)."""
 
     md: str
     tex: str
+    markup: bool = True
+
+    @property
+    def markdown(self) -> str:
+        """The spelling a markdown document shows: ``md`` itself, or escaped plain text."""
+        return self.md if self.markup else markdown_text(self.md)
 
 
 def text(plain: str) -> Text:
-    """A label with no markup: the LaTeX spelling escapes LaTeX's special characters."""
-    return Text(md=plain, tex="".join(_TEX_SPECIALS.get(ch, ch) for ch in plain))
+    """A label with no markup (data: a display name, a dataset): LaTeX and markdown escape it."""
+    return Text(md=plain, tex=latex_text(plain), markup=False)
 
 
 #: what a caption says of the best/second-best marks ({scope}: "column", "backbone/metric", …);

@@ -115,6 +115,18 @@ def readable(paths: list[Path], read: Callable[[Path], Record]) -> list[Record]:
     return records
 
 
+def read_results_strictly(paths: list[Path]) -> tuple[pd.DataFrame, list[tuple[Path, str]]]:
+    """The tidy frame of the readable ``result.json`` files among ``paths`` and, apart, every file
+    refused with why: for a reader that must not drop a run silently (``leaderboard``)."""
+    records, refused = [], []
+    for path in paths:
+        try:
+            records.append(_read_result(path))
+        except ProtobenchError as err:
+            refused.append((path, str(err)))
+    return _tidy(records), refused
+
+
 def result_files(runs_dirs: Iterable[str | Path], *, required: bool = True) -> list[Path]:
     """Every ``result.json`` under the given directories, each once, sorted per directory.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from reports.cell_text import markdown_cell
+from benchmark.escaping import escape_pipes
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
 from reports.table import CellView, HeaderCell, RowView, TableView, caption_text, interval_text
@@ -31,12 +31,12 @@ def render_markdown(table: TableView) -> str:
     lines: list[list[str]] = header_rows[1:]
     for item in table.body:
         if isinstance(item, Heading):
-            lines.append([_HEADING[item.style].format(item.text.md)] + [""] * (layout.n_columns - 1))
+            lines.append([_HEADING[item.style].format(item.text.markdown)] + [""] * (layout.n_columns - 1))
         elif not isinstance(item, Rule):
             lines.append(_row(layout, item, table.interval_note is not None))
     n_values = layout.n_columns - len(layout.label_align)
     align = [_ALIGN[a] for a in layout.label_align] + ["center"] * n_values
-    grid = tabulate([[markdown_cell(c) for c in line] for line in lines], headers=[markdown_cell(c) for c in header_rows[0]],
+    grid = tabulate([[escape_pipes(c) for c in line] for line in lines], headers=[escape_pipes(c) for c in header_rows[0]],
                     tablefmt="github", colalign=align, disable_numparse=True)
     note = f"\n{table.interval_note}\n" if table.interval_note else ""
     return f"{_caption(table)}\n\n{grid}\n{note}"
@@ -44,7 +44,7 @@ def render_markdown(table: TableView) -> str:
 
 
 def _caption(table: TableView) -> str:
-    parts = [caption_text(table.layout.caption.md, table)]
+    parts = [caption_text(table.layout.caption.markdown, table)]
     if table.has_dagger:
         parts.append(DAGGER_NOTE)
     if table.comparing:
@@ -57,14 +57,14 @@ def _caption(table: TableView) -> str:
 def _header_row(cells: tuple[HeaderCell, ...]) -> list[str]:
     out: list[str] = []
     for cell in cells:
-        out.append(f"**{cell.text.md}**" if cell.bold and cell.text.md else cell.text.md)
+        out.append(f"**{cell.text.markdown}**" if cell.bold and cell.text.md else cell.text.markdown)
         out.extend([""] * (cell.span - 1))
     return out
 
 
 def _row(layout: Layout, row: RowView, intervals: bool) -> list[str]:
-    first = row.labels[0].md + (DAGGER if row.dagger else "") + (row.qualifier.md if row.qualifier else "")
-    return [first, *(label.md for label in row.labels[1:])] + [_cell(layout, c, intervals) for c in row.cells]
+    first = row.labels[0].markdown + (DAGGER if row.dagger else "") + (row.qualifier.markdown if row.qualifier else "")
+    return [first, *(label.markdown for label in row.labels[1:])] + [_cell(layout, c, intervals) for c in row.cells]
 
 
 def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:

@@ -237,14 +237,16 @@ def _group_label(dims: Sequence[str], values: Sequence[KeyValue], display: Mappi
     if not dims:
         return None
     labels = [dimension_label(d, v, display) for d, v in zip(dims, values)]
-    return Text(md=" / ".join(t.md for t in labels), tex=" / ".join(t.tex for t in labels))
+    markup = any(t.markup for t in labels)  # data labels stay plain text, escaped where rendered
+    return Text(md=" / ".join(t.markdown if markup else t.md for t in labels), tex=" / ".join(t.tex for t in labels),
+                markup=markup)
 
 
 def _caption(fixed: Mapping[str, KeyValue], display: Mapping[str, str]) -> Text:
     if not fixed:
         return _CAPTION
     parts = [(d, dimension_label(d, v, display)) for d, v in fixed.items()]
-    md = ", ".join(f"{_HEADERS[d].md} {t.md}" for d, t in parts)
+    md = ", ".join(f"{_HEADERS[d].markdown} {t.markdown}" for d, t in parts)
     tex = ", ".join(f"{_HEADERS[d].tex} {t.tex}" for d, t in parts)
     return Text(md=f"{_CAPTION.md} All rows: {md}.", tex=f"{_CAPTION.tex} All rows: {tex}.")
 

@@ -30,7 +30,7 @@ PACKAGES = ("benchmark", "methods", "metrics", "reports", "slurm")
 
 FLOOR_MODULES = frozenset({"benchmark", "benchmark.errors", "benchmark.spec_fields", "benchmark.run",
                            "benchmark.run.store", "benchmark.run.records",
-                           "benchmark.csv_cells", "benchmark.output_file",
+                           "benchmark.csv_cells", "benchmark.escaping", "benchmark.output_file",
                            "benchmark.run.record_schema", "benchmark.study_summary"})
 FACE_PREFIXES = ("benchmark.cli",)
 #: floor → the floors its modules may import (its own included)
@@ -273,7 +273,7 @@ def test_reading_and_validation_load_no_torch_and_say_the_same_without_it(argv: 
 
 @pytest.mark.parametrize("argv, message", [
     (["tune", "j0.toml", "--batch", "0"], "--batch 0 must be ≥ 1"),
-    (["perf", "j0.toml", "--tuning", "0"], "--tuning 0 must be ≥ 1"),
+    (["perf", "j0.toml", "--tuning", "0"], "--tuning 0 must lie in 1..64"),
     (["perf", "j0.toml", "--repeats", "0"], "--repeats 0 must be ≥ 1"),
 ], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
 def test_a_bad_tuning_option_is_refused_without_torch(argv: list[str], message: str, tmp_path: Path) -> None:

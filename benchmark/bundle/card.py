@@ -3,11 +3,12 @@ datasets, license, every run's metrics as ``model-index`` results) written by hu
 own ``ModelCardData``, so ``huggingface_hub.ModelCard.load`` reads it back."""
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
+
+from benchmark.escaping import markdown_cell, markdown_text, plain_label
 
 CARD_FILE = "README.md"
 #: result.json metrics → Hugging Face metric types (https://hf.co/metrics); the rest keep their name
@@ -15,20 +16,15 @@ METRIC_TYPES = {"acc": "accuracy"}
 CARD_METRICS = ("acc", "con", "sta", "dis", "comp")
 
 
-def _markdown(text: object) -> str:
-    """Data text inside a markdown table cell: HTML-escaped, its pipes escaped."""
-    return html.escape(str(text)).replace("|", "\\|")
-
-
 def _label(result: dict[str, Any]) -> str:
-    return f"{result.get('grid')}/{result.get('run_id')}"
+    return plain_label(f"{result.get('grid')}/{result.get('run_id')}")
 
 
 def model_card(results: Sequence[dict[str, Any]], *, license: str, checkpoints: bool, name: str) -> str:
     """The card of the bundled runs' ``result.json`` contents."""
     evals = [
-        EvalResult(task_type="image-classification", dataset_type=str(r["spec"]["dataset"]),
-                   dataset_name=str(r["spec"]["dataset"]), dataset_split="test",
+        EvalResult(task_type="image-classification", dataset_type=plain_label(r["spec"]["dataset"]),
+                   dataset_name=plain_label(r["spec"]["dataset"]), dataset_split="test",
                    metric_type=METRIC_TYPES.get(metric, metric), metric_value=float(value),
                    metric_name=f"{metric} {_label(r)}")
         for r in results for metric in CARD_METRICS
@@ -36,7 +32,7 @@ def model_card(results: Sequence[dict[str, Any]], *, license: str, checkpoints: 
     ]
     data = ModelCardData(
         library_name="protobench", license=license, model_name=name,
-        datasets=sorted({str(r["spec"]["dataset"]) for r in results}),
+        datasets=sorted({plain_label(r["spec"]["dataset"]) for r in results}),
         metrics=sorted({e.metric_type for e in evals}),
         tags=["part-prototype", "interpretability", "image-classification"], eval_results=evals or None,
     )
@@ -48,13 +44,13 @@ def model_card(results: Sequence[dict[str, Any]], *, license: str, checkpoints: 
         cells = [_label(r), r.get("method_display_name") or spec.get("method"), trunk,
                  spec.get("prototypes_per_class"), spec.get("seed"),
                  *(f"{metrics[m]:.2f}" if isinstance(metrics.get(m), (int, float)) else "–" for m in CARD_METRICS)]
-        rows.append("| " + " | ".join(_markdown(c) for c in cells) + " |")
+        rows.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
     weights = ("Each run folder holds `head.safetensors`: the trained head (the method's weights). The frozen trunk "
                "is not copied: the table names it (backbone, weights, checksum of its state dict), and "
                "`protobench evaluate GRID/RUN_ID` rebuilds it, checks the checksum and re-scores the run."
                if checkpoints else "This bundle holds results only (made without `--checkpoints`).")
     body = "\n".join([
-        f"# {_markdown(name)}", "",
+        f"# {markdown_text(name)}", "",
         f"{len(results)} finished run(s) of protobench part-prototype classifiers on "
         "frozen DINO trunks: each run's spec, result, per-image records, training curves and provenance.", "",
         weights, "",

@@ -33,6 +33,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from benchmark.bundle.card import CARD_METRICS
 from benchmark.errors import ProtobenchError
+from benchmark.escaping import plain_label
 
 #: the folder the Hub reads (huggingface_hub.constants.EVAL_RESULTS_FOLDER)
 EVAL_RESULTS_FOLDER = ".eval_results"
@@ -75,12 +76,12 @@ def eval_results_file(result: dict[str, Any], where: Path, *, hub_benchmark: str
                       repo_id: str | None = None) -> bytes | None:
     """The ``.eval_results`` YAML of one run's ``result.json`` (read from ``where``), or None when
     it computed none of :data:`EVAL_METRICS`."""
-    date, notes = _date(result, where), _notes(result)
+    date, notes = _date(result, where), plain_label(_notes(result))
     source = (f"https://huggingface.co/{repo_id}/tree/main/{result['grid']}/{result['run_id']}"
               if repo_id else None)
     metrics = result.get("metrics") or {}
     entries = [
-        EvalResultEntry(dataset_id=hub_benchmark, task_id=f"{result['spec']['dataset']}-{metric}",
+        EvalResultEntry(dataset_id=hub_benchmark, task_id=f"{plain_label(result['spec']['dataset'])}-{metric}",
                         value=float(value), date=date, notes=notes, source_url=source,
                         source_name=f"protobench run {result['grid']}/{result['run_id']}" if source else None)
         for metric in EVAL_METRICS

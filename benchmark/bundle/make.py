@@ -115,11 +115,15 @@ def make_bundle(inputs: Sequence[Path], out: Path, *, checkpoints: bool = False,
                                hub_benchmark=hub_benchmark or HUB_BENCHMARK, repo_id=repo_id)
     if checkpoints:  # the head is read from checkpoint.pt: torch, only here
         from benchmark.bundle.head import write_head
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = staging_path(out, STAGING_KIND)
     partial = out.parent / (staging.name + ".tar.gz")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    try:  # a folder that cannot hold the bundle (/proc, read-only, a file on the way) is refused here
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    except OSError as err:
+        raise ProtobenchError(f"--out {out} cannot be written ({err.strerror or err} at {err.filename or out.parent}); "
+                              "choose a folder you can write to") from None
     try:
         for rd, result, names in copied:
             target = staging / str(result["grid"]) / str(result["run_id"])

@@ -59,10 +59,15 @@ def _listed(root: Path) -> dict[str, str]:
     if path.is_symlink():
         raise ProtobenchError(f"{path} is a symbolic link; a bundle holds no links, so it cannot be trusted: "
                               "ask for it again")
+    return parse_manifest(path.read_bytes(), path)
+
+
+def parse_manifest(data: bytes, where: Path | str) -> dict[str, str]:
+    """Relative path → SHA-256 of each line of a manifest's bytes (``where`` names it in errors)."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ProtobenchError(f"{path} is not a text manifest (not UTF-8): the bundle was altered or damaged, so "
+        raise ProtobenchError(f"{where} is not a text manifest (not UTF-8): the bundle was altered or damaged, so "
                               "it cannot be trusted; ask for it again") from None
     listed: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
@@ -70,7 +75,7 @@ def _listed(root: Path) -> dict[str, str]:
         parts = PurePosixPath(name).parts
         if (not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name
                 or PurePosixPath(name).is_absolute() or ".." in parts):
-            raise ProtobenchError(f"{path} line {number} is not '<sha256>  <relative path>': {line[:120]!r}; "
+            raise ProtobenchError(f"{where} line {number} is not '<sha256>  <relative path>': {line[:120]!r}; "
                                   "the manifest was altered, so the bundle cannot be trusted: ask for it again")
         listed[name] = digest
     return listed

@@ -7,8 +7,9 @@ A source from another lab is untrusted data:
 - every bundle is checked against its ``SHA256SUMS`` (benchmark/bundle/manifest.py); one that fails
   is refused by name unless the caller allows unverified sources, which are then marked;
 - an archive member or Hub file that is a link, a device, an absolute path or a path with ``..``
-  is refused before anything is written; an archive is unpacked by this module (never
-  ``extractall``), into a folder of the caller's;
+  is refused before anything is written; an archive is unpacked by benchmark/bundle/archive.py
+  (never ``extractall``), its manifest first, only the members it lists, within a budget tied to
+  the archive's size, into a folder of the caller's;
 - the number of files and their sizes are bounded (benchmark/bundle/limits.py), so a crafted
   source cannot fill the disk or the memory;
 - nothing in a source is executed or imported: results are JSON, records Parquet or CSV.
@@ -16,14 +17,13 @@ A source from another lab is untrusted data:
 from __future__ import annotations
 
 import os
-import shutil
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.bundle.archive import unpack_archive
 from benchmark.bundle.format import bundle_version
-from benchmark.bundle.limits import Tally, UnsafeSource, member_path
+from benchmark.bundle.limits import Tally, UnsafeSource
 from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of, verify_bundle
 from benchmark.bundle.pull import hub_bundle
 from benchmark.errors import ProtobenchError
@@ -48,20 +48,25 @@ class Source:
     root: Path
     checksum: str | None
     verification: str
+    #: (run, why) of each run that could not be read whole (reports/leaderboard/reading.py): a
+    #: verified source with one is refused unless --allow-unverified, which lists it marked
+    unreadable: tuple[tuple[str, str], ...] = ()
 
     @property
     def verified(self) -> bool:
         return self.verification == VERIFIED
 
 
-def open_sources(given: Sequence[str], workdir: Path, *, allow_unverified: bool = False) -> list[Source]:
+def open_sources(given: Sequence[str], workdir: Path, *, allow_unverified: bool = False,
+                 unpack_budget: int | None = None) -> list[Source]:
     """Every SOURCE as a local, checked folder (archives and Hub bundles unpacked under
-    ``workdir``); one error, naming the source, for the first that cannot be read or fails
-    verification (unless ``allow_unverified``)."""
+    ``workdir``; ``unpack_budget``: bytes one archive may unpack to, None for the default of
+    benchmark/bundle/archive.py); one error, naming the source, for the first that cannot be
+    read or fails verification (unless ``allow_unverified``)."""
     if not given:
         raise ProtobenchError("give at least one SOURCE: a bundle folder or archive, a runs folder, or hf:ORG/NAME")
-    sources = [open_source(text, workdir / f"source-{i}", allow_unverified=allow_unverified)
-               for i, text in enumerate(given)]
+    sources = [open_source(text, workdir / f"source-{i}", allow_unverified=allow_unverified,
+                           unpack_budget=unpack_budget) for i, text in enumerate(given)]
     names = [s.name for s in sources]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -70,7 +75,7 @@ def open_sources(given: Sequence[str], workdir: Path, *, allow_unverified: bool 
     return sources
 
 
-def open_source(text: str, workdir: Path, *, allow_unverified: bool = False) -> Source:
+def open_source(text: str, workdir: Path, *, allow_unverified: bool = False, unpack_budget: int | None = None) -> Source:
     if text.startswith(HUB_PREFIX):
         repo, _, revision = text.removeprefix(HUB_PREFIX).partition("@")
         root, commit = hub_bundle(repo, revision or None, workdir)
@@ -79,7 +84,7 @@ def open_source(text: str, workdir: Path, *, allow_unverified: bool = False) -> 
     if path.is_symlink():
         raise UnsafeSource(f"source {text} is a symbolic link; give the folder or archive it points to")
     if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
-        root = unpack_archive(path, workdir)
+        root = unpack_archive(path, workdir, budget=unpack_budget)
         return _bundle(text, path.name, "archive", root, allow_unverified, checksum=sha256_of(path))
     if path.is_dir():
         if (path / MANIFEST_FILE).exists():
@@ -147,50 +152,3 @@ def check_runs_folder(root: Path) -> None:
             raise UnsafeSource(f"{path} is a symbolic link or not a file; a leaderboard reads only regular files "
                                "inside the source: replace the link with the file")
         tally.add(path.stat().st_size)
-
-
-def unpack_archive(archive: Path, workdir: Path) -> Path:
-    """The bundle folder of ``archive`` unpacked under ``workdir``: every member checked first
-    (regular files and folders only, relative paths inside one top folder, the bounds), then
-    written by this function; the folder is returned."""
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = _checked_members(tar, archive)
-            tops = {member_path(m.name).parts[0] for m in members}  # type: ignore[union-attr]
-            if len(tops) != 1:
-                raise ProtobenchError(f"archive {archive} holds {len(tops)} top folder(s); a bundle archive holds "
-                                      "one (as `protobench bundle` writes it)")
-            workdir.mkdir(parents=True)
-            for member in members:
-                target = workdir / member_path(member.name)  # type: ignore[operator]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                source = tar.extractfile(member)
-                if source is None:
-                    raise UnsafeSource(f"archive {archive}: member {member.name!r} cannot be read as a file")
-                try:
-                    with source, target.open("xb") as out:  # "x": a repeated member never overwrites
-                        shutil.copyfileobj(source, out, 1 << 20)
-                except FileExistsError:
-                    raise UnsafeSource(f"archive {archive} holds {member.name!r} twice; it is refused") from None
-    except (tarfile.TarError, EOFError, OSError) as err:
-        raise ProtobenchError(f"archive {archive} cannot be read ({err}); give a bundle archive as `protobench "
-                              "bundle` writes it") from None
-    return workdir / tops.pop()
-
-
-def _checked_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
-    members: list[tarfile.TarInfo] = []
-    tally = Tally(str(archive))
-    for member in tar:
-        if member_path(member.name) is None:
-            raise UnsafeSource(f"archive {archive} has an unsafe member {member.name!r} (an absolute path or one "
-                               "with ..); it is refused and nothing was unpacked")
-        if member.isdir():
-            tally.count += 1  # every member counts towards the bound on files, folders too
-            continue
-        if not member.isreg():
-            raise UnsafeSource(f"archive {archive} has member {member.name!r} that is a link or a special file; a "
-                               "bundle holds regular files only: it is refused and nothing was unpacked")
-        tally.add(member.size)
-        members.append(member)
-    return members

@@ -86,10 +86,13 @@ def slurm_check(required: bool) -> Check:
 
 
 # ---- the grid's files -------------------------------------------------------------------------
-def data_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
-    """Each (dataset, data_root) of the grid: both splits' annotation files read. ``absent_ok``
-    (plan, on a machine without the data): a missing root is skipped, a placeholder still flagged."""
+def data_checks(grid: GridSpec, *, absent_ok: bool = False, images: str | None = None) -> list[Check]:
+    """Each (dataset, data_root) of the grid: both splits' annotation files read; with ``images``
+    (``doctor``: "header", ``doctor --deep``: "deep"), every image checked too, with the bounds
+    ``run`` applies (benchmark.data.dataset.check_images). ``absent_ok`` (plan, on a machine
+    without the data): a missing root is skipped, a placeholder still flagged."""
     from benchmark.data import load_dataset
+    from benchmark.data.dataset import check_images
 
     checks = []
     seen: set[tuple[str, str]] = set()
@@ -112,12 +115,16 @@ def data_checks(grid: GridSpec, *, absent_ok: bool = False) -> list[Check]:
             checks.append(Check(name, "skip", "not on this machine", "run `protobench doctor GRID` where the jobs run"))
         else:
             try:
-                sizes = [len(load_dataset(spec.dataset, root, split, image_size=spec.image_size))
-                         for split in ("train", "test")]
+                splits = [load_dataset(spec.dataset, root, split, image_size=spec.image_size)
+                          for split in ("train", "test")]
+                for split in splits if images is not None else ():
+                    check_images(split, images)
             except ProtobenchError as err:  # the reader's message names the missing file and the fix
                 checks.append(Check(name, "fail", str(err)))
             else:
-                checks.append(Check(name, "ok", f"{sizes[0]} train / {sizes[1]} test images listed"))
+                how = {None: "listed", "header": "listed, every image's header read",
+                       "deep": "listed, every image decoded"}[images]
+                checks.append(Check(name, "ok", f"{len(splits[0])} train / {len(splits[1])} test images {how}"))
     return checks
 
 
@@ -172,10 +179,11 @@ def disk_check(grid: GridSpec, cache_root: Path) -> Check:
 
 
 # ---- all together -----------------------------------------------------------------------------
-def run_doctor(grid: GridSpec | None, cache_root: Path | None, *, slurm_required: bool = False) -> list[Check]:
+def run_doctor(grid: GridSpec | None, cache_root: Path | None, *, slurm_required: bool = False,
+               deep: bool = False) -> list[Check]:
     checks = environment_checks(grid)
     if grid is not None:
-        checks += data_checks(grid) + weights_checks(grid)
+        checks += data_checks(grid, images="deep" if deep else "header") + weights_checks(grid)
         if cache_root is not None and any(spec.cache for spec in grid.runs):
             checks.append(disk_check(grid, cache_root))
     checks.append(slurm_check(slurm_required))

@@ -81,6 +81,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--runs-dir", help="where run directories go (default: the grid's runs_dir, 'runs')")
     p.add_argument("--cache-dir", help="token cache directory whose free disk to check (default: RUNS_DIR/.token-cache)")
     p.add_argument("--slurm", action="store_true", help="SLURM commands missing is a failure, not a warning")
+    p.add_argument("--deep", action="store_true",
+                   help="decode every image of the grid's datasets (default: read every image's header, decoding a "
+                        "JPEG only where it lacks its end marker), with the bounds `run` applies")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -133,13 +136,18 @@ def check_present_data(runs: tuple[RunSpec, ...]) -> None:
         check_data(spec)
 
 
+#: the most trials ``perf --tuning K`` times at once (a batched timing holds all K trials in memory)
+MAX_TIMED_TRIALS = 64
+
+
 def cmd_perf(args: argparse.Namespace) -> int:
     if args.paper_scale and args.grid:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
     if args.timed_batches < 1 or args.warmup < 0:
         raise ProtobenchError(f"--timed-batches {args.timed_batches} must be ≥ 1 and --warmup {args.warmup} ≥ 0")
-    if args.tuning is not None and args.tuning < 1:
-        raise ProtobenchError(f"--tuning {args.tuning} must be ≥ 1 (the trials timed per method)")
+    if args.tuning is not None and not 1 <= args.tuning <= MAX_TIMED_TRIALS:
+        raise ProtobenchError(f"--tuning {args.tuning} must lie in 1..{MAX_TIMED_TRIALS} (the trials timed per "
+                              "method; a batch of K trials holds K trials' parameters and activations at once)")
     if args.repeats < 1:
         raise ProtobenchError(f"--repeats {args.repeats} must be ≥ 1")
     from benchmark.cli.perf_tables import print_perf  # after the option checks: a bad option costs no torch import
@@ -181,4 +189,4 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid, overrides=grid_overrides(args)) if args.grid else None
     cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir)) if grid else None
-    return print_checks(run_doctor(grid, cache_root, slurm_required=args.slurm))
+    return print_checks(run_doctor(grid, cache_root, slurm_required=args.slurm, deep=args.deep))

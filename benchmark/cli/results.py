@@ -162,6 +162,8 @@ def run_report(args: argparse.Namespace) -> int:
         raise ProtobenchError(
             f"{', '.join(shaped)} shape the table of every result; drop them, or drop --layout {args.layout}."
         )
+    if args.ci is not None and not 0 < args.ci < 100:  # every use of --ci, --reference's gaps included
+        raise ProtobenchError(f"--ci {args.ci:g} must lie strictly between 0 and 100 (a confidence level in percent)")
     layout = get_layout(args.layout) if args.layout is not None else None
     where = parse_where(args.where)
     frame = mark_stale(load_runs(args.runs_dirs, where, required=not args.tuning), adapter_imports(args))

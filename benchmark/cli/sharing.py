@@ -6,6 +6,7 @@ optionally with their trained heads) and ``site`` (a static results site).
     protobench bundle verify DIR
     protobench bundle pull ORG/NAME --out DIR [--revision REV]
     protobench leaderboard SOURCE... --out DIR [--allow-unverified] [--level L] [--alpha A]
+        [--unpack-budget-mib N]
     protobench site RUNS_DIR... --out DIR [--where KEY=VALUE]... [--compare KEY]... [--reference METHOD]
 
 Building these parsers imports neither torch nor pandas; the command bodies import what they use.
@@ -72,6 +73,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the ties with the best (Holm-adjusted; default 0.05)")
+    p.add_argument("--unpack-budget-mib", type=int, metavar="N",
+                   help="MiB one bundle archive may unpack to (default: 100 × the archive's size, at least 256 MiB); "
+                        "an archive that declares more is refused before anything is written")
     p.set_defaults(func=cmd_leaderboard)
 
 
@@ -149,15 +153,22 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from reports.leaderboard.build import build_leaderboard, check_target
 
     started = time.perf_counter()
+    if args.unpack_budget_mib is not None and args.unpack_budget_mib < 1:
+        raise ProtobenchError(f"--unpack-budget-mib {args.unpack_budget_mib} must be ≥ 1 (MiB an archive may unpack to)")
+    budget = None if args.unpack_budget_mib is None else args.unpack_budget_mib << 20
     local = [Path(s) for s in args.sources if not s.startswith(HUB_PREFIX)]
     check_target(args.out, local)  # before any source is read or unpacked
     with tempfile.TemporaryDirectory(prefix="protobench-leaderboard-") as work:
-        sources = open_sources(args.sources, Path(work), allow_unverified=args.allow_unverified)
-        built = build_leaderboard(sources, args.out, level=args.level, alpha=args.alpha)
+        sources = open_sources(args.sources, Path(work), allow_unverified=args.allow_unverified, unpack_budget=budget)
+        built, sources = build_leaderboard(sources, args.out, level=args.level, alpha=args.alpha,
+                                           allow_unverified=args.allow_unverified)
     for source in sources:
         if not source.verified:
             print(f"note: source {source.name} is not verified ({source.verification}); its rows say so",
                   file=sys.stderr)
+        for run, why in source.unreadable:
+            print(f"note: source {source.name}: run {run} cannot be read ({why}); it is listed as unreadable, "
+                  "not ranked", file=sys.stderr)
     print(f"leaderboard of {built.runs} run(s) from {len(sources)} source(s): {built.entries} entr(y/ies) on "
           f"{built.boards} board(s), written to {args.out} in {time.perf_counter() - started:.1f} s; open "
           f"{args.out / 'index.html'}")

@@ -50,26 +50,47 @@ def box_outside_image(box: np.ndarray, width: int, height: int, path: Path) -> s
             "fix its line in bounding_boxes.txt")
 
 
-def check_images(dataset: ImageDataset) -> None:
-    """Check that every image of the split decodes and its annotation box fits, before any compute.
+def part_outside_image(xy: np.ndarray, visible: np.ndarray, width: int, height: int) -> int | None:
+    """The first visible part (index) whose location ``(x, y)`` lies outside a ``width`` × ``height``
+    image (0 ≤ x ≤ width, 0 ≤ y ≤ height: a point on the far border is on the image), else None."""
+    outside = visible & ((xy[:, 0] < 0) | (xy[:, 0] > width) | (xy[:, 1] < 0) | (xy[:, 1] > height))
+    found = np.flatnonzero(outside)
+    return int(found[0]) if found.size else None
 
-    Each file's header is decoded (format and size). A JPEG that ends with its end-of-image
-    marker (FF D9) is complete; one that does not (truncated, or bytes after the marker) and
-    every other format is decoded, at 1/8 scale where the format allows (PIL ``draft``), which
-    reads the whole compressed stream, so a corrupt or truncated file fails here. A CUB-format
-    box must start inside its image (x1 < width, y1 < height); its far edge may reach past the
-    border, where the crop is clipped as the official ``img[y1:y2, x1:x2]`` slice is
-    (:func:`crop_to_box`). Where the annotations give each image's size (NABirds' ``sizes.txt``,
-    PartImageNet's JSON), the decoded size must be that size: the parts were drawn on it. One
-    error names the first bad image and how many are bad."""
+
+#: how much of each image :func:`check_images` decodes: ``run`` (what ``run`` checks before compute),
+#: ``header`` (``doctor``: the header of every image, a JPEG decoded only without its end marker),
+#: ``deep`` (``doctor --deep``: every image decoded)
+DEPTHS = ("run", "header", "deep")
+
+
+def check_images(dataset: ImageDataset, depth: str = "run") -> None:
+    """Check that every image of the split decodes and its annotations fit it, before any compute.
+
+    Each file's header is decoded (format and size; PIL refuses an image of more than twice
+    ``Image.MAX_IMAGE_PIXELS`` pixels, a decompression bomb, here). A JPEG that ends with its
+    end-of-image marker (FF D9) is complete; one that does not (truncated, or bytes after the
+    marker) is decoded, at 1/8 scale where the format allows (PIL ``draft``), which reads the whole
+    compressed stream, so a corrupt or truncated file fails here; ``run`` decodes every other
+    format the same way, ``doctor`` (``header``) only with ``--deep`` (which decodes every image,
+    complete JPEGs too). A CUB-format box must start inside its image (x1 < width, y1 < height);
+    its far edge may reach past the border, where the crop is clipped as the official
+    ``img[y1:y2, x1:x2]`` slice is (:func:`crop_to_box`); a visible part must lie on the image
+    (:func:`part_outside_image`). Where the annotations give each image's size (NABirds'
+    ``sizes.txt``, PartImageNet's JSON), the decoded size must be that size: the parts were drawn
+    on it. One error names the first bad image and how many are bad."""
+    if depth not in DEPTHS:
+        raise ValueError(f"depth {depth!r} is not one of {DEPTHS}")
     bad: list[str] = []
-    boxes = None if dataset.annotations is None else dataset.annotations.boxes
+    annotations = dataset.annotations
+    boxes = None if annotations is None else annotations.boxes
     sizes = dataset.image_sizes
     for i, path in enumerate(dataset.image_paths):
         try:
             with Image.open(path) as image:
                 width, height = image.size
-                if not (image.format == "JPEG" and _ends_with(image.fp, JPEG_END_OF_IMAGE)):
+                complete = image.format == "JPEG" and _ends_with(image.fp, JPEG_END_OF_IMAGE)
+                if depth == "deep" or not (complete or (depth == "header" and image.format != "JPEG")):
                     image.draft("RGB", (max(width // 8, 1), max(height // 8, 1)))
                     image.load()
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
@@ -82,6 +103,13 @@ def check_images(dataset: ImageDataset) -> None:
         problem = None if boxes is None else box_outside_image(boxes[i], width, height, path)
         if problem:
             bad.append(problem)
+            continue
+        part = None if annotations is None else part_outside_image(annotations.part_xy[i], annotations.part_visible[i],
+                                                                   width, height)
+        if part is not None:
+            x, y = (int(v) for v in annotations.part_xy[i, part])  # type: ignore[union-attr]
+            bad.append(f"part {annotations.part_names[part]!r} of {path} lies at ({x}, {y}), outside the "  # type: ignore[union-attr]
+                       f"{width}×{height} image; fix its line in parts/part_locs.txt")
     if bad:
         raise ProtobenchError(f"{len(bad)} of {len(dataset)} images of {dataset.name} {dataset.split} are unusable; "
                               f"the first: {bad[0]}.")

@@ -57,8 +57,8 @@ DATASETS: dict[str, DatasetDeclaration] = {
 
 
 def installed_datasets() -> dict[str, tuple[DatasetDeclaration, Provider]]:
-    """The datasets installed packages declare (``protobench.datasets``); a name a built-in has, or
-    two distributions declare, is refused naming both (ValueError)."""
+    """The datasets installed packages declare (``protobench.datasets``) that load; one whose name a
+    built-in has, or two distributions declare, or that does not load, is skipped with a warning."""
     from methods.plugins import discovered  # entry points are read on first use, not on import
 
     return discovered(PLUGIN_GROUP, DATASETS, DatasetDeclaration)
@@ -66,12 +66,12 @@ def installed_datasets() -> dict[str, tuple[DatasetDeclaration, Provider]]:
 
 def dataset_declaration(name: str) -> tuple[DatasetDeclaration, Provider] | None:
     """The declaration of a built-in or an installed dataset and who provides it (None: unknown)."""
-    from methods.plugins import BUILTIN, check_clashes
+    from methods.plugins import BUILTIN, check_clash, installed
 
     if name in DATASETS:
-        check_clashes(PLUGIN_GROUP, DATASETS)
+        check_clash(PLUGIN_GROUP, name, DATASETS)
         return DATASETS[name], BUILTIN
-    return installed_datasets().get(name)
+    return installed(PLUGIN_GROUP, name, DATASETS, DatasetDeclaration)
 
 
 def known_datasets() -> list[str]:

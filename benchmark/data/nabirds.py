@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.data.dataset import ImageDataset, PartAnnotations, check_images_exist, check_split
+from benchmark.data.dataset import (ImageDataset, PartAnnotations, check_images_exist, check_split,
+                                    part_outside_image)
 from benchmark.data.keypoints import keypoint_arrays
 from benchmark.data.tables import (TableFile, check_contiguous, check_same_ids, finite, read_boxes, read_split_flags,
                                    rows_by_id)
@@ -173,6 +174,13 @@ def read_nabirds(root: str | Path, split: str, *, image_size: int = 224) -> Imag
         table("parts/part_locs.txt", "<image_id> <part_id> <x> <y> <visible 0/1>"), order, chosen, len(parts))
 
     ids = [order[k] for k in chosen]
+    for row, key in enumerate(ids):  # where sizes.txt gives the image's size, as a box is checked against it
+        width, height = sizes[key][1]
+        part = part_outside_image(part_xy[row], part_visible[row], width, height)
+        if part is not None:
+            x, y = (int(v) for v in part_xy[row, part])
+            raise ProtobenchError(f"{paths['parts/part_locs.txt']}: image {key} part {part} lies at ({x}, {y}), "
+                                  f"outside its {width}×{height} image (sizes.txt, line {sizes[key][0]}); {_FIX}.")
     image_paths = [base / "images" / images[key][1][0] for key in ids]
     check_images_exist(image_paths, t_images.path, _FIX)
     class_ids = sorted({labels[key][1][0] for key in images})  # the leaves that label images

@@ -225,7 +225,34 @@ class CodeState:
 def code_change(method: str, recorded: str, current: str) -> CodeState:
     """The verdict on a result of ``method`` trained by source ``recorded`` when the code is now
     ``current`` (≠ ``recorded``), from the method's probe lock (benchmark/behaviour/lock.py)."""
-    lock = method_lock(method)
+    return judged_by_lock(method_lock(method), method, recorded, current)
+
+
+def installed_package_state(result: dict[str, Any], method: str, provided: Provider) -> CodeState:
+    """The verdict on a result of an installed package's method, from its files on disk and its
+    package's probe lock: nothing of the package is imported (benchmark/run/plugin_state.py)."""
+    from benchmark.behaviour.lock import lock_path, read_lock
+    from benchmark.run.plugin_state import installed_source
+
+    found = installed_source(result, method, provided)
+    if isinstance(found, str):
+        return CodeState(found)
+    module, installed = found
+    try:
+        current = _source_digest({**method_source_files(module, method), **harness_files()})  # = method_fingerprint
+        path = lock_path(module)
+        lock = None if path is None else read_lock(path)  # any method name: checking one would import its package
+    except ProtobenchError as err:
+        return CodeState(f"cannot check against the current code ({err})")
+    recorded = str(result.get("method_fingerprint"))
+    state = CodeState() if current == recorded else judged_by_lock(lock, method, recorded, current)
+    if state.stale and installed != provided:
+        return CodeState(f"{state.stale} ({provided.label()} when it ran, {installed.label()} now)")
+    return state
+
+
+def judged_by_lock(lock: Lock | None, method: str, recorded: str, current: str) -> CodeState:
+    """:func:`code_change` with ``lock`` (None: the package keeps none)."""
     if lock is None or method not in lock.methods:
         return CodeState("the method's code changed since it ran (its package keeps no probe lock for it, so any "
                          "source edit reads stale: the byte rule)")
@@ -279,6 +306,8 @@ def code_state(result: dict[str, Any], *, adapters: AdapterImports = NO_IMPORTS,
     if isinstance(method, str) and not adapters.allows(method):
         return CodeState(unverifiable_reason(method, result, run_dir))
     provided = recorded_provider(result)
+    if provided is not None and isinstance(method, str) and not is_own_method(method):
+        return installed_package_state(result, method, provided)
     try:
         current = RunSpec.from_json(spec, import_trunk=False)
         fingerprint = method_fingerprint(current.method)

@@ -150,7 +150,7 @@ def providers(method: str, backbone: str, dataset: str) -> dict[str, dict[str, s
     import path is recorded by its ``adapter_paths`` instead. Readers compare the method's
     (benchmark/run/identity.py)."""
     from benchmark.data.declared import dataset_declaration
-    from benchmark.method_lookup import method_provider
+    from benchmark.method_lookup import declaration, method_provider
     from methods.plugins import BUILTIN
     from benchmark.run.own_code import is_own_method
     from benchmark.trunks import trunk_declaration
@@ -160,7 +160,7 @@ def providers(method: str, backbone: str, dataset: str) -> dict[str, dict[str, s
         provider = method_provider(method)
         found["method_provider"] = ({"distribution": BUILTIN.distribution,
                                      "version": metadata.version(BUILTIN.distribution)}
-                                    if provider.builtin else provider.to_json())
+                                    if provider.builtin else {**provider.to_json(), "adapter": declaration(method).adapter})
     trunk = trunk_declaration(backbone) if ":" not in backbone else None
     if trunk is not None and not trunk[1].builtin:
         found["backbone_provider"] = trunk[1].to_json()

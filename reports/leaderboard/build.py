@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
 from reports.leaderboard.document import SCHEMA_FILE, build_document, check_document, document_bytes, schema_bytes
-from reports.leaderboard.entries import entries, read_all
+from reports.leaderboard.entries import entries
+from reports.leaderboard.reading import Unreadable, read_all
 from reports.leaderboard.hub import eval_yaml
 from reports.leaderboard.page import assets, leaderboard_page
 from reports.leaderboard.tables import render_csv, render_latex, render_markdown
@@ -49,11 +50,25 @@ def check_target(out: Path, inputs: Sequence[Path]) -> None:
                               "choose another --out")
 
 
-def build_leaderboard(sources: Sequence["Source"], out: Path, *, level: float = 0.95,
-                      alpha: float = 0.05) -> Built:
+def marked(source: "Source", failed: list[Unreadable]) -> "Source":
+    """``source`` with the runs that could not be read named; a verified one (listed only under
+    --allow-unverified: reading.py refuses it otherwise) is then unverified."""
+    if not failed:
+        return source
+    first = failed[0]
+    verification = (f"UNVERIFIED: {len(failed)} run(s) cannot be read (first {first.run}: {first.reason})"
+                    if source.verified else source.verification)
+    return replace(source, verification=verification, unreadable=tuple((f.run, f.reason) for f in failed))
+
+
+def build_leaderboard(sources: Sequence["Source"], out: Path, *, level: float = 0.95, alpha: float = 0.05,
+                      allow_unverified: bool = False) -> tuple[Built, list["Source"]]:
+    """Write the leaderboard of ``sources`` to ``out`` (see the module); the sources as listed
+    (each with the runs that could not be read, if any)."""
     if not 0 < level < 1 or not 0 < alpha < 1:
         raise ProtobenchError(f"--level {level} and --alpha {alpha} must lie strictly between 0 and 1")
-    frame = read_all(sources)
+    frame, failed = read_all(sources, allow_unverified=allow_unverified)
+    sources = [marked(s, failed[s.name]) for s in sources]
     built = entries(frame, sources)
     document = build_document(sources, built, level=level, alpha=alpha)
     check_document(document)
@@ -64,4 +79,4 @@ def build_leaderboard(sources: Sequence["Source"], out: Path, *, level: float = 
              "index.html": leaderboard_page(document).encode("utf-8"),
              "eval.yaml": eval_yaml(document), **assets()}
     replace_site(out, files)
-    return Built(boards=len(document["boards"]), entries=len(built), runs=len(frame))
+    return Built(boards=len(document["boards"]), entries=len(built), runs=len(frame)), sources

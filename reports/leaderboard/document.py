@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from benchmark.bundle.sources import Source
 
 SCHEMA_FILE = "leaderboard.schema.json"
-SCHEMA_VERSION = 1
+#: 2: replications across labs (entries' replicates, per-source breakdown, between-lab check) and
+#: each source's unreadable runs
+SCHEMA_VERSION = 2
 #: the metrics ranked (every one a percentage, higher is better), in the order the tables show them
 RANKED_METRICS = ("acc", "con", "sta", "dis", "comp")
 
@@ -46,7 +48,13 @@ def _standing(s: Standing) -> dict[str, Any]:
     return {"entry": s.entry, "mean": _number(s.mean), "std": _number(s.std), "n_seeds": s.n_seeds,
             "ci_low": None if s.ci is None else _number(s.ci[0]), "ci_high": None if s.ci is None else _number(s.ci[1]),
             "interval": s.interval, "rank": s.rank, "group": s.group, "difference_to_best": _number(s.difference),
-            "p": _number(s.p), "p_holm": _number(s.p_holm), "test": s.test}
+            "p": _number(s.p), "p_holm": _number(s.p_holm), "test": s.test,
+            "per_source": [{"source": x.source, "n_seeds": x.n_seeds, "mean": _number(x.mean),
+                            "ci_low": None if x.ci is None else _number(x.ci[0]),
+                            "ci_high": None if x.ci is None else _number(x.ci[1]), "interval": x.interval}
+                           for x in s.per_source],
+            "between_labs": None if s.between_labs is None else {
+                k: _number(v) if isinstance(v, float) else v for k, v in s.between_labs.to_json().items()}}
 
 
 def _entry(e: Entry) -> dict[str, Any]:
@@ -55,7 +63,10 @@ def _entry(e: Entry) -> dict[str, Any]:
     return {
         "id": e.id, "method": e.method, "display_name": e.display_name, "label": e.label, **e.aligned,
         "differs": e.differs,
-        "seeds": sorted(int(s) for s in runs["seed"]),
+        "seeds": sorted(int(s) for s in runs["seed"]),  # one per run read: a seed twice is two labs' replicates
+        "replicates": sorted(({"source": str(src), "seed": int(seed), "run": f"{g}/{r}"} for src, seed, g, r in
+                              zip(runs["source_name"], runs["seed"], runs["grid"], runs["run_id"])),
+                             key=lambda x: (x["source"], x["seed"], x["run"])),
         "test_images": images,
         "rescored": bool(runs["rescored"].all()),
         "devices": sorted({str(d) for d in runs["device"].dropna()}),
@@ -100,14 +111,20 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
         "generator": {"name": "protobench", "version": _version()},
         "settings": {
             "level": level, "alpha": alpha, "metrics": list(RANKED_METRICS),
-            "ranking": "entries ordered by mean over seeds (higher is better); the leader and every entry whose "
-                       "Holm-adjusted p against it (paired on seeds and test images, as `protobench compare`) is "
+            "ranking": "entries ordered by mean over replicates, a replicate being one source's seed (higher is "
+                       "better); the leader and every entry whose Holm-adjusted p against it (paired on (source, "
+                       "seed) replicates and test images, as `protobench compare`) is "
                        f"≥ {alpha:g} share rank 1 (tied with the best); others: 1 + entries with a higher mean",
             "rescoring": "per-image metrics and con recomputed from each run's records; a result that disagrees "
                          "with its records is refused",
+            "replication": "one run id in two sources with different content is an independent replication: its "
+                           "own replicate (source, seed); byte-identical copies are one run; an entry of several "
+                           "sources gets the between-lab check (one-way ANOVA F test of the source over its runs)",
         },
         "sources": [{"name": s.name, "kind": s.kind, "checksum": s.checksum, "verification": s.verification,
-                     "runs": runs_per_source.get(s.name, 0)} for s in sorted(sources, key=lambda s: s.name)],
+                     "runs": runs_per_source.get(s.name, 0),
+                     "unreadable": [{"run": run, "reason": why} for run, why in s.unreadable]}
+                    for s in sorted(sources, key=lambda s: s.name)],
         "methods": methods,
         "boards": board_records,
         "coverage": [{"method": m, "missing": [b["id"] for b in board_records if m in b["missing_methods"]]}
@@ -116,10 +133,23 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
 
 
 def check_document(document: dict[str, Any]) -> None:
-    """Validate against the shipped schema (jsonschema); a failure is a bug of this code."""
+    """Validate against the shipped schema (jsonschema), then what a schema cannot say: every
+    standing names an entry of its board, once (ValueError names the first that does not). For a
+    document this code built, a failure is a bug; for one read back (``site --leaderboard``), a
+    crafted or damaged file."""
     import jsonschema
 
     jsonschema.Draft202012Validator(schema()).validate(document)
+    for board in document["boards"]:
+        ids = [e["id"] for e in board["entries"]]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"board {board['id']!r} lists entry {next(i for i in ids if ids.count(i) > 1)!r} twice")
+        for ranking in board["rankings"]:
+            named = [s["entry"] for s in ranking["standings"]]
+            unknown = next((e for e in named if e not in ids), None)
+            if unknown is not None or len(set(named)) != len(named):
+                raise ValueError(f"board {board['id']!r}, metric {ranking['metric']!r}: a standing names entry "
+                                 f"{unknown or named[0]!r}, which the board does not hold once")
 
 
 def document_bytes(document: dict[str, Any]) -> bytes:

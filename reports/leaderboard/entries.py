@@ -1,12 +1,4 @@
-"""The runs of every source, re-scored from their records and aligned into leaderboard entries.
-
-**Re-scoring.** A run's per-image metrics are recomputed from its per-image records with the
-definitions the evaluation uses (docs/protocol/metrics.md): accuracy = 100 · mean over test images
-of [predicted = label]; sta, dis, comp, sanity = the mean over the images where the value is
-defined; con = the mean over prototypes of the per-prototype records. A result.json whose number
-differs from its records' by more than :data:`RESCORE_TOLERANCE` is refused, naming the run and the
-source: the rows show what the records say, never a number only a result file claims. A run
-without records keeps its recorded numbers and says so (``rescored: false``).
+"""The runs of every source (read by :mod:`.reading`) aligned into leaderboard entries.
 
 **Alignment.** An entry is one setting of one method in one board (dataset × backbone × J): runs
 pool into it when they agree on dataset, backbone, J, method, variant, the budget (default, or tuned
@@ -15,37 +7,27 @@ the test data's fingerprint and every other setting of the run (its resolved hyp
 the pooling rule of ``report``). Runs of one board and method that differ in any of these are
 separate entries, each naming what sets it apart (``differs``).
 
-**Duplicates.** One run (grid and run id) in two sources is read once when the two copies are
-byte-identical in result and records, and refused when they differ (two labs' runs of one spec
-and seed are two results, not one).
+**Replicates.** An entry's replicate is a (source, seed): two labs' runs of one spec and seed are
+two replicates (reading.py, "Replications"), one lab's two runs of one setting and seed are
+refused. On a board every (source, seed) gets one integer, ``replicate``, so entries pair on
+the same lab's same seed (reports/leaderboard/ranking.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from benchmark.run.store import SCORED_FILES
 from reports.columns import flatten
-from reports.load import load_results, read_result_json
-from reports.per_image import run_records
 
 if TYPE_CHECKING:
     from benchmark.bundle.sources import Source
 
-#: |result.json − records| above which a result is refused (percent; the records' float32 sums)
-RESCORE_TOLERANCE = 1e-6
-PER_IMAGE_COLUMNS = {"sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity"}
-#: every metric the records re-score (and so every one a result.json is checked on)
-RESCORED = ("acc", "con", *PER_IMAGE_COLUMNS)
 #: the fields (besides the board and the method) an entry is aligned on, as the outputs name them
 ALIGNED = ("variant", "budget", "validation_split", "metric_code", "test_data", "setting")
 
@@ -58,7 +40,7 @@ class Entry:
     method: str
     display_name: str
     aligned: dict[str, str]  # ALIGNED → value
-    runs: pd.DataFrame  # tidy rows (seed index not set), re-scored, one per seed
+    runs: pd.DataFrame  # tidy rows (seed index not set), re-scored, one per (source, seed) replicate
     sources: list[dict[str, Any]] = field(default_factory=list)
     differs: list[str] = field(default_factory=list)
 
@@ -75,125 +57,14 @@ class Entry:
             ("" if budget == "default" else f" [{budget}]")
 
 
-def budget(spec: dict[str, Any]) -> str:
-    """``default``, or ``tuned: N trials × E epochs`` (from the run's ``tuned`` record)."""
-    tuned = spec.get("tuned") or {}
-    if not tuned:
-        return "default"
-    text = f"tuned: {tuned.get('trials')} trials × {tuned.get('epochs_per_trial')} epochs"
-    return text + (f", {tuned['pruned_trials']} pruned" if tuned.get("pruned_trials") else "")
-
-
-def _digest(value: object) -> str:
+def digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def validation_fingerprint(spec: dict[str, Any], provenance: dict[str, Any]) -> str:
-    """What fixes the validation split a tuned run was tuned on (its fraction, seed and the training
-    data's fingerprint); ``none`` for a default run, which never used one."""
-    tuned = spec.get("tuned") or {}
-    if not tuned:
-        return "none"
-    train = (provenance.get("dataset_fingerprint") or {}).get("train") if isinstance(
-        provenance.get("dataset_fingerprint"), dict) else None
-    return _digest({"split": tuned.get("validation_split"), "train": train})
-
-
-def _records(run_dir: str, table: str) -> pd.DataFrame | None:
-    from benchmark.run.records import read_records
-
-    return read_records(Path(run_dir), table)
-
-
-def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[str, float], int | None, bool]:
-    """The run's metrics of :data:`RESCORED` from its records (see the module; none without
-    records), the number of test images, and whether it had records; a recorded number the records
-    contradict is refused."""
-    images = run_records(run_dir)  # read once per command: the ranking's paired tests read them again
-    prototypes = _records(run_dir, "per_prototype")
-    if images is None:
-        return {}, None, False
-    scores: dict[str, float] = {}
-    right = images["label"].to_numpy() == images["predicted"].to_numpy()  # read_records checked `correct` against it
-    scores["acc"] = 100.0 * float(right.mean()) if len(right) else math.nan
-    for metric, column in PER_IMAGE_COLUMNS.items():
-        if column in images.columns:
-            values = images[column].to_numpy(dtype=np.float64)
-            scores[metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-    if prototypes is not None and "con" in prototypes.columns:
-        values = prototypes["con"].to_numpy(dtype=np.float64)
-        scores["con"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-    for metric, value in scores.items():
-        claimed = recorded.get(metric, math.nan)
-        both_missing = math.isnan(value) and math.isnan(claimed)
-        if not both_missing and not (abs(value - claimed) <= RESCORE_TOLERANCE):
-            raise ProtobenchError(f"{where}: result.json gives {metric} = {claimed!r} but its records give {value!r}; "
-                                  "the result and its records disagree (altered, or written by different runs): "
-                                  "the source is refused")
-    return scores, len(images), True
-
-
-def _content(run_dir: Path) -> str:
-    """SHA-256 over the run's result and records: two copies of one run id are told apart by it."""
-    digest = hashlib.sha256()
-    for name in SCORED_FILES:
-        if (run_dir / name).is_file():
-            digest.update(name.encode() + b"\0" + hashlib.sha256((run_dir / name).read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def read_source(source: "Source") -> pd.DataFrame:
-    """The tidy rows of one source's runs, re-scored, with the alignment and provenance columns."""
-    frame = load_results([source.root])
-    rows = []
-    for row in frame.to_dict(orient="records"):
-        path = Path(str(row["source"]))
-        result = read_result_json(path)
-        spec = result["spec"]
-        provenance = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
-        where = f"source {source.name}: run {row['grid']}/{row['run_id']}"
-        scores, n_images, rescored = rescore(str(row["run_dir"]), {m: float(row[m]) for m in RESCORED}, where)
-        row.update(scores)
-        fingerprints = provenance.get("dataset_fingerprint") if isinstance(provenance.get("dataset_fingerprint"),
-                                                                           dict) else {}
-        row.update({
-            "budget": budget(spec),
-            "validation_split": validation_fingerprint(spec, provenance),
-            "metric_code": str(result.get("metrics_fingerprint") or "unknown")[:12],
-            "test_data": str(fingerprints.get(str(spec.get("evaluation_split", "test"))) or "unknown"),
-            "n_images": n_images if n_images is not None else (result.get("evaluation") or {}).get("num_images"),
-            "rescored": rescored,
-            "source_name": source.name,
-            "content": _content(Path(str(row["run_dir"]))),
-            "device_type": str(provenance.get("device_type") or provenance.get("device") or "unknown"),
-        })
-        rows.append(row)
-    return pd.DataFrame.from_records(rows)
-
-
-def read_all(sources: Sequence["Source"]) -> pd.DataFrame:
-    """Every source's rows, each run once (see the module: duplicates)."""
-    frames = [read_source(s) for s in sources]
-    frame = pd.concat(frames, ignore_index=True)
-    kept: dict[tuple[str, str], dict[str, Any]] = {}
-    also: dict[tuple[str, str], list[str]] = {}
-    for row in frame.sort_values(["source_name", "grid", "run_id"]).to_dict(orient="records"):
-        key = (str(row["grid"]), str(row["run_id"]))
-        if key in kept:
-            if kept[key]["content"] != row["content"]:
-                raise ProtobenchError(f"run {key[0]}/{key[1]} is in sources {kept[key]['source_name']} and "
-                                      f"{row['source_name']} with different content (result or records); one run id "
-                                      "is one result: leave one of the sources out, or ask its lab which is right")
-            also[key].append(str(row["source_name"]))
-            continue
-        kept[key], also[key] = row, [str(row["source_name"])]
-    return pd.DataFrame.from_records([{**row, "also_in": also[key][1:]} for key, row in kept.items()])
 
 
 def _aligned(row: dict[str, Any]) -> dict[str, str]:
     return {"variant": str(row["variant"]), "budget": str(row["budget"]),
             "validation_split": str(row["validation_split"]), "metric_code": str(row["metric_code"]),
-            "test_data": str(row["test_data"]), "setting": _digest(row["setting"])}
+            "test_data": str(row["test_data"]), "setting": digest(row["setting"])}
 
 
 def entries(frame: pd.DataFrame, sources: Sequence["Source"]) -> list[Entry]:
@@ -208,13 +79,14 @@ def entries(frame: pd.DataFrame, sources: Sequence["Source"]) -> list[Entry]:
         groups.setdefault(key, []).append(row)
     built = []
     for key in sorted(groups):
-        rows = sorted(groups[key], key=lambda r: int(r["seed"]))
-        seeds = [int(r["seed"]) for r in rows]
-        if len(set(seeds)) != len(seeds):
-            twice = sorted({s for s in seeds if seeds.count(s) > 1})[0]
-            names = ", ".join(f"{r['source_name']}: {r['grid']}/{r['run_id']}" for r in rows if int(r["seed"]) == twice)
-            raise ProtobenchError(f"two runs of one setting have seed {twice} ({names}); they are two results for one "
-                                  "seed: leave one of the sources out")
+        rows = sorted(groups[key], key=lambda r: (int(r["seed"]), str(r["source_name"])))
+        units = [(str(r["source_name"]), int(r["seed"])) for r in rows]
+        twice = next((unit for unit in units if units.count(unit) > 1), None)
+        if twice is not None:
+            names = ", ".join(f"{r['grid']}/{r['run_id']}" for r in rows
+                              if (str(r["source_name"]), int(r["seed"])) == twice)
+            raise ProtobenchError(f"source {twice[0]} has two runs of one setting with seed {twice[1]} ({names}); "
+                                  "one lab's seed is one result: leave one of them out of that source")
         runs_of: dict[str, int] = {}
         for r in rows:
             for name in [r["source_name"], *r["also_in"]]:
@@ -223,8 +95,29 @@ def entries(frame: pd.DataFrame, sources: Sequence["Source"]) -> list[Entry]:
                            aligned=json.loads(key[4]), runs=pd.DataFrame.from_records(rows),
                            sources=[{"name": n, "runs": runs_of[n], "checksum": opened[n].checksum,
                                      "verification": opened[n].verification} for n in sorted(runs_of)]))
+    _number_replicates(built)
     _name_differences(built)
     return built
+
+
+def _number_replicates(built: list[Entry]) -> None:
+    """Each run's ``replicate``: one integer per (source, seed) of its board, shared by every entry
+    of the board, so two entries pair on one lab's one seed (never on one seed of two labs)."""
+    boards: dict[tuple[str, str, int], list[Entry]] = {}
+    for entry in built:
+        boards.setdefault(entry.board, []).append(entry)
+    for members in boards.values():
+        units = sorted({(str(s), int(n)) for e in members for s, n in zip(e.runs["source_name"], e.runs["seed"])})
+        code = {unit: k for k, unit in enumerate(units)}
+        for entry in members:
+            entry.runs["replicate"] = [code[(str(s), int(n))] for s, n in zip(entry.runs["source_name"],
+                                                                               entry.runs["seed"])]
+
+
+def replicate_runs(entry: Entry) -> pd.DataFrame:
+    """The entry's runs with ``seed`` standing for the (source, seed) replicate (its board-wide
+    integer), as the paired procedures of ``compare`` read them (reports/paired.py)."""
+    return entry.runs.drop(columns=["seed"]).rename(columns={"replicate": "seed"})
 
 
 def _name_differences(built: list[Entry]) -> None:

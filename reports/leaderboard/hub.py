@@ -11,12 +11,14 @@ from typing import Any
 
 import yaml
 
+from benchmark.escaping import plain_label
+
 METRIC_NAMES = {"acc": "accuracy", "con": "consistency", "sta": "stability", "dis": "distinctiveness",
                 "comp": "comprehensiveness"}
 
 
 def eval_yaml(document: dict[str, Any], *, name: str = "protobench") -> bytes:
-    datasets = sorted({b["dataset"] for b in document["boards"]})
+    datasets = sorted({plain_label(b["dataset"]) for b in document["boards"]})
     tasks = [{"id": f"{dataset}-{metric}", "config": "default", "split": "test",
               "name": f"{dataset} {METRIC_NAMES.get(metric, metric)}",
               "description": f"{METRIC_NAMES.get(metric, metric)} (percent, higher is better) of part-prototype "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from reports.leaderboard.tables import TIE_MARK, board_cells, leaderboard_note, cell_value
+from reports.leaderboard.tables import TIE_MARK, between_lab_lines, board_cells, cell_value, leaderboard_note
 from reports.site.html import SITE_CSS, SITE_JS, esc, page, table
 
 
@@ -41,13 +41,19 @@ def _board(board: dict[str, Any]) -> str:
               "<details><summary>Tests against the leader</summary>",
               table(("metric", "entry", "rank", "group", "difference to the leader", "p (Holm)", "test", "interval"),
                     tests), "</details>"]
+    checks = between_lab_lines(board)
+    if checks:
+        parts += ["<details><summary>Between labs: does the source explain variance beyond seeds?</summary>",
+                  table(("entry", "metric", "check"), checks), "</details>"]
     return "\n".join(parts)
 
 
 def leaderboard_page(document: dict[str, Any], *, downloads: bool = True,
                      nav: tuple[tuple[str, str], ...] = ()) -> str:
     """The page; ``downloads``: link the leaderboard's files (they lie beside it; not in a site)."""
-    sources = [(s["name"], s["kind"], s["checksum"] or "", s["verification"], s["runs"]) for s in document["sources"]]
+    sources = [(s["name"], s["kind"], s["checksum"] or "", s["verification"], s["runs"],
+                "; ".join(f"{u['run']}: {u['reason']}" for u in s["unreadable"]) or "none")
+               for s in document["sources"]]
     coverage = [(c["method"], ", ".join(c["missing"]) or "complete") for c in document["coverage"]]
     body = "\n".join([
         f"<p>{esc(leaderboard_note(document))} Each cell: mean ± std (rank{esc(TIE_MARK)}). "
@@ -55,7 +61,8 @@ def leaderboard_page(document: dict[str, Any], *, downloads: bool = True,
         "<p>Download: " + " · ".join(f'<a href="{n}">{n}</a>' for n in
                                      ("leaderboard.json", "leaderboard.schema.json", "leaderboard.csv",
                                       "leaderboard.md", "leaderboard.tex", "eval.yaml")) + "</p>" if downloads else "",
-        "<h2>Sources</h2>", table(("source", "kind", "SHA-256", "verification", "runs"), sources),
+        "<h2>Sources</h2>", table(("source", "kind", "SHA-256", "verification", "runs", "runs that cannot be read"),
+                                  sources),
         *(_board(b) for b in document["boards"]),
         "<h2>Coverage</h2>", table(("method", "boards without it"), coverage),
     ])

@@ -1,19 +1,22 @@
 """Ranking the entries of a board on one metric, with statistical ties.
 
-Entries are ordered by their mean over seeds (higher is better: every ranked metric is a
+Entries are ordered by their mean over replicates (higher is better: every ranked metric is a
 percentage, docs/protocol/metrics.md), ties in the mean broken by label for a stable order. The
 entry with the highest mean leads; every other entry is compared with it by the procedure of
-``protobench compare`` (``reports.paired.cell_difference``: paired on seeds and, where both have
-per-image records, on test images: the crossed seeds × images design, ``reports/crossed.py``),
+``protobench compare`` (``reports.paired.cell_difference``: paired on the (source, seed)
+replicates both have and, where both have per-image records, on test images: the crossed
+replicates × images design, ``reports/crossed.py``),
 and the p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An
 entry whose Holm-adjusted p is at least α is **tied with the best**; the group is decided by these
 tests, never by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
 gets 1 + the number of entries with a higher mean (competition ranking). An entry that shares no
-seed with the leader, or whose test images differ, cannot be tested: it is marked ``untested``
-with the reason, not tied.
+(source, seed) with the leader, or whose test images differ, cannot be tested: it is marked
+``untested`` with the reason, not tied.
 
-Each entry's own interval is that of ``report --ci``: over seeds × test images for a metric with
-per-image records (``reports.stats.crossed_mean``), else Student t over seeds.
+Each entry's own interval is that of ``report --ci``: over replicates × test images for a metric
+with per-image records (``reports.stats.crossed_mean``), else Student t over replicates; each of
+its sources gets the same over that source's seeds (``per_source``), and an entry of several
+sources the between-lab check (reports/leaderboard/labs.py).
 """
 from __future__ import annotations
 
@@ -21,10 +24,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from reports.columns import METRIC_RANGES
-from reports.leaderboard.entries import Entry
+from reports.leaderboard.entries import Entry, replicate_runs
+from reports.leaderboard.labs import BetweenLabs, between_labs
 from reports.paired import cell_difference
 from reports.per_image import seed_values
 from reports.stats import crossed_mean, holm, seed_interval
@@ -48,18 +53,53 @@ class Standing:
     p: float | None
     p_holm: float | None
     test: str  # the procedure of p with its n, or why there is no test
+    per_source: tuple[SourceSummary, ...]
+    between_labs: BetweenLabs | None  # None: one source
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    """One source's runs in one entry and metric: their mean and interval."""
+
+    source: str
+    n_seeds: int
+    mean: float
+    ci: tuple[float, float] | None
+    interval: str
+
+
+def _per_source(entry: Entry, metric: str, level: float) -> tuple[SourceSummary, ...]:
+    runs = replicate_runs(entry)
+    found = []
+    for name in sorted(set(runs["source_name"])):
+        mine = runs[(runs["source_name"] == name) & runs[metric].notna()]
+        if len(mine):
+            ci, interval = _interval(mine, metric, level)
+            found.append(SourceSummary(name, len(mine), float(mine[metric].mean()), ci, interval))
+    return tuple(found)
+
+
+def _between_labs(entry: Entry, metric: str) -> BetweenLabs | None:
+    runs = entry.runs
+    return between_labs({name: runs.loc[runs["source_name"] == name, metric].tolist()
+                         for name in sorted(set(runs["source_name"]))})
 
 
 def _own_interval(entry: Entry, metric: str, level: float) -> tuple[tuple[float, float] | None, str]:
-    runs = entry.runs[entry.runs[metric].notna()]
+    runs = replicate_runs(entry)
+    return _interval(runs[runs[metric].notna()], metric, level)
+
+
+def _interval(runs: pd.DataFrame, metric: str, level: float) -> tuple[tuple[float, float] | None, str]:
+    """``report --ci``'s interval of ``runs`` (``seed``: the replicate) on ``metric``."""
     values = seed_values(runs, metric) if len(runs) else None
     if values is not None:
         stat = crossed_mean(values.to_numpy(), level, METRIC_RANGES[metric], difference=False)
         return (stat.ci if stat.has_interval else None), stat.test
     found = seed_interval(runs[metric].tolist(), level, METRIC_RANGES[metric])
     if found is None:
-        return None, f"Student t over {len(runs)} seed(s): no interval (needs 2 seeds with a spread)"
-    return found[0], f"Student t over {len(runs)} seeds"
+        return None, f"Student t over {len(runs)} replicate(s): no interval (needs 2 with a spread)"
+    return found[0], f"Student t over {len(runs)} replicates (source, seed)"
 
 
 def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha: float) -> list[Standing]:
@@ -72,14 +112,14 @@ def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha:
     leader = order[0]
     tests: dict[str, tuple[float | None, float | None, str]] = {}
     for entry in order[1:]:
-        a, b = (x.runs.dropna(subset=[metric]).set_index("seed") for x in (entry, leader))
+        a, b = (replicate_runs(x).dropna(subset=[metric]).set_index("seed") for x in (entry, leader))
         try:
             found = cell_difference(a, b, metric, level, names=(entry.label, leader.label))
         except ProtobenchError as err:
             tests[entry.id] = (None, None, f"not comparable: {err}")
             continue
         if found is None:
-            tests[entry.id] = (None, None, "no seed in common with the leader: no paired test")
+            tests[entry.id] = (None, None, "no (source, seed) replicate in common with the leader: no paired test")
         else:
             p = None if math.isnan(found.p_value) else found.p_value
             tests[entry.id] = (found.difference, p, found.test)
@@ -100,5 +140,6 @@ def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha:
         standings.append(Standing(entry=entry.id, mean=means[entry.id], std=std, n_seeds=len(runs), ci=ci,
                                   interval=interval, rank=rank, group=group,
                                   difference=None if difference is None or np.isnan(difference) else difference,
-                                  p=p, p_holm=p_holm, test=test))
+                                  p=p, p_holm=p_holm, test=test, per_source=_per_source(entry, metric, level),
+                                  between_labs=_between_labs(entry, metric)))
     return standings

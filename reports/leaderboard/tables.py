@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from benchmark.csv_cells import csv_text
-from reports.cell_text import markdown_cell
+from benchmark.escaping import latex_text, markdown_cell, markdown_text
 
 CSV_COLUMNS = ("board", "dataset", "backbone", "J", "metric", "rank", "group", "entry", "method", "variant", "budget",
                "mean", "std", "ci_low", "ci_high", "interval", "n_seeds", "test_images", "difference_to_best", "p",
-               "p_holm", "test", "differs", "sources", "verified", "rescored")
+               "p_holm", "test", "differs", "sources", "verified", "rescored", "between_labs_p",
+               "between_labs_test")
 TIE_MARK = "*"
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
 
 def _entries(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -34,7 +33,8 @@ def render_csv(document: dict[str, Any]) -> str:
                               s["std"], s["ci_low"], s["ci_high"], s["interval"], s["n_seeds"],
                               " ".join(map(str, e["test_images"])), s["difference_to_best"], s["p"], s["p_holm"],
                               s["test"], "; ".join(e["differs"]), " ".join(x["name"] for x in e["sources"]),
-                              e["verified"], e["rescored"]])
+                              e["verified"], e["rescored"], (s["between_labs"] or {}).get("p"),
+                              (s["between_labs"] or {}).get("test")])
     return csv_text(CSV_COLUMNS, ([("" if v is None else v) for v in line] for line in lines))
 
 
@@ -63,32 +63,55 @@ def leaderboard_note(document: dict[str, Any]) -> str:
             "sources are marked (unverified).")
 
 
+def between_lab_lines(board: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(entry label, metric, the between-lab check in words) of every entry of several sources."""
+    labels = {e["id"]: e["label"] for e in board["entries"]}
+    lines = []
+    for ranking in board["rankings"]:
+        for s in ranking["standings"]:
+            check = s["between_labs"]
+            if check is None:
+                continue
+            found = "" if check["p"] is None else f"F = {check['statistic']:.3g}, p = {check['p']:.3g}; "
+            lines.append((labels[s["entry"]], ranking["metric"], found + check["test"]))
+    return lines
+
+
+def unreadable_lines(document: dict[str, Any]) -> list[str]:
+    """One line per run a source listed but could not be read (--allow-unverified)."""
+    return [f"{s['name']}: {u['run']}: {u['reason']}" for s in document["sources"] for u in s["unreadable"]]
+
+
 def render_markdown(document: dict[str, Any], decimals: int = 1) -> str:
     from tabulate import tabulate
 
     parts = ["# Leaderboard", "", leaderboard_note(document), ""]
+    if unreadable_lines(document):
+        parts += ["Runs listed but not read (unverified sources): " +
+                  "; ".join(markdown_text(line) for line in unreadable_lines(document)) + ".", ""]
     for board in document["boards"]:
         metrics, ordered, standing = board_cells(board)
         rows = [[markdown_cell(e["label"] + ("" if e["verified"] else " (unverified)")),
                  markdown_cell(", ".join(x["name"] for x in e["sources"])), str(len(e["seeds"])),
                  *(cell_value(standing.get((m, e["id"])), decimals) for m in metrics)] for e in ordered]
-        parts += [f"## {markdown_cell(board['id'])}", "",
+        parts += [f"## {markdown_text(board['id'])}", "",
                   tabulate(rows, headers=["entry", "sources", "seeds", *metrics], tablefmt="github",
                            disable_numparse=True), ""]
         if board["missing_methods"]:
-            parts += [f"Not submitted: {markdown_cell(', '.join(board['missing_methods']))}.", ""]
+            parts += [f"Not submitted: {markdown_text(', '.join(board['missing_methods']))}.", ""]
         if board["hardware_note"]:
-            parts += [markdown_cell(board["hardware_note"]) + ".", ""]
+            parts += [markdown_text(board["hardware_note"]) + ".", ""]
+        checks = between_lab_lines(board)
+        if checks:
+            parts += ["Between labs (does the source explain variance beyond seeds?):", "",
+                      tabulate([[markdown_cell(c) for c in line] for line in checks],
+                               headers=["entry", "metric", "check"], tablefmt="github", disable_numparse=True), ""]
     return "\n".join(parts)
-
-
-def latex_text(text: str) -> str:
-    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
 
 
 def render_latex(document: dict[str, Any], decimals: int = 1) -> str:
     parts = [f"% protobench leaderboard (schema {document['schema_version']}); needs \\usepackage{{booktabs}}",
-             f"% {latex_text(leaderboard_note(document))}"]
+             f"% {latex_text(leaderboard_note(document))}"]  # latex_text: one line, so the comment ends it
     for board in document["boards"]:
         metrics, ordered, standing = board_cells(board)
         parts += [r"\begin{table}[t]", r"\centering", rf"\caption{{Leaderboard: {latex_text(board['id'])}.}}",

@@ -3,11 +3,12 @@ page frame. Figure data goes into ``<script type="application/json">`` with ``<`
 ``&`` written as JSON escapes, so no data string can close the element or open another."""
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from benchmark.escaping import html_text
 
 PLOTLY_JS = "plotly.min.js"
 SITE_JS = "site.js"
@@ -15,8 +16,9 @@ SITE_CSS = "site.css"
 
 
 def esc(value: object) -> str:
-    """Any value as HTML text (quotes too, so it is safe in attributes)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Any value as HTML text (quotes too, so it is safe in attributes; bidirectional and control
+    characters removed: benchmark/escaping.py)."""
+    return html_text(value)
 
 
 def cell_text(value: object) -> str:

@@ -140,3 +140,16 @@ def test_an_image_whose_size_is_not_its_sizes_line_is_refused_before_compute(tmp
     train = load_dataset("nabirds", root, "train")
     with pytest.raises(ProtobenchError, match=r"is 32×32 but its annotations give 33×32"):
         check_images(train)
+
+
+def test_a_part_location_outside_its_image_is_refused_as_a_box_is(tmp_path: Path) -> None:
+    """Round 6: x = 5000 on a 40 × 30 image was read; now refused naming the file, image and size."""
+    text = _base_text(tmp_path, "parts/part_locs.txt").splitlines(keepends=True)
+    text[0] = f"{IDS[0]} 0 5000 3 1\n"
+    root = write_nabirds(tmp_path / "b", {"parts/part_locs.txt": "".join(text)})
+    with pytest.raises(ProtobenchError, match=rf"part_locs.txt: image {IDS[0]} part 0 lies at \(5000, 3\), outside "
+                                              r"its 40×30 image \(sizes.txt, line 1\)"):
+        load_dataset("nabirds", root, "train")
+    hidden = text.copy()
+    hidden[0] = f"{IDS[0]} 0 0 0 0\n"  # a hidden part at (0, 0), as NABirds writes it: fine
+    load_dataset("nabirds", write_nabirds(tmp_path / "c", {"parts/part_locs.txt": "".join(hidden)}), "train")

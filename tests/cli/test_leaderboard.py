@@ -63,7 +63,7 @@ def test_document_validates_and_a_second_build_is_byte_identical(bundles, board:
     schema = json.loads((board / "leaderboard.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(document)
-    assert document["$schema"] == "leaderboard.schema.json" and document["schema_version"] == 1
+    assert document["$schema"] == "leaderboard.schema.json" and document["schema_version"] == 2
     again = tmp_path / "L2"
     assert main(["leaderboard", str(bundles[0]), str(bundles[1]), "--out", str(again)]) == 0
     names = sorted(p.relative_to(board).as_posix() for p in board.rglob("*") if p.is_file())
@@ -216,9 +216,14 @@ def test_duplicate_run_ids_newer_formats_and_contradicted_results_are_refused(bu
     assert [s["name"] for s in named] == ["labA", "same"] and named[1]["verification"] == "verified"
     assert named[1]["checksum"] == named[0]["checksum"]  # the copy's own SHA256SUMS, the same bytes
     other = tmp_path / "other"
-    folder = lab_run(other, "vmfproto", 0, 50)  # lab A's spec and seed, another result
-    assert main(["leaderboard", str(bundles[0]), str(other), "--out", str(tmp_path / "L2")]) == 2
-    assert "with different content" in capsys.readouterr().err
+    folder = lab_run(other, "vmfproto", 0, 50)  # lab A's spec and seed, another result: a replication
+    assert main(["leaderboard", str(bundles[0]), str(other), "--out", str(tmp_path / "L1b")]) == 0
+    (entry,) = [e for e in _document(tmp_path / "L1b")["boards"][0]["entries"] if e["method"] == "vmfproto"]
+    assert [(r["source"], r["seed"]) for r in entry["replicates"]] == [("labA", 0), ("labA", 1), ("other", 0)]
+    twice = _copy_bundle(other, tmp_path / "twice")  # one source holding one run id twice, other content
+    lab_run(twice / "copy", "vmfproto", 0, 40)
+    assert main(["leaderboard", str(twice), "--out", str(tmp_path / "L2")]) == 2
+    assert "holds run" in capsys.readouterr().err
     newer = _copy_bundle(bundles[0], tmp_path / "newer")
     (newer / "bundle.json").write_text(json.dumps({"format": "protobench-bundle", "version": 99}))
     write_manifest(newer)

@@ -53,7 +53,8 @@ def test_an_installed_method_runs_by_name_and_reads_as_verified(installed: None,
     assert done.returncode == 0, done.stderr
     (result_file,) = (tmp_path / "runs" / "custom").glob("*/result.json")
     result = json.loads(result_file.read_text())
-    assert result["method_provider"] == {"distribution": DISTRIBUTION, "version": VERSION}
+    assert result["method_provider"] == {"distribution": DISTRIBUTION, "version": VERSION,
+                                         "adapter": "cosine_plugin.model:CosinePrototypes"}
     assert result["method_display_name"] == "Cosine prototypes"
 
     report = _protobench("report", "runs/custom", cwd=tmp_path)

@@ -52,23 +52,47 @@ def test_an_installed_method_is_named_like_a_built_in(site: Path) -> None:
         registry.declaration("lab_prot")
 
 
-def test_a_package_that_names_a_built_in_is_refused_naming_both(site: Path) -> None:
+def test_a_package_that_names_a_built_in_is_refused_naming_both(site: Path, capsys) -> None:
     (site / "lab_b_spec.py").write_text(SPEC.format(name="vmfproto", label="Not vMFProto", module="lab_b"))
     _distribution(site, "lab-b", "0.3", "protobench.methods", {"vmfproto": "lab_b_spec:DECLARATION"})
-    for call in (lambda: registry.declaration("vmfproto"), registry.list_methods):
-        with pytest.raises(ValueError, match=r"'vmfproto' of lab-b 0\.3 clashes with the built-in 'vmfproto' "
-                                             r"of protobench"):
-            call()
+    clash = r"'vmfproto' of lab-b 0\.3 clashes with the built-in 'vmfproto' of protobench"
+    with pytest.raises(ValueError, match=clash):
+        registry.declaration("vmfproto")
+    assert "vmfproto" in registry.list_methods()  # the listing goes on, the clash warned once
+    assert registry.declaration("protopnet").name == "protopnet"  # other names are not concerned
+    err = capsys.readouterr().err
+    assert err.count("clashes with the built-in") == 1 and "Traceback" not in err
 
 
-def test_two_packages_declaring_one_name_are_refused_naming_both(site: Path) -> None:
+def test_two_packages_declaring_one_name_refuse_only_that_name(site: Path, capsys) -> None:
     for dist in ("lab-c", "lab-d"):
         module = dist.replace("-", "_")
         (site / f"{module}_spec.py").write_text(SPEC.format(name="shared", label=dist, module=module))
         _distribution(site, dist, "1.0", "protobench.methods", {"shared": f"{module}_spec:DECLARATION"})
     with pytest.raises(ValueError, match=r"'shared' is declared by two installed distributions, lab-[cd] 1\.0 and "
                                          r"lab-[cd] 1\.0"):
-        registry.list_methods()
+        registry.declaration("shared")
+    assert "shared" not in registry.list_methods() and "vmfproto" in registry.list_methods()
+    assert registry.declaration("vmfproto").name == "vmfproto" and registry.resolved_method_args("knn", {}) is not None
+    assert capsys.readouterr().err.count("declared by two installed distributions") == 1
+    assert not [m for m in sys.modules if m.startswith("lab_c") or m.startswith("lab_d")]  # never imported
+
+
+def test_a_package_whose_declaration_does_not_load_fails_alone(site: Path, capsys) -> None:
+    (site / "lab_f_spec.py").write_text("raise RuntimeError('broken on import')\n")
+    _distribution(site, "lab-f", "0.1", "protobench.methods", {"lab_f": "lab_f_spec:DECLARATION"})
+    (site / "lab_g_spec.py").write_text(SPEC.format(name="lab_g", label="Lab G", module="lab_g"))
+    _distribution(site, "lab-g", "0.2", "protobench.methods", {"lab_g": "lab_g_spec:DECLARATION"})
+    assert registry.declaration("lab_g").display_name == "Lab G"  # found without importing lab_f
+    assert "lab_f_spec" not in sys.modules
+    listed = registry.list_methods()
+    assert "lab_g" in listed and "lab_f" not in listed and "vmfproto" in listed
+    registry.list_methods()
+    err = capsys.readouterr().err
+    assert err.count("warning: protobench.methods entry point 'lab_f' = 'lab_f_spec:DECLARATION' of lab-f 0.1 "
+                     "does not load (RuntimeError: broken on import)") == 1 and "Traceback" not in err
+    with pytest.raises(ValueError, match=r"'lab_f' .* of lab-f 0\.1 does not load \(RuntimeError: broken on import\)"):
+        registry.declaration("lab_f")
 
 
 def test_an_entry_point_that_is_no_declaration_is_refused_naming_it(site: Path) -> None:
