@@ -27,7 +27,6 @@ is refused: a lab's run id names one result.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from collections.abc import Sequence

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import gzip
-import io
 import shutil
 import tarfile
 from pathlib import Path
