@@ -5,7 +5,7 @@ import argparse
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from benchmark.cli import code, data, planning, results, runs, sharing, tuning
+from benchmark.cli import code, data, figures, planning, results, runs, sharing, tuning
 from benchmark.cli.common import Parser
 from benchmark.errors import ProtobenchError
 
@@ -13,7 +13,7 @@ from benchmark.errors import ProtobenchError
 # every command lives here too. Every command builds the whole parser, so the group modules import
 # at module level only what loads without torch and pandas; a command body imports the training,
 # method and report code it uses (`report`, `status`, `list` and `--help` stay light).
-GROUPS = (runs, planning, results, data, sharing, tuning, code)
+GROUPS = (runs, planning, results, figures, data, sharing, tuning, code)
 
 
 def _version() -> str:

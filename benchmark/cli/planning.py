@@ -127,8 +127,8 @@ def _print_plan_file_checks(grid: GridSpec) -> None:
 
 def check_present_data(runs: tuple[RunSpec, ...]) -> None:
     """Decode the images of every dataset whose ``data_root`` exists, as ``run`` does before
-    compute (:func:`benchmark.run.runner.check_data`); absent datasets are left to ``run``."""
-    from benchmark.run.runner import check_data
+    compute (:func:`benchmark.run.prepare.check_data`); absent datasets are left to ``run``."""
+    from benchmark.run.prepare import check_data
 
     present = {(s.dataset, s.data_root, s.image_size): s for s in runs
                if s.data_root and Path(s.data_root).expanduser().is_dir()}

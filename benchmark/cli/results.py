@@ -1,6 +1,5 @@
-"""The commands that read finished runs: ``report``, ``export``, ``compare``, ``agreement``, ``plot`` (tables,
-rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototype maps) and
-``tensorboard`` (training curves).
+"""The commands that read finished runs into tables and rows: ``report``, ``export``, ``compare``,
+``agreement`` (the logic is ``reports/``'s; the figures' commands: benchmark/cli/figures.py).
 
     protobench report RUNS_DIR|CSV... [--layout NAME] [--format latex|markdown|csv] [--against CSV]
                       [--rows DIMS] [--cols DIMS] [--metrics NAMES] [--where KEY=VALUE]...
@@ -11,13 +10,8 @@ rows and figures of results; the logic is ``reports/``'s), ``figures`` (prototyp
                       [--collection NAME] [--organization NAME]
     protobench compare RUNS_DIR... --by KEY [--baseline VALUE] [--metrics NAMES] [--level P] [--format markdown|csv]
     protobench agreement RUNS_DIR... [--level P] [--resamples N] [--seed N] [--format markdown|csv] [--out FILE]
-    protobench plot RUNS_DIR|CSV... --x J --y con [--hue method] [--facet backbone] --out FILE
-    protobench plot --curves RUN_DIR... [--y TERM,...] --out FILE
-    protobench plot --cd RUNS_DIR|CSV... [--y METRIC] [--hue KEY] --out FILE
-    protobench figures RUN_DIR... --out DIR [--images N] [--top K]
-    protobench tensorboard RUN_DIR... --out DIR
 
-Building these parsers imports neither pandas nor matplotlib (every ``protobench`` command
+Building these parsers imports no pandas (every ``protobench`` command
 builds them); the command bodies import what they use.
 """
 from __future__ import annotations
@@ -28,9 +22,6 @@ from pathlib import Path
 
 from benchmark.cli.common import add_check_adapters_argument, adapter_imports, emit
 from benchmark.errors import ProtobenchError
-from benchmark.run.identity import staleness
-from benchmark.run.own_code import EVERY_ADAPTER
-from benchmark.run.store import RunDir
 from reports.layouts import get_layout, list_layouts
 
 #: the keys of ``reports.render.WRITERS``, spelt here so that building the CLI parser does not
@@ -40,7 +31,7 @@ DIMENSIONS = "dataset, backbone, method, J, variant"
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add ``report``, ``export``, ``compare``, ``agreement``, ``plot``, ``figures`` and ``tensorboard`` to ``sub``."""
+    """Add ``report``, ``export``, ``compare`` and ``agreement`` to ``sub``."""
     p = sub.add_parser("report", help="tables (markdown/LaTeX/CSV) of every result, or of a paper layout")
     add_report_arguments(p)
     p.set_defaults(func=run_report)
@@ -60,40 +51,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     add_agreement_arguments(p)
     p.set_defaults(func=run_agreement)
 
-    p = sub.add_parser("plot", help="a metric against J, backbone, … with seed error bars; --curves: training curves")
-    add_plot_arguments(p)
-    p.set_defaults(func=run_plot)
-
-    p = sub.add_parser("figures", help="prototype-map figures of finished runs: one run's panels per image, or "
-                                       "several runs side by side on the same test images")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="finished runs' directories (runs/GRID/RUN_ID); several: one comparison figure")
-    p.add_argument("--images", type=int, default=4, help="how many test images (spread over the split)")
-    p.add_argument("--top", type=int, default=3, help="prototypes shown per run and image (by peak or contribution)")
-    p.add_argument("--out", required=True, help="output directory (PNG and vector PDF)")
-    p.add_argument("--cache-dir", help="token cache directory (default: RUNS_DIR/.token-cache)")
-    p.add_argument("--style", type=_style, default="screen", metavar="STYLE",
-                   help="screen (default) or paper: one column (3.5 in) or the text width (7.16 in), 8-pt text, "
-                        "no title inside (the caption is printed); every PDF embeds TrueType fonts")
-    p.set_defaults(func=cmd_figures)
-
-    p = sub.add_parser("tensorboard", help="the training curves of runs (finished or not) from their metrics.jsonl "
-                                           "as TensorBoard scalars")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them (runs/demo)")
-    p.add_argument("--out", required=True, help="TensorBoard log folder; each run goes to OUT/GRID/RUN_ID")
-    p.set_defaults(func=cmd_tensorboard)
 
 
-def _style(value: str):  # -> FigureStyle
-    from reports.figure_style import figure_style
-
-    try:
-        return figure_style(value)
-    except ProtobenchError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _names(value: str) -> list[str]:
+def name_list(value: str) -> list[str]:
     """``"method,J"`` → ``["method", "J"]`` (argparse type of the comma-list options)."""
     names = [name.strip() for name in value.split(",") if name.strip()]
     if not names:
@@ -110,13 +70,13 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one of the paper's tables (see --list); without it, every result pivoted")
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="markdown",
                         help="output format (default: markdown)")
-    parser.add_argument("--rows", type=_names, metavar="DIMS",
+    parser.add_argument("--rows", type=name_list, metavar="DIMS",
                         help=f"without --layout: row dimensions, comma-separated, of {DIMENSIONS} "
                              "(default: method,J,variant, those that vary)")
-    parser.add_argument("--cols", type=_names, metavar="DIMS",
+    parser.add_argument("--cols", type=name_list, metavar="DIMS",
                         help="without --layout: column dimensions (default: dataset,backbone, those that vary); "
                              "metrics are the innermost columns")
-    parser.add_argument("--metrics", type=_names, metavar="NAMES",
+    parser.add_argument("--metrics", type=name_list, metavar="NAMES",
                         help="without --layout: metrics to show, of con, sta, dis, comp, acc, epoch_seconds, epoch_seconds_live_trunk, "
                              "inference_images_per_second (default: those of con…acc that any result has)")
     add_where_argument(parser)
@@ -200,7 +160,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"{len(report.missing)} cell(s) of the table have no result (shown as –/--).", file=sys.stderr)
     elif args.layout is not None:
         _print_layout_coverage(frame, layout, report.missing)
-    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
+    print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
     if args.layout is not None and args.against is None and len(report.missing) >= _cell_count(layout):
         print(f"protobench: no result fills any cell of layout {layout.name} (the lines above name the keys that "
               f"matched nothing); pick the layout of these runs (`report --list`) or drop --layout", file=sys.stderr)
@@ -237,7 +197,7 @@ def _print_layout_coverage(frame, layout, missing: list[str]) -> None:  # (pd.Da
             print(f"    {cell}", file=sys.stderr)
 
 
-def _print_stale(note: str | None) -> None:
+def print_stale(note: str | None) -> None:
     if note:
         print(note, file=sys.stderr)
 
@@ -300,7 +260,7 @@ def run_export(args: argparse.Namespace) -> int:
     runs = {str(r["run_dir"]): r["stale"] for r in records}
     print(f"wrote {len(records)} row(s) of {len(runs)} run(s) to {args.out}" if args.per_image
           else f"wrote {len(records)} run(s) to {args.out}")
-    _print_stale(stale_note(runs.items(), notes))
+    print_stale(stale_note(runs.items(), notes))
     return 0
 
 
@@ -322,37 +282,7 @@ def _export_eee(args: argparse.Namespace) -> int:
     samples = sum(name.endswith(SAMPLES_SUFFIX) for name in written)
     print(f"wrote {len(written) - samples} Every Eval Ever record(s) and {samples} samples file(s) to {args.out} "
           f"(schema {SCHEMA_VERSION}, layout {options.layout})")
-    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
-    return 0
-
-
-def _run_cd(args: argparse.Namespace) -> int:
-    from reports.cd import plot_cd
-    from reports.load import load_runs
-    from reports.pivot import parse_where
-    from reports.plots import check_figure_path
-
-    extra = [option for option, value in (("--x", args.x), ("--facet", args.facet)) if value]
-    if extra:
-        raise ProtobenchError(f"{', '.join(extra)} do not apply to --cd (blocks are every other key); drop them.")
-    if args.y is not None and len(args.y) > 1:
-        raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; draw one diagram per metric.")
-    check_figure_path(args.out)
-    frame = load_runs(args.inputs, parse_where(args.where))
-    cd = plot_cd(frame, args.out, metric=(args.y or ["acc"])[0], treatment=args.hue or "method", style=args.style)
-    from reports.cd import treatment_labels
-
-    shown = treatment_labels(frame, cd, args.hue or "method")  # the tables' names: not import paths, unique
-    ranks = ", ".join(f"{t} {r:.2f}" for t, r in zip(shown, cd.mean_ranks))
-    friedman = "" if cd.friedman_p is None else f"; Friedman p = {cd.friedman_p:.3g}"
-    print(f"wrote the critical-difference diagram of {len(cd.treatments)} {args.hue or 'method'} value(s) over "
-          f"{cd.n_blocks} block(s) to {args.out}: mean ranks {ranks}{friedman}")
-    if not args.style.titles:
-        from reports.cd import cd_caption
-
-        print(f"caption: {cd_caption(cd, (args.y or ['acc'])[0], args.hue or 'method')}")
-    if cd.incomplete_blocks:
-        print(f"{cd.incomplete_blocks} block(s) left out: not every value has a result there", file=sys.stderr)
+    print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
     return 0
 
 
@@ -362,7 +292,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folders searched recursively for result.json")
     parser.add_argument("--by", required=True, metavar="KEY", help=f"the key whose values are compared: one of {DIMENSIONS}")
     parser.add_argument("--baseline", metavar="VALUE", help="compare every other value with this one (default: every pair)")
-    parser.add_argument("--metrics", type=_names, metavar="NAMES", help="of acc, con, sta, dis, comp (default: those present)")
+    parser.add_argument("--metrics", type=name_list, metavar="NAMES", help="of acc, con, sta, dis, comp (default: those present)")
     add_where_argument(parser)
     parser.add_argument("--level", type=float, default=95.0, metavar="P", help="confidence level in percent (default 95)")
     parser.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown",
@@ -426,111 +356,4 @@ def run_agreement(args: argparse.Namespace) -> int:
     frame = load_runs(args.runs_dirs, parse_where(args.where), csv=False)
     report = build_agreement(frame, Bootstrap(n_resamples=args.resamples, seed=args.seed, level=args.level / 100))
     emit(render_agreement(report, args.fmt), args.out)
-    return 0
-
-
-def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``plot`` subcommand's arguments to ``parser``."""
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="RUNS_DIR|CSV|RUN_DIR",
-                        help="folders searched recursively for result.json (or tidy CSVs); with --curves, "
-                             "run directories (or folders holding them) with a metrics.jsonl")
-    parser.add_argument("--tuning", action="store_true",
-                        help="Optuna's optimisation history and hyperparameter importances of each study "
-                             "(RUNS/GRID.tuning) as one PNG")
-    parser.add_argument("--curves", action="store_true",
-                        help="training curves from each run's metrics.jsonl: one panel per loss term, one line per run")
-    parser.add_argument("--cd", action="store_true",
-                        help="a critical-difference diagram: mean ranks of the --hue values (default: method) over the "
-                             "blocks of the other keys, Friedman + Wilcoxon–Holm (docs/guides/statistics.md)")
-    parser.add_argument("--x", metavar="DIM", help=f"x axis: one of {DIMENSIONS}, seed (default: J)")
-    parser.add_argument("--y", type=_names, metavar="NAME",
-                        help="the metric to plot (default: acc); with --curves, the quantities, comma-separated: "
-                             "loss terms, lr.GROUP, seconds (default: every loss term)")
-    parser.add_argument("--hue", metavar="DIM", help="one line per value of this dimension, e.g. method")
-    parser.add_argument("--facet", metavar="DIM", help="one panel per value of this dimension, e.g. backbone")
-    add_where_argument(parser)
-    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="FILE.png, FILE.pdf or FILE.svg")
-    add_check_adapters_argument(parser)
-    parser.add_argument("--style", type=_style, default="screen", metavar="STYLE",
-                        help="screen (default) or paper: one column (3.5 in) or the text width (7.16 in), 8-pt text, "
-                             "no title inside (the caption is printed); every PDF embeds TrueType fonts")
-
-
-def run_plot(args: argparse.Namespace) -> int:
-    """Draw a metric against a dimension (mean ± seed spread) or, with --curves, training curves."""
-    if args.tuning:
-        from reports.tuning_plots import plot_tuning
-
-        if args.out.suffix.lower() != ".png":
-            raise ProtobenchError(f"--tuning writes a PNG; give --out {args.out.with_suffix('.png')}")
-        print(f"wrote the optimisation histories and importances of {plot_tuning(args.inputs, args.out)} "
-              f"study(ies) to {args.out}")
-        return 0
-    if args.curves:
-        from reports.curves import plot_curves
-
-        given = (("--x", args.x), ("--hue", args.hue), ("--facet", args.facet), ("--where", args.where))
-        extra = [option for option, value in given if value]
-        if extra:
-            raise ProtobenchError(f"{', '.join(extra)} do not apply to --curves; drop them.")
-        curves = plot_curves(args.inputs, args.out, quantities=args.y, style=args.style)
-        print(f"wrote curves of {len(curves)} run(s) to {args.out}")
-        return 0
-    from benchmark.run.identity import mark_stale
-    from reports.load import load_runs, stale_note
-    from reports.pivot import parse_where
-    from reports.plots import check_figure_path, plot_results
-
-    if args.cd:
-        return _run_cd(args)
-    if args.y is not None and len(args.y) > 1:
-        raise ProtobenchError(f"--y takes one metric, got {', '.join(args.y)}; make one plot per metric.")
-    check_figure_path(args.out)
-    frame = mark_stale(load_runs(args.inputs, parse_where(args.where)), adapter_imports(args))
-    series = plot_results(frame, args.out, x=args.x or "J", y=(args.y or ["acc"])[0], hue=args.hue, facet=args.facet,
-                          style=args.style)
-    points = sum(len(s.points) for s in series)
-    print(f"wrote {points} point(s) in {len(series)} series to {args.out}")
-    if not args.style.titles:  # paper: the title's text is the caption's
-        from reports.plots import plot_caption
-
-        print("caption: " + plot_caption(frame, series, x=args.x or "J", hue=args.hue, facet=args.facet).replace("\u00a0", " "))
-    for s in series:  # every point's n (the figure's error bars are the spread of these seeds)
-        print(f"  {s.label}: " + ", ".join(f"{x}={p.x} n={p.n}" for p in s.points for x in [args.x or "J"]))
-    _print_stale(stale_note(zip(frame["run_dir"], frame["stale"]), frame.attrs.get("code_notes")))
-    return 0
-
-
-def cmd_figures(args: argparse.Namespace) -> int:
-    from benchmark.run.explain import explain_run
-    from benchmark.run.reevaluate import check_trained
-    from reports.figures import run_labels, write_comparison, write_figures
-    from reports.load import stale_note
-
-    cache_dir = Path(args.cache_dir) if args.cache_dir else None
-    run_dirs = [Path(d) for d in args.run_dirs]
-    if args.images < 1 or args.top < 1:
-        raise ProtobenchError(f"--images {args.images} and --top {args.top} must be ≥ 1")
-    for run_dir in run_dirs:  # every run's imports and paths before the first run's compute
-        check_trained(run_dir)
-    explained = [explain_run(d, images=args.images, top_prototypes=args.top, cache_dir=cache_dir) for d in run_dirs]
-    if len(run_dirs) == 1:
-        written = write_figures(explained[0], Path(args.out), style=args.style)
-    else:
-        labels = run_labels([RunDir(d).spec() or {} for d in run_dirs],
-                            [(RunDir(d).result() or {}).get("method_display_name") for d in run_dirs])
-        written = write_comparison(list(zip(labels, explained)), Path(args.out), top=args.top, style=args.style)
-    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
-    note = stale_note((str(d), staleness(result, adapters=EVERY_ADAPTER, run_dir=d))  # figures run its code anyway
-                      for d in run_dirs if (result := RunDir(d).result()) is not None)
-    if note:  # a figure of a stale run shows another code's model
-        print(note, file=sys.stderr)
-    return 0
-
-
-def cmd_tensorboard(args: argparse.Namespace) -> int:
-    from benchmark.run.epochlog import export_tensorboard
-
-    written = export_tensorboard([Path(d) for d in args.run_dirs], Path(args.out))
-    print(f"wrote the curves of {len(written)} run(s) to {args.out}; view with `tensorboard --logdir {args.out}`")
     return 0

@@ -38,7 +38,7 @@ from benchmark.config import RunSpec
 from benchmark.grid import GridSpec, parse_grid
 from benchmark.method_lookup import declaration
 from benchmark.run.evaluation import evaluate
-from benchmark.run.runner import Prepared, prepare
+from benchmark.run.prepare import Prepared, prepare
 from benchmark.run.timing import WARMUP_BATCHES, head_forward, image_batches, interleaved_seconds, timed
 from benchmark.run.training import SourceTrainData, make_optimizer, run_epoch
 from methods.base import PrototypeMethod, Stage, set_trainable
@@ -79,7 +79,7 @@ def _trunk_identity(spec: RunSpec) -> str:
 
 
 def prepare_sharing_trunks(specs: list[RunSpec]) -> list[Prepared]:
-    """:func:`benchmark.run.runner.prepare` for each run, loading each distinct trunk once (the
+    """:func:`benchmark.run.prepare.prepare` for each run, loading each distinct trunk once (the
     seven methods of ``perf.toml`` share one)."""
     trunks: dict[str, FrozenTrunk] = {}
     preps = []

@@ -7,7 +7,7 @@ Optuna's random sampler from a fixed seed) are trained and scored
 - **sequentially**, as ``tune`` ran them before packing: one ``execute_run`` each, every trial
   loading its trunk and training split and opening its token-cache entry;
 - **packed**: one ``execute_run`` each with the cell's trunk, split and sources kept loaded
-  (:class:`benchmark.run.runner.Loaded`), as ``tune`` runs them now;
+  (:class:`benchmark.run.prepare.Loaded`), as ``tune`` runs them now;
 - **batched**: all K together (:func:`benchmark.tuning.batched.run_batch`, ``tune --batch K``),
   for a method that declares ``batches_trials`` (else ``batched_s`` is null).
 
@@ -36,7 +36,8 @@ from benchmark.grid import GridSpec
 from benchmark.method_lookup import declaration
 from benchmark.progress import NO_PROGRESS
 from benchmark.run.epoch_score import validation_accuracy
-from benchmark.run.runner import Loaded, execute_run, prepare
+from benchmark.run.prepare import Loaded, prepare
+from benchmark.run.runner import execute_run
 from benchmark.run.run_data import run_data
 from benchmark.tuning.batched import run_batch
 from benchmark.tuning.config import Cell, tuning_cells, tuning_config

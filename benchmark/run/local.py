@@ -16,7 +16,8 @@ from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
 from benchmark.method_lookup import declaration, stand_in_method
 from benchmark.run.identity import discard_stale, stale_result
-from benchmark.run.runner import check_data, check_device, check_images_per_class, execute_run, load_trunk
+from benchmark.run.prepare import check_data, check_device, check_images_per_class, load_trunk
+from benchmark.run.runner import execute_run
 from benchmark.run.states import AskScheduler, run_states
 from benchmark.run.store import RunBusy, RunDir
 

@@ -15,7 +15,7 @@ from benchmark.run.evaluation import evaluate
 from benchmark.run.identity import code_change, method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
-from benchmark.run.runner import Prepared, prepare
+from benchmark.run.prepare import Prepared, prepare
 from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json, default_cache_root, json_bytes, run_lock
 from benchmark.run.checkpoint import load_checkpoint
 from benchmark.run.training import deterministic_algorithms

@@ -15,7 +15,7 @@ from benchmark.tuning.split import ValidationSplit, split_record, validation_spl
 from benchmark.tuning.subset import RowSubset, augmented_rows, dataset_rows
 
 if TYPE_CHECKING:
-    from benchmark.run.runner import Prepared
+    from benchmark.run.prepare import Prepared
 
 
 @dataclass

@@ -24,8 +24,9 @@ from benchmark.method_lookup import declaration
 from benchmark.progress import NO_PROGRESS
 from benchmark.run.epoch_score import EpochScoreHook, Pruned
 from benchmark.run.lockstep import Member, train_lockstep
-from benchmark.run.runner import (Loaded, Prepared, epoch_recorder, execute_run, finish_run, open_run_dir, prepare,
-                                  record_failure, record_pruned)
+from benchmark.run.prepare import Loaded, Prepared, prepare
+from benchmark.run.runner import (epoch_recorder, execute_run, finish_run, open_run_dir, record_failure,
+                                  record_pruned)
 from benchmark.run.run_data import RunData, run_data
 from benchmark.run.store import RunDir, run_lock
 from benchmark.run.training import _rng_state, _set_rng_state, deterministic_algorithms

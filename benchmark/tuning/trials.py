@@ -13,7 +13,7 @@ With pruning (``tune --prune``) a trial reports its validation accuracy after ev
 then holds ``pruned.json`` and no ``result.json``.
 
 Packed trials: a worker keeps each cell's trunk, training split and token sources loaded
-(:class:`benchmark.run.runner.Loaded`) across its trials, so only the first trial of a cell opens
+(:class:`benchmark.run.prepare.Loaded`) across its trials, so only the first trial of a cell opens
 the token-cache entry. Batched trials (``tune --batch K``): for a method that declares
 ``batches_trials``, the worker asks K trials at once (TPE with ``constant_liar``: the trials still
 running count as their worst so far, so K proposals spread out) and trains them together
@@ -45,7 +45,7 @@ from benchmark.tuning.study import (GRACE_S, HEARTBEAT_S, Heartbeat, counts, dis
                                     finished, open_study, sampler, study_dir, study_lock, summary, write_summary)
 
 if TYPE_CHECKING:
-    from benchmark.run.runner import Loaded
+    from benchmark.run.prepare import Loaded
 
 POLL_S = 2.0  # how often a worker with no slot left looks again (a running trial elsewhere may fail)
 
@@ -211,7 +211,7 @@ def run_trials_together(trials: list[optuna.Trial], cell: Cell, settings: Worker
 
 def write_split(cell: Cell, directory: Path) -> None:
     """The cell's readable ``validation_split.json`` (the same rows for every cell of the dataset)."""
-    from benchmark.run.runner import load_split
+    from benchmark.run.prepare import load_split
 
     train = load_split(cell.base, "train")
     split = validation_split(train.labels, fraction=cell.base.validation_fraction, seed=cell.base.validation_seed)
@@ -267,7 +267,7 @@ class _Tally:
 
 def work_on(cell: Cell, settings: WorkerSettings) -> dict[str, Any]:
     """Run trials of ``cell`` until its study holds N finished ones; the study's summary."""
-    from benchmark.run.runner import Loaded
+    from benchmark.run.prepare import Loaded
 
     directory = study_dir(settings.tuning_root, cell)
     study = open_study(directory, cell)

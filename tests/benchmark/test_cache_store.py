@@ -251,17 +251,17 @@ def test_cache_command_ls_verify_rm(tmp_path: Path, capsys) -> None:
 
 
 def test_runs_with_cache_stage_local_read_from_scratch(tmp_path: Path, monkeypatch) -> None:
-    import benchmark.run.runner as runner
+    import benchmark.run.prepare as prepare
 
     seen: list[dict] = []
-    monkeypatch.setattr(runner, "token_source", lambda *args, **kwargs: seen.append(kwargs))
-    monkeypatch.setattr(runner, "with_frozen_features", lambda source, *args, **kwargs: source)
+    monkeypatch.setattr(prepare, "token_source", lambda *args, **kwargs: seen.append(kwargs))
+    monkeypatch.setattr(prepare, "with_frozen_features", lambda source, *args, **kwargs: source)
     method = SimpleNamespace(ctx=SimpleNamespace(early_block_index=0), needs_early_tokens=False,
                              frozen_features=lambda batch: {}, reads=frozenset({"tokens"}))
     base = dict(dataset="synthbirds", backbone="dinov2_vits14_reg4", method="protopnet", prototypes_per_class=2)
 
     def source(**fields) -> None:
-        prepared = runner.Prepared(RunSpec(**base, **fields), "cpu", None, None, None, method)
+        prepared = prepare.Prepared(RunSpec(**base, **fields), "cpu", None, None, None, method)
         prepared.train_source(tmp_path / "cache", augmented=False)
 
     monkeypatch.delenv("SLURM_TMPDIR", raising=False)

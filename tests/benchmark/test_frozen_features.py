@@ -10,7 +10,7 @@ import torch
 from benchmark.cache.frozen import WithFrozenFeatures, WithLiveFrozenFeatures, with_frozen_features
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from benchmark.config import RunSpec
-from benchmark.run.runner import Prepared, prepare
+from benchmark.run.prepare import Prepared, prepare
 from benchmark.run.training import SourceTrainData, epoch_order, train
 from methods.base import TOKEN_FIELDS, TokenBatch
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask

@@ -8,7 +8,8 @@ import pytest
 
 from benchmark.config import build_run_spec
 from benchmark.run.timing import live_trunk_epoch_seconds
-from benchmark.run.runner import execute_run, prepare
+from benchmark.run.prepare import prepare
+from benchmark.run.runner import execute_run
 
 BATCH = 4
 

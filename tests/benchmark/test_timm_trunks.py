@@ -129,7 +129,7 @@ def test_siglip_runs_vmfproto_with_the_pca_gate_and_refuses_the_default_before_t
 
 
 def test_a_method_reading_cls_attention_is_refused_on_a_trunk_without_one(tmp_path) -> None:
-    from benchmark.run.runner import prepare
+    from benchmark.run.prepare import prepare
 
     spec = build_run_spec({"dataset": "synthbirds", "data_root": str(tmp_path / "birds"),
                            "dataset_args": {"classes": 2, "images_per_class": 4, "seed": 0},

@@ -166,7 +166,7 @@ def test_evaluation_runs_the_appended_block_once_per_batch(name: str, args: dict
 
 
 def test_cache_builds_use_the_cpus_slurm_gave_the_job(monkeypatch) -> None:
-    from benchmark.run.runner import cache_build_workers
+    from benchmark.run.prepare import cache_build_workers
 
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     assert cache_build_workers(build_run_spec(BASE, where="t")) == 0

@@ -88,7 +88,7 @@ def test_disk_check_fails_when_the_caches_do_not_fit(tmp_path, monkeypatch):
 
 def test_cache_estimate_matches_the_arrays_the_cache_writes(tmp_path):
     from benchmark.config import RunSpec
-    from benchmark.run.runner import prepare
+    from benchmark.run.prepare import prepare
 
     spec = RunSpec(dataset="synthbirds", backbone="dinov2_vits14", method="vmfproto", prototypes_per_class=2,
                    data_root=str(tmp_path / "birds"), dataset_args={"classes": 2, "images_per_class": 4},

@@ -22,7 +22,8 @@ import benchmark.tuning.workers as workers
 from benchmark.cli import main
 from benchmark.estimates.tuning_perf import trial_points
 from benchmark.grid import load_grid, select_runs
-from benchmark.run.runner import Loaded, execute_run
+from benchmark.run.prepare import Loaded
+from benchmark.run.runner import execute_run
 from benchmark.run.training import NonFiniteLossError
 from benchmark.tuning.batched import run_batch
 from benchmark.tuning.config import tuning_cells, tuning_config

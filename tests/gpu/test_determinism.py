@@ -57,7 +57,7 @@ def test_cublas_workspace_is_set_at_process_start_and_a_non_deterministic_one_is
 
 
 def test_deterministic_runs_of_a_method_without_deterministic_cuda_kernels_are_refused() -> None:
-    from benchmark.run.runner import check_deterministic
+    from benchmark.run.prepare import check_deterministic
 
     source = SyntheticTokens()
     deformable = build_method("deformable_protopnet", source.context(2))

@@ -119,7 +119,7 @@ def test_gpu_built_cache_matches_cpu_built_cache(tmp_path: Path) -> None:
     fp16 rounding (one unit in the last place, 2^-10 relative) on top of the trunk's fp32
     reorderings and cuDNN's TF32 patch-embedding convolution (about 2^-10 relative per op): each
     array within 1% of its RMS plus 1% of each value."""
-    from benchmark.run.runner import prepare
+    from benchmark.run.prepare import prepare
 
     spec = _grid(tmp_path, "vmfproto", backbone_args={}, device="cpu",
                  dataset_args={"classes": 2, "images_per_class": 16, "seed": 0}).runs[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tiny_grid import write_tiny_grid
 
-import benchmark.run.runner as runner
+import benchmark.run.prepare as prepare
 from benchmark.data.dataset import ImageDataset
 
 TUNING_SWEEP = [
@@ -48,7 +48,7 @@ def record_opened_splits(patch: pytest.MonkeyPatch) -> list[str]:
     """Instrument the runner: every split loaded (``load_split:S``), every token-cache entry opened
     (``cache:S``) and every image decoded (``image:S``) is appended to the list returned."""
     opened: list[str] = []
-    load_split, token_source, load_image = runner.load_split, runner.token_source, ImageDataset.load_image
+    load_split, token_source, load_image = prepare.load_split, prepare.token_source, ImageDataset.load_image
 
     def recording_load_split(spec, split):
         opened.append(f"load_split:{split}")
@@ -62,7 +62,7 @@ def record_opened_splits(patch: pytest.MonkeyPatch) -> list[str]:
         opened.append(f"image:{self.split}")
         return load_image(self, i)
 
-    patch.setattr(runner, "load_split", recording_load_split)
-    patch.setattr(runner, "token_source", recording_token_source)
+    patch.setattr(prepare, "load_split", recording_load_split)
+    patch.setattr(prepare, "token_source", recording_token_source)
     patch.setattr(ImageDataset, "load_image", recording_load_image)
     return opened

@@ -13,7 +13,7 @@ from sklearn.cluster import KMeans
 
 from benchmark.cli import main
 from benchmark.grid import load_grid
-from benchmark.run.runner import check_images_per_class
+from benchmark.run.prepare import check_images_per_class
 from methods.base import TokenBatch, TrainData
 from methods.kmex import kmeans_per_class
 from methods.registry import build_method
