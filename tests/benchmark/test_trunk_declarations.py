@@ -8,7 +8,6 @@ import importlib
 import pytest
 
 from benchmark.backbones import BACKBONES
-from benchmark.config import PRECISIONS
 from benchmark.data.declared import DATASETS
 from benchmark.trunks import ALIASES
 
@@ -22,12 +21,6 @@ def test_each_trunk_alias_declares_timms_geometry(name: str) -> None:
         architecture.patch_size, architecture.embed_dim, architecture.num_prefix_tokens, architecture.depth)
     assert declared.tokens(224) == (224 // architecture.patch_size) ** 2
     assert declared.weights_id == f"timm/{declared.timm_name}"
-
-
-def test_the_precisions_the_config_checks_are_the_methods_own() -> None:
-    from methods.common.precision import PRECISIONS as METHOD_PRECISIONS
-
-    assert PRECISIONS is METHOD_PRECISIONS  # one definition (methods/common/precisions.py)
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
