@@ -94,7 +94,11 @@ EEE_METRICS: dict[str, EeeMetric] = {
     "del": EeeMetric("protobench.deletion", "Deletion", "deletion", "percent points", False,
                      "Prototype-deletion faithfulness: deleting the prototypes an explanation names versus as many random ones"),
     "sanity": EeeMetric("protobench.sanity", "Sanity", "sanity", "percent", False,
-                        "Model-parameter randomisation test of the explanations (Adebayo et al., NeurIPS 2018)"),
+                        "Model-parameter randomisation test of the explanations (Adebayo et al., NeurIPS 2018): "
+                        "100 · (1 − Spearman ρ) of the absolute max-normalised maps, as Quantus's MPRT"),
+    "sanity_signed": EeeMetric("protobench.sanity_signed", "Sanity (signed)", "sanity_signed", "percent",
+                               False,
+                               "The same test on the signed maps: 100 · (1 − Spearman ρ) of the raw maps"),
     "class_indep": EeeMetric("protobench.class_independence", "Class independence", "class_independence", "percent",
                              False, "How little of each feature's mass one class holds (QPM line, DINO-QPM's code)"),
     "contrastive": EeeMetric("protobench.contrastiveness", "Contrastiveness", "contrastiveness", "percent", False,
