@@ -5,8 +5,9 @@ A cell's rows are all rows sharing its key (dataset, backbone, method, J, varian
 - several rows: they must be single runs with distinct seeds; the cell is their mean and
   sample standard deviation (ddof = 1) over the seeds where the metric is not missing.
 
-A cell whose runs gave one result (every per-image record equal across its seeds,
-``reports.intervals``) is **deterministic**: its n counts distinct results (1) and it has no std.
+A cell whose runs gave one result (every per-image record of the trained model equal across its
+seeds, ``reports.intervals``) is **deterministic**: its n counts distinct results (1) and it has no
+std (the sanity metrics excepted: their re-initialised head is drawn from each seed).
 
 With a confidence ``level`` (``report --ci``), every cell gets the one interval
 ``reports.intervals.cell_interval`` decides (the crossed seeds × images interval where every run
@@ -24,7 +25,7 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from reports.columns import KEY_COLUMNS, TIDY_COLUMNS, flatten, std_column
-from reports.intervals import cell_interval, cell_is_deterministic
+from reports.intervals import cell_interval, cell_is_deterministic, is_deterministic
 from reports.layout import KeyValue, Layout
 
 CellKey = tuple[KeyValue, ...]
@@ -72,7 +73,7 @@ def cell_stats(frame: pd.DataFrame, layout: Layout, *, level: float | None = Non
             deterministic = cell_is_deterministic(rows) if (rows["n_seeds"] == 1).all() else False
             for metric in group.metrics:
                 stat = _summarize(rows, metric.key)
-                if stat is not None and deterministic:
+                if stat is not None and is_deterministic(deterministic, metric.key):
                     stat = replace(stat, n=1, std=None, deterministic=True)
                 if stat is not None and level is not None:
                     stat = _with_intervals(stat, rows, metric.key, level)

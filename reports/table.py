@@ -195,6 +195,8 @@ def interval_text(cell: CellView, clipped_mark: str = CLIPPED_MARK) -> str:
     shown = " [deterministic]" if stat is not None and stat.deterministic else ""
     if cell.ci:
         return shown + f" [{cell.ci[0]}, {cell.ci[1]}]" + (clipped_mark if stat is not None and stat.ci_clipped else "")
+    if stat is not None and stat.deterministic:  # one result without per-image values: nothing to add
+        return shown
     if stat is not None and stat.ci_missing == "no interval" and stat.ci_note:
         return shown + f" [no interval: {stat.ci_note}]"
     return shown + f" [{stat.ci_missing if stat is not None and stat.ci_missing else 'n=1'}]"

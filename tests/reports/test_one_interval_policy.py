@@ -108,7 +108,7 @@ def test_the_deterministic_interval_keeps_its_level_by_simulation() -> None:
     covered = []
     for _ in range(2000):
         one = np.clip(rng.normal(50.0, 15.0, IMAGES), 0, 100)
-        got = interval_of(np.repeat(one[None, :], 3, axis=0), [one.mean()] * 3, "sta", 0.95)
+        got = interval_of(np.repeat(one[None, :], 3, axis=0), [one.mean()] * 3, "sta", 0.95, deterministic=True)
         assert got.deterministic and got.n == 1
         covered.append(got.ci[0] <= 50.0 <= got.ci[1])
     assert abs(np.mean(covered) - 0.95) < 3 * np.sqrt(0.95 * 0.05 / 2000)
@@ -119,3 +119,19 @@ def test_without_intervals_the_deterministic_cell_is_still_labelled(lab: Path, c
     lines = capsys.readouterr().out.splitlines()
     assert "(deterministic)" in next(line for line in lines if line.startswith("| KMEx"))
     assert "(n=3)" in next(line for line in lines if line.startswith("| vMFProto"))
+
+
+def test_runs_are_one_result_when_their_model_records_agree_whatever_the_sanity_head() -> None:
+    """The sanity columns read a head re-initialised from each seed (metrics/sanity.py): they may
+    differ while the trained models gave one result; any other column differing makes two results."""
+    import pandas as pd
+
+    from reports.intervals import identical_runs, is_deterministic
+
+    base = pd.DataFrame({"index": range(3), "image": ["a", "b", "c"], "correct": [True, False, True],
+                         "margin": [1.0, -0.5, np.nan], "sanity": [10.0, 20.0, 30.0]})
+    other_head = base.assign(sanity=[90.0, 80.0, 70.0])
+    assert identical_runs([base, other_head, base.iloc[::-1]])  # image order does not matter; NaN equals NaN
+    assert not identical_runs([base, base.assign(margin=[1.0, -0.5, 0.1])])
+    assert not identical_runs([base]) and not identical_runs([base, None])
+    assert is_deterministic(True, "acc") and not is_deterministic(True, "sanity") and not is_deterministic(False, "acc")
