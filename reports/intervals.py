@@ -7,7 +7,7 @@ export), so one cell shows one interval wherever it appears (issue 55):
   (``reports.stats.crossed_mean``; one seed: Student t over the images);
 - any other metric (``con``, the metrics without records, a run evaluated before records existed)
   falls back to the Student t interval over seeds (``reports.stats.seed_interval``), labelled so;
-- a cell whose runs are identical across seeds (every per-image record of the trained model equal: a
+- a cell whose runs are identical across seeds (every per-image value of the trained model equal: a
   method that ignores the seed, or whose seeds converge to one result) is **deterministic**: its n
   counts distinct results (1), and its interval is over the images of that one result only, saying
   so; a metric without per-image values then has no interval. The sanity columns are left out of
@@ -52,22 +52,11 @@ class CellInterval:
     missing: str = ""  # where ci is None, why in short: "n=1", "no spread" or "no interval"
 
 
-def identical_runs(records: Sequence[pd.DataFrame | None]) -> bool:
-    """Whether two or more runs' per-image records are all present and equal, row by row (the image
-    order of the first; NaN equal to NaN), the columns of the re-initialised head left out: the
-    trained models gave one result."""
-    if len(records) < 2 or any(r is None for r in records):
-        return False
-
-    def model_part(frame: pd.DataFrame) -> pd.DataFrame:
-        kept = frame.drop(columns=[c for c in RANDOMISED_COLUMNS if c in frame.columns])
-        return kept.sort_values("image", kind="stable").reset_index(drop=True)
-
-    first = model_part(records[0])
-    for other in map(model_part, records[1:]):
-        if list(other.columns) != list(first.columns) or not other.equals(first):
-            return False
-    return True
+def identical_seeds(values: np.ndarray) -> bool:
+    """Whether ``values`` (seeds × images) has two or more seeds whose rows all equal the first
+    (NaN equal to NaN): the seeds gave one result on this metric."""
+    y = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    return len(y) > 1 and all(np.array_equal(y[0], row, equal_nan=True) for row in y[1:])
 
 
 def is_deterministic(cell_deterministic: bool, metric: str) -> bool:
@@ -117,9 +106,21 @@ def cell_interval(rows: pd.DataFrame, metric: str, level: float) -> CellInterval
 
 
 def cell_is_deterministic(rows: pd.DataFrame) -> bool:
-    """Whether the cell's runs (two or more single runs, each with per-image records) gave one result."""
-    from reports.per_image import run_records
+    """Whether the cell's runs (two or more single runs with per-image records) gave one result:
+    every per-image value of the trained model (``reports.per_image.PER_IMAGE_METRICS`` but the
+    sanity columns) equal across its seeds, image by image."""
+    from reports.per_image import PER_IMAGE_METRICS, seed_values
 
     if len(rows) < 2 or "run_dir" not in rows.columns or not rows["run_dir"].map(lambda d: isinstance(d, str)).all():
         return False
-    return identical_runs([run_records(d) for d in rows["run_dir"]])
+    compared = False
+    for metric in PER_IMAGE_METRICS:
+        if metric in RANDOMISED_COLUMNS or metric not in rows.columns or rows[metric].isna().all():
+            continue
+        values = seed_values(rows, metric)
+        if values is None:
+            continue
+        if not identical_seeds(values.to_numpy()):
+            return False
+        compared = True
+    return compared

@@ -121,17 +121,16 @@ def test_without_intervals_the_deterministic_cell_is_still_labelled(lab: Path, c
     assert "(n=3)" in next(line for line in lines if line.startswith("| vMFProto"))
 
 
-def test_runs_are_one_result_when_their_model_records_agree_whatever_the_sanity_head() -> None:
+def test_a_cell_is_one_result_when_its_model_values_agree_whatever_the_sanity_head(lab: Path) -> None:
     """The sanity columns read a head re-initialised from each seed (metrics/sanity.py): they may
-    differ while the trained models gave one result; any other column differing makes two results."""
-    import pandas as pd
+    differ while the trained models gave one result; any other per-image value differing makes
+    several results."""
+    from reports.intervals import cell_is_deterministic, identical_seeds, is_deterministic
 
-    from reports.intervals import identical_runs, is_deterministic
-
-    base = pd.DataFrame({"index": range(3), "image": ["a", "b", "c"], "correct": [True, False, True],
-                         "margin": [1.0, -0.5, np.nan], "sanity": [10.0, 20.0, 30.0]})
-    other_head = base.assign(sanity=[90.0, 80.0, 70.0])
-    assert identical_runs([base, other_head, base.iloc[::-1]])  # image order does not matter; NaN equals NaN
-    assert not identical_runs([base, base.assign(margin=[1.0, -0.5, 0.1])])
-    assert not identical_runs([base]) and not identical_runs([base, None])
+    assert identical_seeds(np.array([[1.0, np.nan], [1.0, np.nan]])) and not identical_seeds(np.array([[1.0, 2.0]]))
+    assert not identical_seeds(np.array([[1.0, 2.0], [1.0, 2.5]]))
+    frame = load_runs([lab], csv=False)
+    assert cell_is_deterministic(frame[frame["method"] == "kmex"])
+    assert not cell_is_deterministic(frame[frame["method"] == "vmfproto"])
+    assert not cell_is_deterministic(frame[frame["method"] == "kmex"].iloc[:1])  # one run is no replication
     assert is_deterministic(True, "acc") and not is_deterministic(True, "sanity") and not is_deterministic(False, "acc")
