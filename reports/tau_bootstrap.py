@@ -107,8 +107,12 @@ def tau_intervals(cubes: Mapping[str, np.ndarray], pairs: Sequence[tuple[str, st
                   seed: int, level: float, method: str) -> tuple[np.ndarray, np.ndarray]:
     """Each pair's bootstrap interval of τ over the cell's images (``scipy.stats.bootstrap``, the
     resamples drawn once for every pair): (lows, highs), NaN where the resampled τ is undefined."""
+    from threadpoolctl import threadpool_limits
+
     images = next(iter(cubes.values())).shape[-1]
-    with warnings.catch_warnings():
+    # one BLAS thread: OpenBLAS splits a (resamples × images) @ (images × columns) product of this
+    # size over threads at ~10× the CPU time on a shared machine (`protobench perf --reading`)
+    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
         warnings.simplefilter("ignore")  # a degenerate resample distribution: the NaN interval says so
         result = stats.bootstrap((np.arange(images),), tau_statistic(cubes, pairs), n_resamples=n_resamples,
                                  batch=max(1, DRAWS_PER_BATCH // images), vectorized=True, confidence_level=level,
