@@ -5,7 +5,8 @@ mean over seeds (every metric here is higher-is-better, docs/protocol/metrics.md
 metrics gets Kendall's τ-b between the two rankings (``scipy.stats.kendalltau``; Kendall 1945 for
 the tie correction). Where every ranked method has per-image records of both metrics, τ gets a
 percentile bootstrap interval over the test images (``scipy.stats.bootstrap``; Efron & Tibshirani
-1993, §13.3): a resample draws the cell's images with replacement, and each method's value is again
+1993, §13.3; every metric pair of a cell from one set of resamples, ``reports.tau_bootstrap``): a
+resample draws the cell's images with replacement, and each method's value is again
 its mean over seeds of the mean over the drawn images, so the statistic on the original images is
 the τ of the table. The seeds stay fixed: the interval covers the sampling of test images, not
 training variance. A metric without per-image values (con) gets τ without an interval, labelled.

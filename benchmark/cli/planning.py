@@ -76,7 +76,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="instead of training timings: the reading commands (report --ci, compare, agreement, "
                         "leaderboard, site) timed side by side as CPU seconds and peak memory on a synthetic result "
                         "set of N runs (105: one backbone of the CUB grid; --repeats repeats them)")
-    p.add_argument("--reading-images", type=int, default=5794, metavar="M",
+    p.add_argument("--reading-images", type=int, metavar="M",
                    help="test images per run of --reading (default 5794, CUB's test split)")
     p.add_argument("--reading-dir", type=Path, metavar="DIR",
                    help="--reading writes its runs to DIR/runs and the commands' outputs to DIR/outputs, and keeps "
@@ -195,21 +195,24 @@ def _reading_perf(args: argparse.Namespace) -> int:
     import tempfile
 
     from benchmark.estimates.reading_perf import measure_reading, reading_lines
-    from benchmark.estimates.reading_set import check_reading_folder, reading_specs, write_reading_set
+    from benchmark.estimates.reading_set import (CUB_TEST_IMAGES, check_reading_folder, reading_specs,
+                                                 write_reading_set)
 
     others = [name for name, given in (("GRID", args.grid), ("--paper-scale", args.paper_scale),
-                                       ("--tuning", args.tuning is not None), ("--only", args.only)) if given]
+                                       ("--tuning", args.tuning is not None), ("--only", args.only),
+                                       ("--runs-dir", args.runs_dir)) if given]
     if others:
         raise ProtobenchError(f"perf --reading times the reading commands on its own synthetic runs; leave out "
                               f"{', '.join(others)}")
     if args.repeats < 1:
         raise ProtobenchError(f"--repeats {args.repeats} must be ≥ 1")
+    images = CUB_TEST_IMAGES if args.reading_images is None else args.reading_images
     reading_specs(args.reading)  # a bad N or M: one error before anything is written
     with tempfile.TemporaryDirectory(prefix="protobench-reading-") as scratch:
         folder = args.reading_dir or Path(scratch)
-        check_reading_folder(folder / "runs", args.reading, args.reading_images)
+        check_reading_folder(folder / "runs", args.reading, images)
         started = time.perf_counter()
-        written = write_reading_set(folder / "runs", args.reading, args.reading_images)
+        written = write_reading_set(folder / "runs", args.reading, images)
         print(f"synthetic set: {written.runs} run(s) × {written.images} test images in {folder / 'runs'} "
               f"({time.perf_counter() - started:.1f} s to write or reuse)")
         perf = measure_reading(written.root, folder / "outputs", runs=written.runs, images=written.images,

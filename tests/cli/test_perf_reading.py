@@ -74,6 +74,7 @@ def test_perf_reading_times_every_command_and_writes_the_table_and_json(tmp_path
     (["--reading", "7", "--reading-images", "10"], "at least 30 test images"),
     (["--reading", "7", "--paper-scale"], "leave out --paper-scale"),
     (["--reading", "7", "--repeats", "0"], "--repeats 0 must be ≥ 1"),
+    (["--reading", "7", "--runs-dir", "elsewhere"], "leave out --runs-dir"),
 ])
 def test_bad_reading_options_are_refused_before_anything_is_written(argv: list[str], message: str,
                                                                    tmp_path: Path, capsys) -> None:
