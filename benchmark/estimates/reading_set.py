@@ -81,8 +81,9 @@ def check_reading_folder(root: Path, runs: int, images: int) -> bool:
             found = None
         if found == wanted:
             return True
-    raise ProtobenchError(f"--runs-dir {root} is not empty and does not hold the synthetic set of {runs} runs × "
-                          f"{images} images; give an empty or new folder (the set is written there and kept)")
+    raise ProtobenchError(f"--reading-dir: {root} is not empty and does not hold the synthetic set of {runs} runs × "
+                          f"{images} images; give --reading-dir an empty or new folder (the set is written to its "
+                          "runs/ and kept)")
 
 
 def write_reading_set(root: Path, runs: int, images: int = CUB_TEST_IMAGES, *, seed: int = 0) -> ReadingSet:
