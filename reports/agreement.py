@@ -5,7 +5,8 @@ mean over seeds (every metric here is higher-is-better, docs/protocol/metrics.md
 metrics gets Kendall's τ-b between the two rankings (``scipy.stats.kendalltau``; Kendall 1945 for
 the tie correction). Where every ranked method has per-image records of both metrics, τ gets a
 percentile bootstrap interval over the test images (``scipy.stats.bootstrap``; Efron & Tibshirani
-1993, §13.3): a resample draws the cell's images with replacement, and each method's value is again
+1993, §13.3; every metric pair of a cell from one set of resamples, ``reports.tau_bootstrap``): a
+resample draws the cell's images with replacement, and each method's value is again
 its mean over seeds of the mean over the drawn images, so the statistic on the original images is
 the τ of the table. The seeds stay fixed: the interval covers the sampling of test images, not
 training variance. A metric without per-image values (con) gets τ without an interval, labelled.
@@ -27,6 +28,7 @@ from scipy import stats
 
 from benchmark.errors import ProtobenchError
 from reports.per_image import PER_IMAGE_METRICS, mismatch, seed_values
+from reports.tau_bootstrap import tau_intervals
 
 #: the metrics compared, in table order (those any run of the frame has); all higher-is-better
 AGREEMENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "del", "sanity")
@@ -125,9 +127,11 @@ def kendall(x: np.ndarray, y: np.ndarray) -> float:
         return float(stats.kendalltau(x, y).statistic)
 
 
-def per_image_cube(cell: pd.DataFrame, methods: list[str], metric: str) -> np.ndarray | None:
+def per_image_cube(cell: pd.DataFrame, methods: list[str], metric: str,
+                   ids: pd.Index | None = None) -> tuple[np.ndarray, pd.Index] | None:
     """methods × seeds × images per-image values of ``metric`` (NaN-padded where a method has fewer
-    seeds; images aligned by id), or None where a method has no per-image records of it."""
+    seeds) with the image ids of its last axis (``ids``' order where given, else the first run's),
+    or None where a method has no per-image records of it. Differing image sets are refused."""
     if metric not in PER_IMAGE_METRICS:
         return None
     tables: list[pd.DataFrame] = []
@@ -137,79 +141,80 @@ def per_image_cube(cell: pd.DataFrame, methods: list[str], metric: str) -> np.nd
         if values is None:
             return None
         tables.append(values)
-    ids = tables[0].columns
-    for method, table in zip(methods[1:], tables[1:]):
-        if set(table.columns) != set(ids):
+    order = tables[0].columns if ids is None else ids
+    for method, table in zip(methods, tables):
+        if not table.columns.equals(order) and set(table.columns) != set(order):
             first = cell[cell["method"] == methods[0]]["run_dir"].iloc[0]
             other = cell[cell["method"] == method]["run_dir"].iloc[0]
-            raise mismatch(str(first), str(other), set(ids), set(table.columns))
+            raise mismatch(str(first), str(other), set(order), set(table.columns))
     seeds = max(len(t) for t in tables)
-    cube = np.full((len(methods), seeds, len(ids)), np.nan)
+    cube = np.full((len(methods), seeds, len(order)), np.nan)
     for m, table in enumerate(tables):
-        cube[m, : len(table)] = table[ids].to_numpy()
-    return cube
+        cube[m, : len(table)] = table.to_numpy() if table.columns.equals(order) else table[order].to_numpy()
+    return cube, order
 
 
-def resampled_means(cube: np.ndarray, images: np.ndarray) -> np.ndarray:
-    """Each method's mean over seeds of its mean over ``images`` (indices, shape (..., n)): (methods, ...)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a seed with no defined value among the drawn images
-        per_seed = np.nanmean(cube[:, :, images], axis=-1)  # methods × seeds × ...
-        return np.nanmean(per_seed, axis=1)
-
-
-def tau_statistic(cube_a: np.ndarray, cube_b: np.ndarray):
-    """The bootstrap statistic: τ of the two metrics' method means over the drawn images."""
-
-    def statistic(images: np.ndarray, axis: int = -1) -> np.ndarray:
-        images = np.moveaxis(np.asarray(images), axis, -1)
-        a, b = resampled_means(cube_a, images), resampled_means(cube_b, images)
-        if images.ndim == 1:
-            return np.asarray(kendall(a, b))
-        return np.array([kendall(a[:, i], b[:, i]) for i in range(images.shape[0])])
-
-    return statistic
-
-
-def tau_interval(cube_a: np.ndarray, cube_b: np.ndarray, boot: Bootstrap) -> tuple[float, float]:
-    """The bootstrap interval of τ over the images (``scipy.stats.bootstrap``)."""
-    images = cube_a.shape[-1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a degenerate resample distribution: the NaN interval says so
-        result = stats.bootstrap((np.arange(images),), tau_statistic(cube_a, cube_b), n_resamples=boot.n_resamples,
-                                 batch=max(1, 2_000_000 // max(1, cube_a.size)), vectorized=True,
-                                 confidence_level=boot.level, method=boot.method, rng=np.random.default_rng(boot.seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+def cell_cubes(cell: pd.DataFrame, methods: list[str], metrics: list[str]) -> dict[str, np.ndarray | None]:
+    """Each metric's :func:`per_image_cube` over ``methods``, on one image order and one number of
+    seeds (padded with NaN), so that a resample draws the same images for every metric."""
+    found: dict[str, tuple[np.ndarray, pd.Index] | None] = {}
+    ids: pd.Index | None = None
+    for metric in metrics:
+        found[metric] = per_image_cube(cell, methods, metric, ids)
+        if found[metric] is not None and ids is None:
+            ids = found[metric][1]
+    seeds = max((cube.shape[1] for cube, _ in filter(None, found.values())), default=0)
+    padded: dict[str, np.ndarray | None] = {}
+    for metric, got in found.items():
+        if got is None:
+            padded[metric] = None
+            continue
+        cube = got[0]
+        padded[metric] = cube if cube.shape[1] == seeds else np.concatenate(
+            [cube, np.full((cube.shape[0], seeds - cube.shape[1], cube.shape[2]), np.nan)], axis=1)
+    return padded
 
 
 def metric_taus(frame: pd.DataFrame, metrics: list[str], boot: Bootstrap) -> list[Tau]:
     """Kendall's τ of every pair of metrics in every cell with at least three methods ranked on both."""
+    return [tau for label, cell in cells(frame) for tau in cell_taus(label, cell, metrics, boot)]
+
+
+def cell_taus(label: str, cell: pd.DataFrame, metrics: list[str], boot: Bootstrap) -> list[Tau]:
+    """One cell's τ of every pair of metrics ranking three methods or more; the intervals of the
+    pairs ranking the same methods from one set of resamples (``reports.tau_bootstrap``)."""
+    means = method_means(cell, metrics)
+    ranked: list[tuple[str, str, tuple[str, ...], float]] = []
+    for a, b in combinations(metrics, 2):
+        both = means[[a, b]].dropna()
+        if len(both) >= MIN_METHODS:
+            ranked.append((a, b, tuple(str(m) for m in both.index), kendall(both[a].to_numpy(), both[b].to_numpy())))
+    groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for a, b, methods, _ in ranked:
+        groups.setdefault(methods, []).append((a, b))
+    cubes = {methods: cell_cubes(cell, list(methods), list(dict.fromkeys(m for pair in pairs for m in pair)))
+             for methods, pairs in groups.items()}  # each run's records read once per set of ranked methods
+    intervals: dict[tuple[str, str], tuple[float, float]] = {}
+    for methods, pairs in groups.items():
+        drawn = [(a, b) for a, b, m, tau in ranked if m == methods and not math.isnan(tau)
+                 and cubes[methods][a] is not None and cubes[methods][b] is not None]
+        if drawn:
+            used = {m: cubes[methods][m] for m in dict.fromkeys(m for pair in drawn for m in pair)}
+            lows, highs = tau_intervals(used, drawn, n_resamples=boot.n_resamples, seed=boot.seed, level=boot.level,
+                                        method=boot.method)
+            intervals.update({pair: (float(low), float(high)) for pair, low, high in zip(drawn, lows, highs)})
     taus: list[Tau] = []
-    for label, cell in cells(frame):
-        means = method_means(cell, metrics)
-        cubes: dict[tuple[str, ...], np.ndarray | None] = {}
-        for a, b in combinations(metrics, 2):
-            both = means[[a, b]].dropna()
-            if len(both) < MIN_METHODS:
-                continue
-            tau = kendall(both[a].to_numpy(), both[b].to_numpy())
-            methods = [str(m) for m in both.index]
-            for m in (a, b):
-                if (m, *methods) not in cubes:  # each run's records read once per set of ranked methods
-                    cubes[(m, *methods)] = per_image_cube(cell, methods, m)
-            cube = {m: cubes[(m, *methods)] for m in (a, b)}
-            missing = [m for m in (a, b) if cube[m] is None]
-            if missing:
-                why = f"no interval: no per-image values of {' and '.join(missing)}"
-                taus.append(Tau(label, a, b, len(both), tau, math.nan, math.nan, None, why))
-                continue
-            if math.isnan(tau):
-                taus.append(Tau(label, a, b, len(both), tau, math.nan, math.nan, None,
-                                "no interval: one metric ties every method"))
-                continue
-            low, high = tau_interval(cube[a], cube[b], boot)
-            images = cube[a].shape[-1]
-            taus.append(Tau(label, a, b, len(both), tau, low, high, images, boot.label(images)))
+    for a, b, methods, tau in ranked:
+        missing = [m for m in (a, b) if cubes[methods][m] is None]
+        if missing:
+            why = f"no interval: no per-image values of {' and '.join(missing)}"
+            taus.append(Tau(label, a, b, len(methods), tau, math.nan, math.nan, None, why))
+        elif math.isnan(tau):
+            taus.append(Tau(label, a, b, len(methods), tau, math.nan, math.nan, None,
+                            "no interval: one metric ties every method"))
+        else:
+            images = cubes[methods][a].shape[-1]
+            taus.append(Tau(label, a, b, len(methods), tau, *intervals[(a, b)], images, boot.label(images)))
     return taus
 
 

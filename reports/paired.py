@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError
 from reports.cell_text import markdown_cell
 from reports.columns import KEY_COLUMNS, difference_range
-from reports.per_image import PER_IMAGE_METRICS, paired, seed_values
+from reports.per_image import PER_IMAGE_METRICS, paired, seed_table
 from reports.stats import (NO_INTERVAL, SEED_ONLY, Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
 
@@ -120,23 +121,23 @@ def cell_difference(runs_a: pd.DataFrame, runs_b: pd.DataFrame, metric: str, lev
     seeds = sorted(set(runs_a.index) & set(runs_b.index))
     if not seeds:
         return None
-    lacking = [name for name, runs in zip(names, (runs_a, runs_b)) if runs.loc[seeds, metric].isna().all()]
+    value_a, value_b = (runs[metric].reindex(seeds).to_numpy(dtype=float) for runs in (runs_a, runs_b))
+    lacking = [name for name, values in zip(names, (value_a, value_b)) if np.isnan(values).all()]
     if lacking:
         return Difference(math.nan, NO_INTERVAL, math.nan,
                           f"{' and '.join(lacking)} has no {metric} on seed(s) {', '.join(map(str, seeds))}: no test",
                           n_seeds=0)
-    both = [s for s in seeds if not (math.isnan(runs_a.at[s, metric]) or math.isnan(runs_b.at[s, metric]))]
-    runs_a, runs_b = runs_a.loc[both], runs_b.loc[both]
-    a, b = seed_values(runs_a.reset_index(), metric), seed_values(runs_b.reset_index(), metric)
+    kept = ~(np.isnan(value_a) | np.isnan(value_b))
+    both = [s for s, keep in zip(seeds, kept) if keep]
+    dirs_a, dirs_b = (runs["run_dir"].reindex(both).tolist() for runs in (runs_a, runs_b))
+    a, b = seed_table(both, dirs_a, metric), seed_table(both, dirs_b, metric)
     if a is not None and b is not None:
-        first, second = (", ".join(runs["run_dir"].astype(str)) for runs in (runs_a, runs_b))
-        a_values, b_values = paired(a.loc[both], b.loc[both], first, second)
+        a_values, b_values = paired(a, b, ", ".join(map(str, dirs_a)), ", ".join(map(str, dirs_b)))
         return paired_image_difference(a_values, b_values, level, difference_range(metric))
     why = SEED_ONLY
     if metric in PER_IMAGE_METRICS and (a is not None or b is not None):  # a labelled fallback, never a mix
         why = f"training variance only: {names[0] if a is None else names[1]} has no per-image {metric} records"
-    return paired_seed_difference(runs_a[metric].tolist(), runs_b[metric].tolist(), level, difference_range(metric),
-                                  why)
+    return paired_seed_difference(value_a[kept].tolist(), value_b[kept].tolist(), level, difference_range(metric), why)
 
 
 def comparisons_frame(comparisons: list[Comparison]) -> pd.DataFrame:

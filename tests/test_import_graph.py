@@ -275,6 +275,7 @@ def test_reading_and_validation_load_no_torch_and_say_the_same_without_it(argv: 
     (["tune", "j0.toml", "--batch", "0"], "--batch 0 must be ≥ 1"),
     (["perf", "j0.toml", "--tuning", "0"], "--tuning 0 must lie in 1..64"),
     (["perf", "j0.toml", "--repeats", "0"], "--repeats 0 must be ≥ 1"),
+    (["perf", "--reading", "0"], "--reading 0: the synthetic set holds 1 to 420 runs"),
 ], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
 def test_a_bad_tuning_option_is_refused_without_torch(argv: list[str], message: str, tmp_path: Path) -> None:
     """The options of batched and timed tuning are refused before the training stack is imported,

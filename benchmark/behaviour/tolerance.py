@@ -30,6 +30,7 @@ from benchmark.behaviour.lock import tolerance_of
 from benchmark.behaviour.probe import probe_configuration
 from benchmark.behaviour.setup import DEFAULT_CONFIGURATION, configurations
 from benchmark.errors import ProtobenchError
+from benchmark.run.identity import method_lock
 from methods.registry import declaration
 
 #: ATen ops whose result depends on the order of a sum (re-rounded by :class:`Reassociation`; a max is
@@ -124,8 +125,12 @@ def _isa_gap(method: str, dtype: str | None, pinned: bool) -> tuple[Probed, floa
 
 
 def measure(method: str, seeds: int = 3) -> Measured:
-    """The deviations of :mod:`this module's <benchmark.behaviour.tolerance>` three measurements."""
-    probed, pinned = _isa_gap(method, None, True)
+    """The deviations of :mod:`this module's <benchmark.behaviour.tolerance>` three measurements, in
+    the dtype the method's lock records (a probe that fails in it is an error, never a quiet fallback
+    to another dtype); the first dtype it runs in when it has no lock entry yet."""
+    lock = method_lock(method)
+    known = lock.methods.get(method) if lock is not None else None
+    probed, pinned = _isa_gap(method, known.dtype if known else None, True)
     _, unpinned = _isa_gap(method, probed.dtype, False)
     args = configurations(method)[DEFAULT_CONFIGURATION]
     clean = {DEFAULT_CONFIGURATION: probe_configuration(method, args, probed.dtype)}

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,6 +72,15 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--repeats", type=int, default=1, help="repeats of the --tuning timings (default 1)")
     p.add_argument("--batch-step", choices=BATCH_STEPS, default="auto",
                    help="the batched trials' step, as `tune --batch-step` (default auto)")
+    p.add_argument("--reading", type=int, metavar="N",
+                   help="instead of training timings: the reading commands (report --ci, compare, agreement, "
+                        "leaderboard, site) timed side by side as CPU seconds and peak memory on a synthetic result "
+                        "set of N runs (105: one backbone of the CUB grid; --repeats repeats them)")
+    p.add_argument("--reading-images", type=int, metavar="M",
+                   help="test images per run of --reading (default 5794, CUB's test split)")
+    p.add_argument("--reading-dir", type=Path, metavar="DIR",
+                   help="--reading writes its runs to DIR/runs and the commands' outputs to DIR/outputs, and keeps "
+                        "them (a later call with the same N and M reuses the runs); default: a temporary folder")
     add_run_options(p)
     p.set_defaults(func=cmd_perf)
 
@@ -141,6 +151,8 @@ MAX_TIMED_TRIALS = 64
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
+    if args.reading is not None:
+        return _reading_perf(args)
     if args.paper_scale and args.grid:
         raise ProtobenchError("perf takes a grid file or --paper-scale, not both")
     if args.timed_batches < 1 or args.warmup < 0:
@@ -183,6 +195,41 @@ def cmd_perf(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_output(out, (json.dumps(document, indent=2) + "\n").encode())
+    return 0
+
+
+def _reading_perf(args: argparse.Namespace) -> int:
+    """``perf --reading N``: the reading commands timed on a synthetic set (benchmark/estimates/reading_perf.py)."""
+    import tempfile
+
+    from benchmark.estimates.reading_perf import measure_reading, reading_lines
+    from benchmark.estimates.reading_set import (CUB_TEST_IMAGES, check_reading_folder, reading_specs,
+                                                 write_reading_set)
+
+    others = [name for name, given in (("GRID", args.grid), ("--paper-scale", args.paper_scale),
+                                       ("--tuning", args.tuning is not None), ("--only", args.only),
+                                       ("--runs-dir", args.runs_dir)) if given]
+    if others:
+        raise ProtobenchError(f"perf --reading times the reading commands on its own synthetic runs; leave out "
+                              f"{', '.join(others)}")
+    if args.repeats < 1:
+        raise ProtobenchError(f"--repeats {args.repeats} must be ≥ 1")
+    images = CUB_TEST_IMAGES if args.reading_images is None else args.reading_images
+    reading_specs(args.reading)  # a bad N or M: one error before anything is written
+    with tempfile.TemporaryDirectory(prefix="protobench-reading-") as scratch:
+        folder = args.reading_dir or Path(scratch)
+        check_reading_folder(folder / "runs", args.reading, images)
+        started = time.perf_counter()
+        written = write_reading_set(folder / "runs", args.reading, images)
+        print(f"synthetic set: {written.runs} run(s) × {written.images} test images in {folder / 'runs'} "
+              f"({time.perf_counter() - started:.1f} s to write or reuse)")
+        perf = measure_reading(written.root, folder / "outputs", runs=written.runs, images=written.images,
+                               repeats=args.repeats)
+    print("\n".join(reading_lines(perf)))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_output(out, (json.dumps(perf.to_json(), indent=2) + "\n").encode())
     return 0
 
 

@@ -167,10 +167,12 @@ def run_pass(members: Sequence[Member], order: torch.Tensor, *, batch_size: int,
 
 def run_epoch(method: PrototypeMethod, source: TokenSource, stage: Stage, optimizer: torch.optim.Optimizer | None,
               order: torch.Tensor, *, batch_size: int, device: torch.device, epoch: int,
-              task: Task = NO_TASK, precision: str = "fp32", prefetch: int | None = None) -> dict[str, float]:
-    """One epoch of one run outside the loop (``perf`` and the epoch timings): :func:`run_pass` over
-    ``order`` and the epoch mean of each loss term."""
-    member = Member(method, source, stage=stage, optimizer=optimizer)
+              task: Task = NO_TASK, precision: str = "fp32", prefetch: int | None = None,
+              step_scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> dict[str, float]:
+    """One epoch of one run outside the loop (``perf``, the epoch timings, the adapters' step
+    tests): :func:`run_pass` over ``order``, ``step_scheduler`` stepped after each optimiser step
+    where the stage schedules per step, and the epoch mean of each loss term."""
+    member = Member(method, source, stage=stage, optimizer=optimizer, scheduler=step_scheduler)
     run_pass([member], order, batch_size=batch_size, epoch=epoch, run=Pass(device, precision, False),
              read=source_reader(device), task=task, prefetch=prefetch)
     return member.losses.epoch_means()  # type: ignore[union-attr]

@@ -41,7 +41,7 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.store import RESULT_FILE, SCORED_FILES, SPEC_FILE
 from reports.leaderboard.entries import digest
 from reports.load import read_result_json, read_results_strictly, result_files
-from reports.per_image import run_records
+from reports.per_image import run_values
 
 if TYPE_CHECKING:
     from benchmark.bundle.sources import Source
@@ -96,16 +96,16 @@ def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[
     """The run's metrics of :data:`RESCORED` from its records (see the module; none without
     records), the number of test images, and whether it had records; a recorded number the records
     contradict is refused."""
-    images = run_records(run_dir)  # read once per command: the ranking's paired tests read them again
+    images = run_values(run_dir)  # read once per command: the ranking's paired tests draw on the same values
     prototypes = _records(run_dir, "per_prototype")
     if images is None:
         return {}, None, False
     scores: dict[str, float] = {}
-    right = images["label"].to_numpy() == images["predicted"].to_numpy()  # read_records checked `correct` against it
+    right = images.values("correct") == 100.0  # label == predicted: read_records checked `correct` against it
     scores["acc"] = 100.0 * float(right.mean()) if len(right) else math.nan
     for metric, column in PER_IMAGE_COLUMNS.items():
         if column in images.columns:
-            values = images[column].to_numpy(dtype=np.float64)
+            values = images.values(column)
             scores[metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
     if prototypes is not None and "con" in prototypes.columns:
         values = prototypes["con"].to_numpy(dtype=np.float64)
@@ -117,7 +117,7 @@ def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[
             raise ProtobenchError(f"{where}: result.json gives {metric} = {claimed!r} but its records give {value!r}; "
                                   "the result and its records disagree (altered, or written by different runs): "
                                   "the source is refused")
-    return scores, len(images), True
+    return scores, len(images.ids), True
 
 
 def _content(run_dir: Path) -> str:

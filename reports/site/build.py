@@ -154,9 +154,6 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
     files[f"assets/{PLOTLY_JS}"] = plotly.offline.get_plotlyjs().encode("utf-8")
     files[f"assets/{SITE_JS}"] = (assets / SITE_JS).read_bytes()
     files[f"assets/{SITE_CSS}"] = (assets / SITE_CSS).read_bytes()
-    index, downloaded = _index(frame, compared, built, reference, leaderboard=board is not None)
-    files["index.html"] = index.encode("utf-8")
-    files.update(downloaded)
     names = display_names(frame)
     taken: set[str] = set()
     listing = []
@@ -178,6 +175,10 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
                        table_id="runs", sortable=True, raw_columns=frozenset({0}))
     nav = (("index.html", "Overview"), ("runs.html", "All runs"))
     files["runs.html"] = page(f"All {len(listing)} runs", runs_table, depth=0, plots=False, nav=nav).encode("utf-8")
+    # the run pages read every run's records once; the pages below test on those values (reports.per_image)
+    index, downloaded = _index(frame, compared, built, reference, leaderboard=board is not None)
+    files["index.html"] = index.encode("utf-8")
+    files.update(downloaded)
     for key in compared:
         html, csv = compare_page(frame, key)
         files[f"compare-{key}.html"] = html.encode("utf-8")

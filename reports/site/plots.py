@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
@@ -20,6 +21,14 @@ Figure = dict[str, Any]
 
 def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
+
+
+def _finite_list(values: np.ndarray) -> list[float | None]:
+    """``values`` as a list, None where a value is not finite (NaN, ±inf: JSON has none)."""
+    listed = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)):
+        listed[i] = None
+    return listed
 
 
 def _layout(title: str, x: str, y: str, **extra: Any) -> dict[str, Any]:
@@ -147,7 +156,7 @@ def curves(stages: Sequence[str], values: dict[str, Sequence[float]]) -> Figure:
 def distributions(table: pd.DataFrame, columns: Sequence[str]) -> Figure:
     """One histogram panel per per-image quantity (the run's per-image records), each on its own
     axis with its unit (a logit margin and a percentage never share one)."""
-    traces = [_on_panel({"type": "histogram", "name": column, "x": [_finite(v) for v in table[column].astype(float)]},
+    traces = [_on_panel({"type": "histogram", "name": column, "x": _finite_list(table[column].to_numpy(dtype=float))},
                         panel) for panel, column in enumerate(columns, start=1)]
     return {"data": traces, "layout": _panels("Per-image distributions",
                                               [(_unit(column, column), "images") for column in columns],

@@ -11,10 +11,10 @@ from typing import Any
 
 from benchmark.errors import ProtobenchError
 from benchmark.output_file import within
-from benchmark.run.records import read_records
 from benchmark.run.store import METRICS_FILE
 from reports.curves import read_curve
 from reports.load import read_result_json
+from reports.per_image import read_run_records
 from reports.site import plots
 from reports.site.html import esc, figure, key_values, page, table
 
@@ -59,7 +59,7 @@ def _curves(run_dir: Path) -> str:
 
 def _distributions(run_dir: Path) -> str:
     try:
-        records = read_records(run_dir)
+        records = read_run_records(str(run_dir))  # the statistics of the other pages draw on this read
     except ProtobenchError as err:
         return f"<p>No per-image records: {esc(err)}</p>"
     if records is None:

@@ -19,7 +19,8 @@ from statsmodels.stats.anova import anova_lm
 from benchmark.cli import main
 from benchmark.errors import ProtobenchError
 from benchmark.run.records import write_records
-from reports.agreement import Bootstrap, kendall, tau_statistic
+from reports.agreement import Bootstrap, kendall
+from reports.tau_bootstrap import tau_statistic
 from reports.reliability import icc
 from reports_support import markdown_rows, write_run
 
@@ -105,15 +106,15 @@ def test_tau_of_the_run_means_is_the_bootstrap_statistic_on_the_original_images(
     """The statistic each resample recomputes gives, on the images as drawn, the table's τ; and
     metrics that order every image alike give the interval [τ, τ]."""
     write_grid(tmp_path / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 70.0, "knn": 20.0})
-    from reports.agreement import cells, method_means, per_image_cube
+    from reports.agreement import cell_cubes, cells, method_means
     from reports.load import load_runs
 
     frame = load_runs([tmp_path], csv=False)
     (_, cell), = cells(frame)
     means = method_means(cell, ["acc", "sta"])
     methods = list(means.index)
-    statistic = tau_statistic(per_image_cube(cell, methods, "acc"), per_image_cube(cell, methods, "sta"))
-    assert float(statistic(np.arange(IMAGES))) == pytest.approx(kendall(means["acc"].to_numpy(), means["sta"].to_numpy()))
+    statistic = tau_statistic(cell_cubes(cell, methods, ["acc", "sta"]), [("acc", "sta")])
+    assert float(statistic(np.arange(IMAGES))[0]) == pytest.approx(kendall(means["acc"].to_numpy(), means["sta"].to_numpy()))
     table = agreement_csv(tmp_path, capsys)
     assert table.loc[("con", "sta"), "tau"] == pytest.approx(brute_force_tau_b(
         means["sta"].to_numpy(), cell.groupby("method")["con"].mean().loc[methods].to_numpy()))
