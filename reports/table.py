@@ -214,7 +214,7 @@ def interval_note(frame: pd.DataFrame, level: float, cells: list[Stat | None] = 
     return (f"[lo, hi]: {100 * level:g}% interval of each cell (seeds {', '.join(map(str, seeds)) or 'none'}): the "
             f"{CROSSED_METHOD} over seeds × test images where every run of the cell has per-image records of the "
             f"metric (the procedure compare gives differences), else the {SEED_METHOD}. [deterministic]: "
-            f"{DETERMINISTIC} (every per-image record equal across seeds), n = 1 distinct result, the interval over "
+            f"{DETERMINISTIC} (every per-image value of the trained model equal across seeds), n = 1 distinct result, the interval over "
             f"its test images only. [n=1]: one value without per-image records; [no spread]: every seed equal; "
             f"[published]: a published mean; [no interval: why]: the procedure gives none.{used} {CLIPPED_MARK}: clipped to the metric's range. --ci draws no "
             f"best/second-best marks from means alone (--significance draws tested ones).")
