@@ -15,10 +15,17 @@ Per image, over the J maps of its ground-truth class:
   the grid is smaller), K1 = 0.01, K2 = 0.03, sample covariances, the mean over the windows that
   lie inside the map.
 
-The score, in percent, higher = the explanation depends more on the learned parameters:
-``sanity = 100 · mean_i (1 − |ρ_i|)`` over the images where ρ is defined. The absolute value
-follows the paper's "absolute value of the rank correlation" panels: a map whose ranking is
-reversed by randomisation (a linear head's sign) is still determined by the input, not by learning.
+The scores, in percent, higher = the explanation depends more on the learned parameters:
+
+- ``sanity = 100 · mean_i (1 − ρ_i)`` with ρ_i the Spearman correlation of the *absolute* maps, each
+  image's maps first divided by their largest magnitude: the paper's absolute-value panels as
+  Quantus computes them (``quantus.MPRT`` defaults: ``normalise=True`` with ``normalise_by_max``,
+  then ``abs=True``, ``similarity_func=correlation_spearman``). In [0, 200]: 0 unchanged maps,
+  about 100 unrelated ones, above 100 maps whose magnitude ranking is reversed.
+- ``sanity_signed = 100 · mean_i (1 − ρ_i)`` with ρ_i the Spearman correlation of the raw (signed)
+  maps: the paper's signed panels, recorded beside it (a linear head's sign-reversed map scores 200).
+
+Each mean is over the images where its ρ is defined (a constant side leaves it undefined).
 """
 from __future__ import annotations
 
@@ -39,16 +46,31 @@ SSIM_K1, SSIM_K2 = 0.01, 0.03
 
 @dataclass(frozen=True)
 class SanityScores:
-    """Per image (N,) ρ and SSIM (NaN where ρ is undefined), and the score (None: no image defined)."""
+    """Per image (N,) ρ of the absolute max-normalised maps, ρ of the signed maps and SSIM (NaN where
+    undefined), and the two scores (None: no image defined)."""
 
     spearman: Tensor
+    spearman_signed: Tensor
     ssim: Tensor
     score: float | None
+    score_signed: float | None
 
     @property
     def per_image(self) -> Tensor:
-        """(N,) ``100 · (1 − |ρ_i|)``, NaN where ρ is undefined."""
-        return 100.0 * (1.0 - self.spearman.abs())
+        """(N,) ``100 · (1 − ρ_i)`` of the absolute maps (``sanity``), NaN where ρ is undefined."""
+        return 100.0 * (1.0 - self.spearman)
+
+    @property
+    def per_image_signed(self) -> Tensor:
+        """(N,) ``100 · (1 − ρ_i)`` of the signed maps (``sanity_signed``), NaN where ρ is undefined."""
+        return 100.0 * (1.0 - self.spearman_signed)
+
+
+def absolute_normalised(maps: Tensor) -> Tensor:
+    """|maps / max |maps||, the max over each image's J×H×W (Quantus ``normalise_by_max`` then ``abs``;
+    an all-zero image stays zero)."""
+    peak = maps.abs().amax(dim=(1, 2, 3), keepdim=True)
+    return torch.where(peak > 0, maps / torch.where(peak > 0, peak, torch.ones_like(peak)), maps).abs()
 
 
 def spearman_per_image(trained: Tensor, randomised: Tensor) -> Tensor:
@@ -98,7 +120,13 @@ def sanity(trained: Tensor, randomised: Tensor) -> SanityScores:
     if trained.shape != randomised.shape:
         raise ValueError(f"randomised maps: expected the trained maps' shape {tuple(trained.shape)}, "
                          f"got {tuple(randomised.shape)}")
-    rho = spearman_per_image(trained, randomised)
+    rho = spearman_per_image(absolute_normalised(trained.double()), absolute_normalised(randomised.double()))
+    rho_signed = spearman_per_image(trained, randomised)
+    return SanityScores(spearman=rho, spearman_signed=rho_signed, ssim=ssim_per_image(trained, randomised),
+                        score=_mean_score(rho), score_signed=_mean_score(rho_signed))
+
+
+def _mean_score(rho: Tensor) -> float | None:
+    """``100 · mean (1 − ρ)`` over the images where ρ is defined (None: none is)."""
     defined = ~torch.isnan(rho)
-    score = float(100.0 * (1.0 - rho[defined].abs()).mean()) if bool(defined.any()) else None
-    return SanityScores(spearman=rho, ssim=ssim_per_image(trained, randomised), score=score)
+    return float(100.0 * (1.0 - rho[defined]).mean()) if bool(defined.any()) else None

@@ -5,11 +5,15 @@ A cell's rows are all rows sharing its key (dataset, backbone, method, J, varian
 - several rows: they must be single runs with distinct seeds; the cell is their mean and
   sample standard deviation (ddof = 1) over the seeds where the metric is not missing.
 
-With a confidence ``level`` (``report --ci``), a cell of n ≥ 2 seeds also gets its Student t
-interval over the seeds, and an accuracy cell whose runs all have per-image records its interval
-over the crossed seeds × test images (``reports.stats.crossed_mean``: the procedure ``compare``
-uses for differences, images aligned by id); intervals are clipped to the metric's range
-(``reports.columns.METRIC_RANGES``) and marked.
+A cell whose runs gave one result (every per-image record of the trained model equal across its
+seeds, ``reports.intervals``) is **deterministic**: its n counts distinct results (1) and it has no
+std (the sanity metrics excepted: their re-initialised head is drawn from each seed).
+
+With a confidence ``level`` (``report --ci``), every cell gets the one interval
+``reports.intervals.cell_interval`` decides (the crossed seeds × images interval where every run
+of the cell has per-image records of the metric, else Student t over seeds, labelled; over the
+images only for a deterministic cell), clipped to the metric's range
+(``reports.columns.METRIC_RANGES``) and marked; ``Stat.ci_note`` states its method and n.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from reports.columns import KEY_COLUMNS, METRIC_RANGES, TIDY_COLUMNS, flatten, std_column
+from reports.columns import KEY_COLUMNS, TIDY_COLUMNS, flatten, std_column
+from reports.intervals import cell_interval, cell_is_deterministic, is_deterministic
 from reports.layout import KeyValue, Layout
 
 CellKey = tuple[KeyValue, ...]
@@ -28,19 +33,18 @@ CellKey = tuple[KeyValue, ...]
 
 @dataclass(frozen=True)
 class Stat:
-    """One cell's number: the mean over ``n`` seeds and its standard deviation, if known; with a
-    confidence level, its interval over seeds (n ≥ 2) and, for accuracy, over seeds × test images."""
+    """One cell's number: the mean over ``n`` distinct results (seeds; 1 for a ``deterministic``
+    cell) and its standard deviation, if known; with a confidence level, its interval
+    (``reports.intervals``) and ``ci_note``, the interval's method and n or why there is none."""
 
     mean: float
     std: float | None
     n: int
     ci: tuple[float, float] | None = None
-    image_ci: tuple[float, float] | None = None
-    ci_clipped: bool = False  # the interval over seeds was clipped to the metric's range
-    image_ci_clipped: bool = False
-    image_note: str | None = None  # the image interval's procedure and n, or why there is none
-    image_n: tuple[int, int] | None = None  # (seeds, images) behind the image interval
-    ci_note: str | None = None  # why a cell of several seeds has no seed interval (every seed equal)
+    ci_clipped: bool = False  # the interval was clipped to the metric's range
+    ci_note: str | None = None
+    ci_missing: str | None = None  # without an interval, why in short ("n=1", "no spread", …)
+    deterministic: bool = False
 
 
 def describe_key(key: CellKey) -> str:
@@ -66,8 +70,11 @@ def cell_stats(frame: pd.DataFrame, layout: Layout, *, level: float | None = Non
             if rows is None:
                 continue
             _check_seeds(key, rows)
+            deterministic = cell_is_deterministic(rows) if (rows["n_seeds"] == 1).all() else False
             for metric in group.metrics:
                 stat = _summarize(rows, metric.key)
+                if stat is not None and is_deterministic(deterministic, metric.key):
+                    stat = replace(stat, n=1, std=None, deterministic=True)
                 if stat is not None and level is not None:
                     stat = _with_intervals(stat, rows, metric.key, level)
                 if stat is not None:
@@ -132,22 +139,7 @@ def _summarize(rows: pd.DataFrame, metric: str) -> Stat | None:
 
 
 def _with_intervals(stat: Stat, rows: pd.DataFrame, metric: str, level: float) -> Stat:
-    from reports.per_image import seed_values
-    from reports.stats import image_accuracy, seed_interval
-
-    values = rows[metric].dropna()
-    single_runs = (rows["n_seeds"] == 1).all()
-    seed = seed_interval(values.tolist(), level, METRIC_RANGES[metric]) if single_runs else None
-    ci, ci_clipped = seed if seed is not None else (None, False)
-    ci_note = "no spread" if single_runs and seed is None and len(values) >= 2 else None
-    stat = replace(stat, ci=ci, ci_clipped=ci_clipped, ci_note=ci_note)
-    if metric != "acc" or not single_runs:
-        return stat
-    correct = seed_values(rows, metric)
-    if correct is None:
-        return stat
-    image = image_accuracy(correct.to_numpy() / 100.0, level)
-    if not image.has_interval:
-        return replace(stat, image_note=image.test)
-    return replace(stat, image_ci=image.ci, image_ci_clipped=image.clipped, image_note=image.test,
-                   image_n=(image.n_seeds, image.n_images))
+    if not (rows["n_seeds"] == 1).all():  # a published mean over seeds: no runs to draw an interval from
+        return replace(stat, ci_note="a published mean: no interval", ci_missing="n=1" if stat.n < 2 else "published")
+    got = cell_interval(rows, metric, level)
+    return replace(stat, ci=got.ci, ci_clipped=got.clipped, ci_note=got.procedure, ci_missing=got.missing or None)

@@ -29,6 +29,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "size_global",
     "del",
     "sanity",
+    "sanity_signed",
     "class_indep",
     "contrastive",
     "sid5",
@@ -76,10 +77,11 @@ TIDY_COLUMNS: tuple[str, ...] = (
 
 #: the values a metric can take (metrics/: percentages; deletion, a difference of percentages, in
 #: percent points; explanation sizes and timings ≥ 0); its std lies in [0, upper − lower]
-PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "sanity", "class_indep",
-                                    "contrastive", "sid5", "pointing")
+PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "sanity", "sanity_signed",
+                                    "class_indep", "contrastive", "sid5", "pointing")
 METRIC_RANGES: dict[str, tuple[float, float]] = {
     **{m: (0.0, 100.0) for m in PERCENT_METRICS}, "del": (-100.0, 100.0),
+    "sanity": (0.0, 200.0), "sanity_signed": (0.0, 200.0),  # 100 · (1 − ρ), ρ in [−1, 1] (metrics/sanity.py)
     **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in PERCENT_METRICS and m != "del"},
 }
 METRIC_RANGES.update({std_column(m): (0.0, high - low) for m, (low, high) in list(METRIC_RANGES.items())})

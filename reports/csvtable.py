@@ -1,6 +1,6 @@
 """Spell a TableView as CSV: one line per row, a value, std and n column per table column
-(with ``report --ci`` also ci_low, ci_high, ci_clipped over seeds and img_ci_low, img_ci_high,
-img_ci_clipped over seeds × test images: reports.stats.crossed_mean).
+(with ``report --ci`` also ci_low, ci_high, ci_clipped and ci_method: the one interval policy of
+``reports.intervals``).
 
 For spreadsheets: no marks, no daggers; the std and n columns are filled wherever known,
 whether or not the LaTeX/markdown version of the layout prints them. Row labels are the
@@ -26,8 +26,7 @@ def render_csv(table: TableView) -> str:
     names = [column_name(group, metric) for group in layout.columns for metric in group.metrics]
     header = (["section"] if sectioned else []) + [h.md or "row" for h in layout.label_headers]
     intervals = table.interval_note is not None
-    suffixes = ("", " std", " n") + ((" ci_low", " ci_high", " ci_clipped", " img_ci_low", " img_ci_high",
-                                      " img_ci_clipped") if intervals else ())
+    suffixes = ("", " std", " n") + ((" ci_low", " ci_high", " ci_clipped", " ci_method") if intervals else ())
     header += [f"{name}{suffix}" for name in names for suffix in suffixes]
     tidy_header, tidy_lines = _tidy_cells(table) or ([], [])
     header += tidy_header
@@ -46,14 +45,12 @@ def render_csv(table: TableView) -> str:
 
 
 def _interval_cells(cell: CellView) -> tuple[str, ...]:
-    """``ci_low, ci_high, ci_clipped, img_ci_low, img_ci_high, img_ci_clipped`` of one cell (empty
-    where it has no such interval; clipped: ``true`` where clipped to the metric's range)."""
-    def flag(interval: tuple[str, str] | None, clipped: bool) -> str:
-        return "" if interval is None else str(clipped).lower()
-
+    """``ci_low, ci_high, ci_clipped, ci_method`` of one cell (``reports.intervals``' one policy;
+    the bounds empty where it has no interval; clipped: ``true`` where clipped to the metric's
+    range; the method with its n, or why there is none)."""
     stat = cell.stat
-    return (*(cell.ci or ("", "")), flag(cell.ci, stat is not None and stat.ci_clipped),
-            *(cell.image_ci or ("", "")), flag(cell.image_ci, stat is not None and stat.image_ci_clipped))
+    clipped = "" if cell.ci is None else str(stat is not None and stat.ci_clipped).lower()
+    return (*(cell.ci or ("", "")), clipped, "" if stat is None or stat.ci_note is None else stat.ci_note)
 
 
 def _label_cells(row: RowView) -> list[str]:

@@ -15,7 +15,7 @@ JSON format for evaluation results; its schemas ``eval.schema.json`` and
   ``metric_config`` (id, unit, range, direction) and ``score_details``: the result.json value and,
   where the run's per-image records hold the metric's per-image part, its standard error and
   interval over the test images at :data:`LEVEL` by the crossed seeds × images procedure
-  (``reports.stats.crossed_mean``, the one ``report --ci`` uses; one run is one seed: Student t
+  (``reports.intervals.interval_of``, the one policy ``report --ci`` uses; one run is one seed: Student t
   over its images, or Clopper–Pearson where every image is right or wrong), named with its n.
 
 The samples file and the paths are ``reports.eee_samples`` and ``reports.eee_paths``; the docs list
@@ -37,7 +37,7 @@ from benchmark.errors import ProtobenchError
 from reports.columns import METRIC_RANGES
 from reports.layouts import display_name
 from reports.per_image import PER_IMAGE_METRICS
-from reports.stats import crossed_mean
+from reports.intervals import interval_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,7 +59,7 @@ MODEL_AVAILABILITY = "open_weights"
 #: a model id's prefix when the export names no developer (``--developer``)
 UNNAMED_DEVELOPER = "protobench"
 #: the name of the uncertainty procedure, followed in each record by its design and n
-PROCEDURE = "crossed seeds × images (reports.stats.crossed_mean, as report --ci)"
+PROCEDURE = "crossed seeds × images (reports.intervals, the one policy of report --ci)"
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,11 @@ EEE_METRICS: dict[str, EeeMetric] = {
     "del": EeeMetric("protobench.deletion", "Deletion", "deletion", "percent points", False,
                      "Prototype-deletion faithfulness: deleting the prototypes an explanation names versus as many random ones"),
     "sanity": EeeMetric("protobench.sanity", "Sanity", "sanity", "percent", False,
-                        "Model-parameter randomisation test of the explanations (Adebayo et al., NeurIPS 2018)"),
+                        "Model-parameter randomisation test of the explanations (Adebayo et al., NeurIPS 2018): "
+                        "100 · (1 − Spearman ρ) of the absolute max-normalised maps, as Quantus's MPRT"),
+    "sanity_signed": EeeMetric("protobench.sanity_signed", "Sanity (signed)", "sanity_signed", "percent",
+                               False,
+                               "The same test on the signed maps: 100 · (1 − Spearman ρ) of the raw maps"),
     "class_indep": EeeMetric("protobench.class_independence", "Class independence", "class_independence", "percent",
                              False, "How little of each feature's mass one class holds (QPM line, DINO-QPM's code)"),
     "contrastive": EeeMetric("protobench.contrastiveness", "Contrastiveness", "contrastiveness", "percent", False,
@@ -219,7 +223,7 @@ def _result(path: Path, key: str, value: object, spec: Mapping[str, object], dat
 
 def _score(value: float, key: str, table: pd.DataFrame | None) -> dict[str, object]:
     """The value and, where the per-image records hold the metric's part, its standard error and
-    interval over the test images by ``reports.stats.crossed_mean`` (one run: one seed), the
+    interval over the test images by ``reports.intervals.interval_of`` (one run: one seed), the
     procedure and n beside them."""
     column = PER_IMAGE_METRICS.get(key)
     if table is None or column is None or column not in table.columns:
@@ -228,18 +232,18 @@ def _score(value: float, key: str, table: pd.DataFrame | None) -> dict[str, obje
         return {"score": value, "details": {"interval": f"none: {why}"}}
     scale = 100.0 if column == "correct" else 1.0  # correctness is 0/1, the metrics' parts are percent
     values = scale * table[column].astype(np.float64).to_numpy()
-    got = crossed_mean(values[None, :], LEVEL, METRIC_RANGES[key], difference=False)
-    procedure = f"{PROCEDURE}: {got.test}"
-    details = {"interval_clipped": str(got.clipped).lower(), "images_excluded": str(got.excluded),
-               "seeds": str(got.n_seeds)}
-    if not got.has_interval:
-        return {"score": value, "details": {**details, "interval": f"none: {got.test}"}}
+    got = interval_of(values[None, :], [value], key, LEVEL)  # reports.intervals' one policy, one run
+    procedure = f"{PROCEDURE}: {got.procedure}"
+    excluded = int(np.isnan(values).sum())
+    details = {"interval_clipped": str(got.clipped).lower(), "images_excluded": str(excluded), "seeds": "1"}
+    if got.ci is None:
+        return {"score": value, "details": {**details, "interval": f"none: {got.procedure}"}}
     uncertainty: dict[str, object] = {
-        "num_samples": int(got.n_seeds * (got.n_images or 0)),
+        "num_samples": int(got.images or 0),
         "confidence_interval": {"lower": got.ci[0], "upper": got.ci[1], "confidence_level": LEVEL,
                                 "method": procedure}}
     if math.isnan(got.se):  # Clopper–Pearson: every image alike, no spread to take an error from
-        details["standard_error"] = f"none: {got.test}"
+        details["standard_error"] = f"none: {got.procedure}"
     else:
         uncertainty["standard_error"] = {"value": got.se, "method": f"analytic, {procedure}"}
     return {"score": value, "details": details, "uncertainty": uncertainty}

@@ -35,7 +35,7 @@ import pandas as pd
 from reports.eee import SCHEMA_VERSION
 
 #: the per-image record columns a line carries in ``evaluation`` (benchmark/run/record_schema.py)
-EXPLANATION_PARTS: tuple[str, ...] = ("sta", "dis", "comp", "sanity", "sanity_ssim")
+EXPLANATION_PARTS: tuple[str, ...] = ("sta", "dis", "comp", "sanity", "sanity_signed", "sanity_ssim")
 #: how the predicted class is read off the model's output
 EXTRACTION_METHOD = "argmax of the class logits"
 

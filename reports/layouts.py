@@ -24,6 +24,7 @@ SIZE_LOCAL = Metric("size_local", text("Size (local)"), higher_is_better=False)
 SIZE_GLOBAL = Metric("size_global", text("Size (global)"), higher_is_better=False, decimals=0)
 DELETION = Metric("del", text("Del."))
 SANITY = Metric("sanity", text("Sanity"))
+SANITY_SIGNED = Metric("sanity_signed", text("Sanity (signed)"))  # beside sanity, on request (issue 55)
 BEYOND_THE_PAPER = (COMP, PURITY, LOC, SIZE_LOCAL, SIZE_GLOBAL, DELETION, SANITY)
 # The paper's epoch time runs the frozen trunk at every step; ours also from the token cache.
 EPOCH_TIME = Metric("epoch_seconds_live_trunk", text("Epoch time (s)"), higher_is_better=False)

@@ -75,6 +75,8 @@ def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:
         shown = _MARKUP[cell.mark].format(shown) + (DAGGER if cell.dagger else "")
         if layout.show_n and cell.n > 1:
             shown += f" (n={cell.n})"
+        elif layout.show_n and not intervals and cell.stat is not None and cell.stat.deterministic:
+            shown += " (deterministic)"  # seeds gave one result: n = 1 distinct result (reports.intervals)
         if intervals:
             shown += interval_text(cell)
     return shown if cell.reference is None else f"{shown} {_reference(cell.reference)}"

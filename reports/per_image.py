@@ -17,7 +17,8 @@ import pandas as pd
 from benchmark.errors import ProtobenchError
 
 #: the metrics whose per-image parts the records hold (``correct`` for accuracy), percent
-PER_IMAGE_METRICS: dict[str, str] = {"acc": "correct", "sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity"}
+PER_IMAGE_METRICS: dict[str, str] = {"acc": "correct", "sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity",
+                                   "sanity_signed": "sanity_signed"}
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ import pandas as pd
 from benchmark.errors import ProtobenchError, did_you_mean
 from reports.columns import KEY_COLUMNS, METRIC_COLUMNS
 from reports.layout import BEST_NOTE, BodyItem, ColumnGroup, KeyValue, Layout, Metric, Row, Rule, Text, text
-from reports.layouts import (ACC, BACKBONES, BEYOND_THE_PAPER, CACHED_EPOCH_TIME, CON, DIS, EPOCH_TIME, METHODS, STA,
-                             THROUGHPUT, display_name)
+from reports.layouts import (ACC, BACKBONES, BEYOND_THE_PAPER, CACHED_EPOCH_TIME, CON, DIS, EPOCH_TIME, METHODS,
+                             SANITY_SIGNED, STA, THROUGHPUT, display_name)
 
 #: every metric a pivot can show, in the order of its columns
-METRICS: dict[str, Metric] = {m.key: m for m in (CON, STA, DIS, *BEYOND_THE_PAPER, ACC, CACHED_EPOCH_TIME, EPOCH_TIME,
-                                                 THROUGHPUT)}
+METRICS: dict[str, Metric] = {m.key: m for m in (CON, STA, DIS, *BEYOND_THE_PAPER, SANITY_SIGNED, ACC, CACHED_EPOCH_TIME,
+                                                 EPOCH_TIME, THROUGHPUT)}
 #: shown by default when any result has them (timings only on request: --metrics epoch_seconds)
 DEFAULT_METRICS: tuple[str, ...] = ("con", "sta", "dis", "comp", "acc")
 DEFAULT_ROWS: tuple[str, ...] = ("method", "J", "variant")

@@ -23,7 +23,7 @@ from reports.columns import (
 from reports.layouts import display_name
 
 _RESULT_METRICS = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "size_local", "size_global", "del", "sanity",
-                   "class_indep", "contrastive", "sid5", "pointing")
+                   "sanity_signed", "class_indep", "contrastive", "sid5", "pointing")
 _TIMING_METRICS = ("epoch_seconds", "epoch_seconds_live_trunk", "inference_images_per_second")
 
 Record = dict[str, object]

@@ -37,8 +37,7 @@ class CellView:
     dagger: bool
     reference: Reference | None
     n: int = 0
-    ci: tuple[str, str] | None = None  # report --ci: (lo, hi) over seeds, as shown
-    image_ci: tuple[str, str] | None = None  # report --ci, accuracy: (lo, hi) over seeds × test images
+    ci: tuple[str, str] | None = None  # report --ci: (lo, hi) as shown (reports.intervals' one policy)
     stat: Stat | None = None  # the unrounded statistic (report --format csv writes it to read back)
 
 
@@ -126,8 +125,7 @@ def build_table(
                 if published is None
                 else reference(shown[r][c], published.get(keys[r][c]), digits[c]),
                 n=0 if stats[r][c] is None else stats[r][c].n,
-                ci=_interval(stats[r][c], "ci", digits[c]),
-                image_ci=_interval(stats[r][c], "image_ci", digits[c]),
+                ci=_interval(stats[r][c], digits[c]),
                 stat=stats[r][c],
             )
             for c in range(len(columns))
@@ -180,43 +178,46 @@ def significance_note(alpha: float) -> str:
 CLIPPED_MARK = "‡"
 
 
-def _interval(stat: Stat | None, which: str, decimals: int) -> tuple[str, str] | None:
-    interval = None if stat is None else getattr(stat, which)
+def _interval(stat: Stat | None, decimals: int) -> tuple[str, str] | None:
+    interval = None if stat is None else stat.ci
     if interval is None:
         return None
     return format_number(interval[0], decimals), format_number(interval[1], decimals)
 
 
 def interval_text(cell: CellView, clipped_mark: str = CLIPPED_MARK) -> str:
-    """What ``report --ci`` appends to a present cell: `` [lo, hi]`` (``[n=1]`` without one) and,
-    for accuracy with per-image records, ``; img [lo, hi]`` (or why there is none); an interval
-    clipped to the metric's range is followed by ``clipped_mark``."""
+    """What ``report --ci`` appends to a present cell: `` [lo, hi]`` (followed by ``clipped_mark``
+    where clipped to the metric's range), ``[deterministic]`` before it for a cell whose seeds gave
+    one result, or why there is no interval: ``[n=1]`` (one value, no per-image records), ``[no
+    spread]`` (every seed equal), ``[published]`` (a published mean), ``[no interval: why]``
+    (otherwise: the procedure gives none, e.g. under 30 images)."""
     stat = cell.stat
+    shown = " [deterministic]" if stat is not None and stat.deterministic else ""
     if cell.ci:
-        shown = f" [{cell.ci[0]}, {cell.ci[1]}]" + (clipped_mark if stat.ci_clipped else "")
-    else:
-        shown = f" [{stat.ci_note}]" if stat is not None and stat.ci_note else " [n=1]"
-    if cell.image_ci:
-        n = f"({stat.image_n[0]}×{stat.image_n[1]})" if stat.image_n else ""
-        shown += f"; img{n} [{cell.image_ci[0]}, {cell.image_ci[1]}]" + (clipped_mark if stat.image_ci_clipped else "")
-    elif stat is not None and stat.image_note:
-        shown += f"; img: {stat.image_note}"
-    return shown
+        return shown + f" [{cell.ci[0]}, {cell.ci[1]}]" + (clipped_mark if stat is not None and stat.ci_clipped else "")
+    if stat is not None and stat.deterministic:  # one result without per-image values: nothing to add
+        return shown
+    if stat is not None and stat.ci_missing == "no interval" and stat.ci_note:
+        return shown + f" [no interval: {stat.ci_note}]"
+    return shown + f" [{stat.ci_missing if stat is not None and stat.ci_missing else 'n=1'}]"
 
 
 def interval_note(frame: pd.DataFrame, level: float, cells: list[Stat | None] = ()) -> str:
-    """What the intervals of ``report --ci`` are: method, level, seeds, the procedure and n of each
-    accuracy interval over images (``cells``: the table's statistics), and where none is given."""
+    """What the intervals of ``report --ci`` are: the one policy (``reports.intervals``), its level,
+    the seeds, and each procedure the table's cells used with its n (``cells``: the statistics)."""
+    from reports.intervals import DETERMINISTIC
     from reports.stats import CROSSED_METHOD, SEED_METHOD
 
     seeds = sorted({int(s) for s in frame["seed"].dropna()})
-    image_procedures = sorted({s.image_note for s in cells if s is not None and s.image_ci is not None and s.image_note})
-    used = f" ({'; '.join(image_procedures)})" if image_procedures else ""
-    return (f"[lo, hi]: {100 * level:g}% {SEED_METHOD} of each cell (seeds {', '.join(map(str, seeds)) or 'none'}; "
-            f"n = 1 or a published mean: no interval, shown as [n=1]; every seed equal: [no spread]); acc img(S×I) "
-            f"[lo, hi]: {100 * level:g}% {CROSSED_METHOD} over S seeds × I test images{used}, where every run of the cell has per-image records "
-            f"(the procedure compare gives differences). {CLIPPED_MARK}: clipped to the metric's range (percentages "
-            f"[0, 100]). --ci draws no best/second-best marks from means alone (--significance draws tested ones).")
+    procedures = sorted({s.ci_note for s in cells if s is not None and s.ci is not None and s.ci_note})
+    used = f" Used here: {'; '.join(procedures)}." if procedures else ""
+    return (f"[lo, hi]: {100 * level:g}% interval of each cell (seeds {', '.join(map(str, seeds)) or 'none'}): the "
+            f"{CROSSED_METHOD} over seeds × test images where every run of the cell has per-image records of the "
+            f"metric (the procedure compare gives differences), else the {SEED_METHOD}. [deterministic]: "
+            f"{DETERMINISTIC} (every per-image value of the trained model equal across seeds), n = 1 distinct result, the interval over "
+            f"its test images only. [n=1]: one value without per-image records; [no spread]: every seed equal; "
+            f"[published]: a published mean; [no interval: why]: the procedure gives none.{used} {CLIPPED_MARK}: clipped to the metric's range. --ci draws no "
+            f"best/second-best marks from means alone (--significance draws tested ones).")
 
 
 def _marks(

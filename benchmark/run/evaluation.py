@@ -53,6 +53,7 @@ def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Ten
     tables = {"per_image": per_image}
     if checked is not None:  # percent, NaN where ρ is undefined; the SSIM beside it (metrics/sanity.py)
         per_image["sanity"] = checked.per_image.numpy()
+        per_image["sanity_signed"] = checked.per_image_signed.numpy()
         per_image["sanity_ssim"] = checked.ssim.numpy()
     if explained is not None:
         for name, values in explained.per_image.items():
@@ -121,12 +122,15 @@ def evaluate(
                                precision=precision).maps
         checked = sanity(pred.maps, initial_maps)
         metrics["sanity"] = checked.score
+        metrics["sanity_signed"] = checked.score_signed
         extra_details["sanity"] = {
-            "spearman_mean": _nan_mean(checked.spearman), "abs_spearman_mean": _nan_mean(checked.spearman.abs()),
+            "spearman_mean": _nan_mean(checked.spearman), "spearman_signed_mean": _nan_mean(checked.spearman_signed),
             "ssim_mean": _nan_mean(checked.ssim),
             "randomised": "the head re-initialised as the method builds it (the run's seed); the trunk unchanged"}
         if checked.score is None:
             notes["sanity"] = "undefined: the trained or the re-initialised maps are constant on every image"
+        if checked.score_signed is None:
+            notes["sanity_signed"] = "undefined: the trained or the re-initialised maps are constant on every image"
     return Evaluated(summary={
         "metrics": metrics,
         "metric_notes": notes,

@@ -5,8 +5,8 @@ or damaged file is refused naming the file, the row and the column, never passed
 ``image`` (a relative path below the dataset root), ``label`` and ``predicted`` (class indices
 ≥ 0), ``correct`` (``label == predicted``), ``margin`` (a number, not NaN: ±inf where a logit
 is infinite) and optionally the per-image parts
-``sta``, ``dis``, ``comp``, ``sanity`` (percent in [0, 100] or empty) and ``sanity_ssim`` (in
-[−1, 1] or empty). ``per_prototype``: ``class``,
+``sta``, ``dis``, ``comp`` (percent in [0, 100] or empty), ``sanity``, ``sanity_signed``
+(``100 · (1 − ρ)`` in [0, 200] or empty) and ``sanity_ssim`` (in [−1, 1] or empty). ``per_prototype``: ``class``,
 ``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). Any other column
 is refused: a record can never carry a column of the run's identity (``run_id``, ``method``, …).
 """
@@ -25,9 +25,11 @@ from benchmark.errors import ProtobenchError
 _INDEX_COLUMNS = {"per_image": ("index", "label", "predicted"), "per_prototype": ("class", "prototype")}
 _REQUIRED = {"per_image": ("index", "image", "label", "predicted", "correct", "margin"),
              "per_prototype": ("class", "prototype")}
-_PERCENT = {"per_image": ("sta", "dis", "comp", "sanity"), "per_prototype": ("con", "sta")}
+_PERCENT = {"per_image": ("sta", "dis", "comp"), "per_prototype": ("con", "sta")}
 #: SSIM values in [−1, 1] (or empty): the sanity metric's second measure (metrics/sanity.py)
 _UNIT = {"per_image": ("sanity_ssim",), "per_prototype": ()}
+#: ``100 · (1 − ρ)`` in [0, 200] (or empty): the sanity metric's scores (metrics/sanity.py)
+_SANITY = {"per_image": ("sanity", "sanity_signed"), "per_prototype": ()}
 
 
 def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | None) -> pd.DataFrame:
@@ -40,7 +42,7 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
 
     columns = [str(c) for c in frame.columns]
     missing = [c for c in _REQUIRED[table] if c not in columns]
-    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table] + _UNIT[table]]
+    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table] + _UNIT[table] + _SANITY[table]]
     if missing or unknown:
         raise refuse(", ".join(filter(None, (missing and f"missing column(s) {', '.join(missing)}",
                                               unknown and f"unknown column(s) {', '.join(unknown)}"))))
@@ -53,6 +55,9 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
     for column in (c for c in _UNIT[table] if c in columns):
         checked[column] = _every(checked[column], lambda s: _all_numbers(s, (-1.0, 1.0), undefined=True),
                                  lambda v, r, c=column: _number(v, refuse, r, c, (-1.0, 1.0), undefined=True))
+    for column in (c for c in _SANITY[table] if c in columns):
+        checked[column] = _every(checked[column], lambda s: _all_numbers(s, (0.0, 200.0), undefined=True),
+                                 lambda v, r, c=column: _number(v, refuse, r, c, (0.0, 200.0), undefined=True))
     if table == "per_image":
         if checked["index"].tolist() != list(range(len(checked))):
             raise refuse("column index is not 0, 1, … in order")

@@ -16,10 +16,11 @@ Program (``qpm_solving.solve_qp``, the state its iterations end in): binary ``s`
 subject to ``Σ s = n_features``, ``Σ_i e_ic = n_per_class`` for every class (``ClassSparsity``'s
 end state: total ≤ C·n_per_class and each class ≥ n_per_class), ``e_ic ≤ s_i``, and no two classes
 with the same feature set (``DeDuplipication``). ``R̃ = (R − min R_{≠0}) / max(...)`` with the
-diagonal zeroed; ``τ`` is the penalty threshold (:func:`penalty_threshold`). The official code adds
-its class-sparsity and de-duplication constraints lazily; here the sparsity constraints are exact
-from the start and de-duplication is a lazy cut loop (each cut forbids the one shared feature set
-of a duplicated pair), so the loop ends at an optimum of the whole program. ``s_i s_j`` is
+diagonal zeroed; ``τ`` is the penalty threshold (the official two-phase sweep,
+:func:`.threshold.penalty_threshold`). The official code adds its class-sparsity and
+de-duplication constraints lazily; here the sparsity constraints are exact from the start and
+de-duplication is a lazy cut loop (each cut forbids the one shared feature set of a duplicated
+pair), so the loop ends at an optimum of the whole program. ``s_i s_j`` is
 linearised by ``y_ij ≥ s_i + s_j − 1, y_ij ≥ 0`` (its coefficient in the maximised objective is
 negative, so ``y_ij = s_i s_j`` at an optimum).
 """
@@ -32,12 +33,12 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from .threshold import penalty_threshold
+
 #: the open solvers the program is handed to (HiGHS through ``scipy.optimize.milp``)
 SOLVERS = ("highs",)
 #: ``z_a_scaling = 1000 / (n_features_per_class * n_classes)`` (qpm_solving.py)
 OBJECTIVE_SCALE = 1000.0
-#: thresholds tried by :func:`penalty_threshold` (``find_minimum_viable_threshold(..., steps=100)``)
-THRESHOLD_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -108,49 +109,12 @@ def scaled_similarity(r: np.ndarray) -> np.ndarray:
     return shifted / shifted.max()
 
 
-def _greedy_clique(allowed: np.ndarray, target: int) -> bool:
-    """Whether a clique of ``target`` nodes is found greedily in the graph ``allowed`` (each step adds
-    the candidate with the most allowed neighbours among the remaining candidates)."""
-    candidates = np.ones(len(allowed), dtype=bool)
-    size = 0
-    while candidates.any() and size < target:
-        degree = (allowed & candidates[None, :]).sum(axis=1)
-        degree[~candidates] = -1
-        node = int(np.argmax(degree))
-        size += 1
-        candidates &= allowed[node]
-        candidates[node] = False
-    return size >= target
-
-
-def penalty_threshold(r: np.ndarray, n_features: int, steps: int = THRESHOLD_STEPS) -> float:
-    """``τ``: the pairs with ``R ≥ τ`` are penalised. ``find_minimum_viable_threshold``'s sweep: start at
-    the sorted ``R + Rᵀ`` value of Turán's index ``⌊F²(n−2)/(n−1)⌋`` and step down in ``steps`` equal
-    index steps towards the zero entries, keeping the lowest threshold at which the graph of pairs
-    below it still holds a clique of ``n_features`` features; here that clique is searched greedily
-    (the official code uses networkx's approximate clique search: docs/protocol/dinoqpm.md)."""
-    f = r.shape[0]
-    if n_features < 2:
-        return float("inf")
-    sym = np.array(r, dtype=np.float64)
-    np.fill_diagonal(sym, 0.0)
-    sym = sym + sym.T
-    values = np.sort(sym.ravel())
-    desired = f * f * (n_features - 2) / (n_features - 1)
-    start = int(np.floor(desired))
-    step = (desired - (len(values) - np.count_nonzero(sym))) / steps
-    working = float(values[min(start, len(values) - 1)])
-    for i in range(steps):
-        index = start - int(i * step)
-        if index < 0 or index >= len(values):
-            break
-        threshold = float(values[index])
-        allowed = sym < threshold
-        np.fill_diagonal(allowed, False)
-        if not _greedy_clique(allowed, n_features):
-            break
-        working = threshold
-    return working
+def penalised_pairs(r: np.ndarray, threshold: float) -> np.ndarray:
+    """(P, 2) pairs ``i < j`` with ``R_ij ≥ τ``, row-major (``get_disallowed_vector_connections``: R's
+    diagonal zeroed, compared with ``τ`` itself although the sweep ran on ``R + Rᵀ``)."""
+    raw = np.array(r, dtype=np.float64)
+    np.fill_diagonal(raw, 0.0)
+    return np.argwhere(np.triu(raw >= threshold, k=1))
 
 
 def _dedup_cut(num_c: int, first: int, second: int, shared: np.ndarray, n_per_class: int, offset: int,
@@ -175,12 +139,8 @@ def solve_assignment(a: np.ndarray, r: np.ndarray | None, *, n_features: int, n_
     pair_cost = np.empty(0)
     if r is not None:
         tau = penalty_threshold(r, n_features) if threshold is None else threshold
-        raw = np.array(r, dtype=np.float64)
-        np.fill_diagonal(raw, 0.0)
-        scaled = scaled_similarity(r)
-        upper = np.triu(raw >= tau, k=1)  # get_disallowed_vector_connections: j > i, R_ij ≥ τ
-        pairs = np.argwhere(upper)
-        pair_cost = scaled[pairs[:, 0], pairs[:, 1]]
+        pairs = penalised_pairs(r, tau)
+        pair_cost = scaled_similarity(r)[pairs[:, 0], pairs[:, 1]]
     # variables: s (F) | e (F·C, row-major: e[i, c] at F + i·C + c) | y (pairs)
     num_e, num_y = num_f * num_c, len(pairs)
     width = num_f + num_e + num_y
@@ -238,13 +198,11 @@ def program_objective(a: np.ndarray, r: np.ndarray | None, threshold: float, sel
     num_c = a.shape[1]
     value = OBJECTIVE_SCALE / (n_per_class * num_c) * float((np.asarray(a, dtype=np.float64) * edges).sum())
     if r is not None:
-        raw = np.array(r, dtype=np.float64)
-        np.fill_diagonal(raw, 0.0)
-        scaled = scaled_similarity(r)
         chosen = np.zeros(a.shape[0], dtype=bool)
         chosen[selected] = True
-        mask = np.triu(raw >= threshold, k=1) & chosen[:, None] & chosen[None, :]
-        value -= float(scaled[mask].sum())
+        pairs = penalised_pairs(r, threshold)
+        both = chosen[pairs[:, 0]] & chosen[pairs[:, 1]]
+        value -= float(scaled_similarity(r)[pairs[both, 0], pairs[both, 1]].sum())
     return value
 
 

@@ -13,8 +13,9 @@ gets 1 + the number of entries with a higher mean (competition ranking). An entr
 (source, seed) with the leader, or whose test images differ, cannot be tested: it is marked
 ``untested`` with the reason, not tied.
 
-Each entry's own interval is that of ``report --ci``: over replicates × test images for a metric
-with per-image records (``reports.stats.crossed_mean``), else Student t over replicates; each of
+Each entry's own interval is that of ``report --ci``, the one policy of ``reports.intervals``:
+over replicates × test images for a metric with per-image records (``reports.stats.crossed_mean``;
+over the images only where the replicates gave one result), else Student t over replicates; each of
 its sources gets the same over that source's seeds (``per_source``), and an entry of several
 sources the between-lab check (reports/leaderboard/labs.py).
 """
@@ -27,12 +28,11 @@ import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
-from reports.columns import METRIC_RANGES
 from reports.leaderboard.entries import Entry, replicate_runs
 from reports.leaderboard.labs import BetweenLabs, between_labs
 from reports.paired import cell_difference
-from reports.per_image import seed_values
-from reports.stats import crossed_mean, holm, seed_interval
+from reports.intervals import cell_interval
+from reports.stats import holm
 
 BEST, TIED, BELOW, UNTESTED = "best", "tied", "below", "untested"
 
@@ -91,15 +91,10 @@ def _own_interval(entry: Entry, metric: str, level: float) -> tuple[tuple[float,
 
 
 def _interval(runs: pd.DataFrame, metric: str, level: float) -> tuple[tuple[float, float] | None, str]:
-    """``report --ci``'s interval of ``runs`` (``seed``: the replicate) on ``metric``."""
-    values = seed_values(runs, metric) if len(runs) else None
-    if values is not None:
-        stat = crossed_mean(values.to_numpy(), level, METRIC_RANGES[metric], difference=False)
-        return (stat.ci if stat.has_interval else None), stat.test
-    found = seed_interval(runs[metric].tolist(), level, METRIC_RANGES[metric])
-    if found is None:
-        return None, f"Student t over {len(runs)} replicate(s): no interval (needs 2 with a spread)"
-    return found[0], f"Student t over {len(runs)} replicates (source, seed)"
+    """``report --ci``'s interval of ``runs`` (``seed``: the replicate) on ``metric``: the one policy
+    of ``reports.intervals``."""
+    got = cell_interval(runs, metric, level)
+    return got.ci, got.procedure
 
 
 def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha: float) -> list[Standing]:

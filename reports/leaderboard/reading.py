@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 #: |result.json − records| above which a result is refused (percent; the records' float32 sums)
 RESCORE_TOLERANCE = 1e-6
-PER_IMAGE_COLUMNS = {"sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity"}
+PER_IMAGE_COLUMNS = {"sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity", "sanity_signed": "sanity_signed"}
 #: every metric the records re-score (and so every one a result.json is checked on)
 RESCORED = ("acc", "con", *PER_IMAGE_COLUMNS)
 #: what ``_malformed`` (reports/load.py) appends for a run's owner; a leaderboard names the source instead

@@ -51,9 +51,8 @@ def overview(frame: pd.DataFrame) -> Overview:
             if cell.stat is None:
                 continue
             key = dict(zip(KEY_COLUMNS, layout.cell_key(row, group)))
-            ci = cell.stat.ci or cell.stat.image_ci
-            procedure = (f"Student t over {cell.stat.n} seeds" if cell.stat.ci else
-                         cell.stat.image_note if cell.stat.image_ci else "")
+            ci = cell.stat.ci  # reports.intervals' one policy, as report --ci
+            procedure = cell.stat.ci_note or ""
             records.append({
                 **key, "method": names.get(str(key["method"]), str(key["method"])), "metric": metric.key,
                 "mean": cell.stat.mean, "std": cell.stat.std, "ci_low": None if ci is None else ci[0],

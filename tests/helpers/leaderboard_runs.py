@@ -15,10 +15,12 @@ IMAGES = 60
 
 
 def lab_run(root: Path, method: str, seed: int, accuracy: float, *, J: int = 3, grid: str = "lab",
-            sta: float = 80.0, noise: int = 0) -> Path:
+            sta: float = 80.0, noise: int = 0, draw: int | None = None) -> Path:
     """One run under ``root/grid/RUN_ID`` right on the first ``accuracy`` share of the images (the
-    images shuffled by ``noise``), with per-image stability around ``sta``; its folder."""
-    rng = np.random.default_rng(1000 * seed + noise + len(method))
+    images shuffled by ``noise``), with per-image stability around ``sta``; its folder. ``draw``:
+    the seed of the random draw (default: ``seed``; one draw for several seeds gives identical runs,
+    a method that ignores the seed)."""
+    rng = np.random.default_rng(1000 * (seed if draw is None else draw) + noise + len(method))
     right = np.zeros(IMAGES, dtype=bool)
     right[rng.permutation(IMAGES)[: int(round(accuracy * IMAGES / 100))]] = True
     labels = np.arange(IMAGES) % 5

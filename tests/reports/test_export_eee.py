@@ -105,7 +105,7 @@ def test_standard_errors_and_intervals_are_student_t_over_the_test_images(runs: 
             assert (ci["lower"], ci["upper"]) == pytest.approx((max(low, 0.0), min(high, 100.0)), abs=1e-9)
             assert uncertainty["standard_error"]["value"] == pytest.approx(stats.sem(values), rel=1e-12)
             assert ci["confidence_level"] == 0.95 and uncertainty["num_samples"] == n
-            procedure = (f"crossed seeds × images (reports.stats.crossed_mean, as report --ci): Student t over {n} "
+            procedure = (f"crossed seeds × images (reports.intervals, the one policy of report --ci): Student t over {n} "
                          "images (1 seed: training variance not covered)")
             assert ci["method"] == procedure + ("; 1 image(s) with a missing value excluded" if key == "sta" else "")
             assert uncertainty["standard_error"]["method"] == f"analytic, {ci['method']}"

@@ -31,11 +31,12 @@ def test_every_trained_method_records_sanity_with_per_image_values(runs) -> None
     assert sorted({r["spec"]["method"] for r in results}) == ["kmex", "knn", "linear_probe", "protopnet"]
     assert len(results) == 8
     for result in results:
-        score = result["metrics"]["sanity"]
-        assert isinstance(score, float) and 0.0 <= score <= 100.0, result["spec"]["method"]
         records = read_records(str(result["dir"]))
-        per_image = records["sanity"].dropna()
-        assert len(per_image) > 0 and abs(float(per_image.mean()) - score) < 1e-6
+        for name in ("sanity", "sanity_signed"):  # 100 · (1 − ρ), ρ in [−1, 1]
+            score = result["metrics"][name]
+            assert isinstance(score, float) and 0.0 <= score <= 200.0, (result["spec"]["method"], name)
+            per_image = records[name].dropna()
+            assert len(per_image) > 0 and abs(float(per_image.mean()) - score) < 1e-6
         assert records["sanity_ssim"].dropna().between(-1, 1).all()
         assert set(result["evaluation"]["sanity"]) >= {"spearman_mean", "ssim_mean", "randomised"}
 

@@ -14,6 +14,7 @@ import pytest
 from benchmark.cli import main
 from benchmark.run.identity import mark_stale
 from reports.load import load_runs
+from reports.per_image import PER_IMAGE_METRICS
 from reports.site.build import build_site
 from site_support import HOSTILE_NAME, RICH_RUN, site_runs
 
@@ -137,8 +138,11 @@ def test_site_builder_never_loads_torch(runs: Path, tmp_path: Path) -> None:
 
 
 def test_a_site_of_runs_without_any_interval(runs: Path, tmp_path: Path) -> None:
-    """One run per cell: no interval over seeds (only accuracy's over its per-image records)."""
+    """One run per cell: no interval over seeds; the metrics with per-image records get theirs over the
+    test images (one seed: Student t over the images), the one policy of report --ci."""
     built = build_site(load_runs([runs / "smoke"], csv=False), tmp_path / "site")
     rows = list(csv.DictReader(io.StringIO((tmp_path / "site" / "overview.csv").read_text())))
     assert built.pages == 4 and rows  # index, runs, the run's page, agreement (saying why there is none) and all(r["n"] == "1" for r in rows)
-    assert all((r["ci_low"] == "") == (r["metric"] != "acc") for r in rows)
+    assert all(r["ci_low"] == "" for r in rows if r["metric"] not in PER_IMAGE_METRICS)
+    assert all(r["ci_method"].startswith("Student t over") for r in rows if r["ci_low"])
+    assert any(r["ci_low"] for r in rows if r["metric"] == "acc")

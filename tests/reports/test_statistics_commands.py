@@ -15,6 +15,8 @@ from statsmodels.stats.multitest import multipletests
 from benchmark.cli import main
 from benchmark.run.records import write_records
 from crossed_oracle import crossed_interval
+from reports.load import load_runs
+from reports.per_image import seed_values
 from reports_support import check_latex, markdown_rows, write_run
 
 N_IMAGES = 60
@@ -73,27 +75,31 @@ def test_report_ci_puts_an_interval_in_every_cell(runs, capsys) -> None:
     assert len(rows) == 2
     for row in rows:
         acc, con = row[-2:]
-        assert "[" in con and "img(3×60) [" in acc
-    assert "95% Student t interval over seeds" in out and "seeds 0, 1, 2" in out
-    con = [con_value(2, s) for s in SEEDS]
+        assert "[" in con and "[" in acc and "img" not in acc  # one interval per cell (issue 55)
+    assert "Student t interval over seeds" in out and "two-way seeds × images" in out and "seeds 0, 1, 2" in out
+    con = [con_value(2, s) for s in SEEDS]  # con has no per-image records: Student t over the seeds
     low, high = sps.t.interval(0.95, 2, loc=np.mean(con), scale=sps.sem(con))
     assert f"[{low:.1f}, {high:.1f}]" in rows[0][-1]
+    frame = load_runs([runs], csv=False)  # acc: the crossed seeds × images interval of its records (oracle)
+    _, (low, high), _ = crossed_interval(seed_values(frame[frame["J"] == 2], "acc").to_numpy(), 0.95)
+    assert f"[{max(low, 0.0):.1f}, {min(high, 100.0):.1f}]" in rows[0][-2]
 
 
 def test_report_ci_csv_and_latex(runs, capsys) -> None:
     assert main(["report", str(runs), "--ci", "90", "--format", "csv", "--metrics", "acc,con"]) == 0
     captured = capsys.readouterr()
     table = list(csv.DictReader(io.StringIO(captured.out)))
-    assert "90% Student t" in captured.err
+    assert "90% interval of each cell" in captured.err
     for row in table:
         for name in ("Acc.", "Con."):
             column = next(c for c in row if c.endswith(name) or c == name)
             assert float(row[f"{column} ci_low"]) < float(row[column]) < float(row[f"{column} ci_high"])
-        assert row[f"{next(c for c in row if c.endswith('Acc.'))} img_ci_low"]
+        assert row[f"{next(c for c in row if c.endswith('Acc.'))} ci_method"].startswith("two-way seeds × images")
+        assert row[f"{next(c for c in row if c.endswith('Con.'))} ci_method"].startswith("Student t over seeds")
     assert main(["report", str(runs), "--ci", "--format", "latex", "--metrics", "acc,con"]) == 0
     latex = capsys.readouterr().out
     check_latex(latex)
-    assert r"95\% Student t" in latex
+    assert r"95\% interval of each cell" in latex
 
 
 def test_compare_by_j_against_independent_computations(runs, capsys) -> None:

@@ -70,13 +70,13 @@ def test_report_ci_and_compare_give_one_accuracy_interval_for_one_cell(tmp_path,
     acc = compare_csv(tmp_path / "runs", capsys, "--metrics", "acc").iloc[0]
     assert main(["report", str(tmp_path / "runs"), "--ci", "--format", "csv", "--metrics", "acc"]) == 0
     j4 = next(row for row in csv.DictReader(io.StringIO(capsys.readouterr().out)) if row["J"] == "4")
-    column = next(c for c in j4 if c.endswith("Acc. img_ci_low"))
+    column = next(c for c in j4 if c.endswith("Acc. ci_low"))  # the one interval of the cell (issue 55)
     assert j4[column] == f"{acc['ci_low']:.1f}" and j4[column.replace("low", "high")] == f"{acc['ci_high']:.1f}"
     assert main(["compare", str(tmp_path / "runs"), "--by", "J", "--metrics", "acc"]) == 0
     shown = re.search(r"\[(\d+\.\d), (\d+\.\d)\]", markdown_rows(capsys.readouterr().out)[0][5]).groups()
     assert main(["report", str(tmp_path / "runs"), "--ci", "--metrics", "acc"]) == 0
     report_rows = markdown_rows(capsys.readouterr().out)
-    assert f"img(3×90) [{shown[0]}, {shown[1]}]" in next(row[-1] for row in report_rows if row[1] == "4")
+    assert f"[{shown[0]}, {shown[1]}]" in next(row[-1] for row in report_rows if row[1] == "4")
 
 
 def test_small_n_says_no_test_and_intervals_stay_in_range(tmp_path, capsys) -> None:
@@ -97,7 +97,7 @@ def test_small_n_says_no_test_and_intervals_stay_in_range(tmp_path, capsys) -> N
     assert main(["report", str(tmp_path / "runs"), "--ci", "--metrics", "acc,con"]) == 0
     out = capsys.readouterr().out
     j4 = next(row for row in markdown_rows(out) if row[1] == "4")
-    assert f"img: {MIN_IMAGES - 10} images: no test" in j4[-2]
+    assert f"[no interval: {MIN_IMAGES - 10} images: no test" in j4[-2]  # acc: the crossed procedure's own answer
     low, high = map(float, re.search(r"\[(-?[\d.]+), (-?[\d.]+)\]‡", j4[-1]).groups())  # 99, 60: t over 2 seeds
     assert (low, high) == (0.0, 100.0)
     assert "‡: clipped to the metric's range" in out
