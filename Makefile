@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean gpu-check docs docs-serve
+.PHONY: demo test install clean gpu-check docs docs-serve docs-reference
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# The reference pages' generated blocks, written into docs/reference/*.md (committed: GitHub shows them;
+# tests/cli/test_docs_site.py fails when a committed page differs from the code's).
+docs-reference: $(STAMP)
+	$(BIN)/python -m benchmark.cli.docs_pages
 
 docs-serve: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict

@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmark.checks import require_type, unknown_key_error
 from benchmark.data.declared import DATASETS, dataset_declaration, known_datasets
-from benchmark.errors import FieldError, ProtobenchError, did_you_mean
+from benchmark.errors import FieldError, ProtobenchError, did_you_mean, nearest_sibling
 from benchmark.spec_fields import identity_fields
 
 DATASET_NAMES = tuple(DATASETS)  # the built-ins (benchmark/data/declared.py; installed ones: known_datasets())
@@ -149,7 +149,7 @@ def read_toml(path: Path, what: str, hint: str) -> dict[str, Any]:
     """A TOML file's contents; a missing or malformed file is one error naming it (``what``:
     "grid file", "cluster profile"; ``hint``: where to find a valid one)."""
     if not path.is_file():
-        raise ProtobenchError(f"{what} {str(path)!r} does not exist; {hint}")
+        raise ProtobenchError(f"{what} {str(path)!r} does not exist{nearest_sibling(path)}; {hint}")
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:

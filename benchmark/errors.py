@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class ProtobenchError(Exception):
@@ -33,3 +34,17 @@ def did_you_mean(name: str, valid: Iterable[str]) -> str:
     message (grid keys, subcommands, --metrics, --y, --where, --only)."""
     close = difflib.get_close_matches(name, [str(v) for v in valid], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def nearest_sibling(path: str | Path) -> str:
+    """`` (did you mean 'runs/demo'?)`` for a path that does not exist when its folder holds an
+    entry whose name is close (:func:`did_you_mean`'s cut-off), else ``""``: appended to every
+    "does not exist" message about a path the user typed (runs folder, grid file, source, data root)."""
+    given = Path(path)
+    folder = given.parent
+    try:
+        names = [entry.name for entry in folder.iterdir() if given.name.startswith(".") or not entry.name.startswith(".")]
+    except OSError:  # the folder is absent or unreadable too: nothing to suggest
+        return ""
+    close = difflib.get_close_matches(given.name, names, n=1)
+    return f" (did you mean {str(folder / close[0])!r}?)" if close else ""

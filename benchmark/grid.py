@@ -36,7 +36,8 @@ from typing import Any
 
 from benchmark.checks import unknown_key_error
 from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_backbone, check_field, read_toml
-from benchmark.errors import FieldError, ProtobenchError, did_you_mean
+from benchmark.data.declared import GENERATED_DATASETS
+from benchmark.errors import FieldError, ProtobenchError, did_you_mean, nearest_sibling
 
 GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep", "tuning")  # tuning: benchmark/tuning/config.py
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
@@ -156,6 +157,9 @@ def parse_set_options(terms: list[str]) -> dict[str, Any]:
         key, text = _split_term(term, "--set", "batch_size=64, --set vmfproto.lambda_ppd=0.5")
         key = _override_key(key, "--set", term)
         value = toml_literal(text)
+        parts = [toml_literal(part.strip()) for part in text.split(",")] if "," in text else []
+        if isinstance(value, str) and parts and not any(isinstance(part, str) for part in parts):
+            value = parts  # seed=0,1: numbers or booleans joined by commas, a sweep written with --set
         if isinstance(value, list):  # no RunSpec field or hyperparameter is a list
             shown = ",".join(toml_literal_text(v) for v in value)
             raise ProtobenchError(f"--set {term}: a list of values is a sweep; use --sweep {key}={shown}")
@@ -320,6 +324,7 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
     if not runs:
         raise ProtobenchError(f"{source}: the grid expands to no runs")
     _check_method_scopes(overrides, list(runs.values()))
+    _check_option_data_root(overrides, list(runs.values()))
     return GridSpec(
         name=name,
         runs=share_early_token_caches(list(runs.values())),
@@ -335,6 +340,21 @@ def _tuning_table(data: dict[str, Any], source: str) -> dict[str, Any]:
     if not isinstance(tuning, dict):
         raise ProtobenchError(f"{source}: 'tuning' must be a table ([tuning]; docs/guides/tuning.md)")
     return tuning
+
+
+def _check_option_data_root(overrides: dict[str, Any], runs: list[RunSpec]) -> None:
+    """A data root given on the command line must exist: only a grid's own data_root makes the
+    runner generate a synthbirds set (a typo would otherwise train on a fresh one). ``make-data``
+    is suggested only for a dataset the suite generates (GENERATED_DATASETS)."""
+    root = overrides.get("data_root")
+    if not isinstance(root, str) or Path(root).expanduser().exists():
+        return
+    option = "--data-root" if isinstance(root, OptionValue) else "--set data_root"
+    generated = sorted({spec.dataset for spec in runs} & set(GENERATED_DATASETS))
+    make = (f" A {generated[0]} set is generated only where a grid file's data_root names it, or make one there "
+            f"with `protobench make-data {generated[0]} --out {root}`" if generated else "")
+    raise ProtobenchError(f"data root {str(root)!r} given on the command line ({option}) does not exist"
+                          f"{nearest_sibling(root)}; pass the folder the dataset was extracted to.{make}")
 
 
 def load_grid(path: str | Path, *, overrides: dict[str, Any] | None = None) -> GridSpec:

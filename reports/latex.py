@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
 from reports.layouts import VMFPROTO
+from reports.marks import typeset_marks
 from reports.table import CLIPPED_MARK, CellView, HeaderCell, RowView, TableView, caption_text, interval_text
 
 MISSING = "--"
@@ -40,7 +41,7 @@ def render_latex(table: TableView, *, method_macro: bool = False) -> str:
     packages = "booktabs" + (", graphicx" if layout.resize else "")
     lines = [f"% needs \\usepackage{{{packages}}} in the preamble", f"\\begin{{{env}}}[t]", "  \\centering"]
     rows = [item for item in table.body if isinstance(item, RowView)]
-    marks = _column_marks(layout, rows)
+    marks = typeset_marks(layout, rows)
     counts = {c.n for row in rows for c in row.cells if c.value is not None}
     n_once = layout.show_n and len(counts) == 1 and counts != {1}  # one n for every mean: said once
     if layout.tabcolsep is not None:
@@ -93,26 +94,6 @@ def _group_rules(cells: tuple[HeaderCell, ...]) -> str:
             rules.append(f"\\cmidrule(lr){{{first}-{first + cell.span - 1}}}")
         first += cell.span
     return " ".join(rules)
-
-
-def _column_marks(layout: Layout, rows: Sequence[RowView]) -> list[list[str | None]]:
-    """Each cell's mark as typeset: "best" only where one cell of its column is best (a tied best is
-    plain), and with significance marks the column's reference cell (every ≈ is "not different
-    from it") is bold when it alone is best, else plain, never ≈."""
-    metrics = [m for g in layout.columns for m in g.metrics]
-    typeset = [[c.mark for c in row.cells] for row in rows]
-    for c, metric in enumerate(metrics):
-        column = [row.cells[c] for row in rows]
-        best = [r for r, cell in enumerate(column) if cell.mark == "best"]
-        if len(best) > 1:
-            for r in best:
-                typeset[r][c] = None
-        tied = [r for r, cell in enumerate(column) if cell.mark == "tied" and cell.stat is not None]
-        if tied and not best:
-            sign = 1.0 if metric.higher_is_better else -1.0
-            reference = max(tied, key=lambda r: sign * column[r].stat.mean)
-            typeset[reference][c] = None
-    return typeset
 
 
 def _caption(table: TableView, n: int | None = None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, nearest_sibling
 from benchmark.run.store import UnreadableRunFile, load_json
 from benchmark.spec_fields import TUNING_DIR_SUFFIX
 from reports.csv_input import load_csv
@@ -121,7 +121,7 @@ def result_files(runs_dirs: Iterable[str | Path], *, required: bool = True) -> l
     for runs_dir in dirs:
         if not runs_dir.is_dir():
             raise ProtobenchError(
-                f"Runs directory {runs_dir} does not exist; pass the folder that holds the "
+                f"Runs directory {runs_dir} does not exist{nearest_sibling(runs_dir)}; pass the folder that holds the "
                 f"runs (runs/<grid>/<run_id>/{RESULT_FILE})."
             )
         for path in sorted(runs_dir.rglob(RESULT_FILE)):

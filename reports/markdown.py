@@ -11,6 +11,7 @@ from tabulate import tabulate
 from benchmark.escaping import escape_pipes
 from reports.compare import Reference
 from reports.layout import Heading, Layout, Rule
+from reports.marks import Mark, typeset_marks
 from reports.table import CellView, HeaderCell, RowView, TableView, caption_text, interval_text
 
 MISSING = "–"
@@ -29,11 +30,13 @@ def render_markdown(table: TableView) -> str:
     layout = table.layout
     header_rows = [_header_row(row) for row in table.header]
     lines: list[list[str]] = header_rows[1:]
+    rows = [item for item in table.body if isinstance(item, RowView)]
+    marks = dict(zip(map(id, rows), typeset_marks(layout, rows)))  # the cells LaTeX marks (reports.marks)
     for item in table.body:
         if isinstance(item, Heading):
             lines.append([_HEADING[item.style].format(item.text.markdown)] + [""] * (layout.n_columns - 1))
         elif not isinstance(item, Rule):
-            lines.append(_row(layout, item, table.interval_note is not None))
+            lines.append(_row(layout, item, marks[id(item)], table.interval_note is not None))
     n_values = layout.n_columns - len(layout.label_align)
     align = [_ALIGN[a] for a in layout.label_align] + ["center"] * n_values
     grid = tabulate([[escape_pipes(c) for c in line] for line in lines], headers=[escape_pipes(c) for c in header_rows[0]],
@@ -62,17 +65,18 @@ def _header_row(cells: tuple[HeaderCell, ...]) -> list[str]:
     return out
 
 
-def _row(layout: Layout, row: RowView, intervals: bool) -> list[str]:
+def _row(layout: Layout, row: RowView, marks: list[Mark], intervals: bool) -> list[str]:
     first = row.labels[0].markdown + (DAGGER if row.dagger else "") + (row.qualifier.markdown if row.qualifier else "")
-    return [first, *(label.markdown for label in row.labels[1:])] + [_cell(layout, c, intervals) for c in row.cells]
+    return [first, *(label.markdown for label in row.labels[1:])] + [
+        _cell(layout, c, mark, intervals) for c, mark in zip(row.cells, marks)]
 
 
-def _cell(layout: Layout, cell: CellView, intervals: bool) -> str:
+def _cell(layout: Layout, cell: CellView, mark: Mark, intervals: bool) -> str:
     if cell.value is None:
         shown = MISSING
     else:
         shown = cell.value if cell.std is None or not layout.show_std else f"{cell.value}±{cell.std}"
-        shown = _MARKUP[cell.mark].format(shown) + (DAGGER if cell.dagger else "")
+        shown = _MARKUP[mark].format(shown) + (DAGGER if cell.dagger else "")
         if layout.show_n and cell.n > 1:
             shown += f" (n={cell.n})"
         elif layout.show_n and not intervals and cell.stat is not None and cell.stat.deterministic:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark.csv_cells import frame_csv
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 from reports.cell_text import markdown_cell
 from reports.columns import KEY_COLUMNS, difference_range
 from reports.per_image import PER_IMAGE_METRICS, paired, seed_table
@@ -59,7 +59,7 @@ def compare_levels(frame: pd.DataFrame, by: str, *, baseline: str | None = None,
                    metrics: list[str] | None = None, level: float = 0.95) -> list[Comparison]:
     """Every comparison of the levels of ``by`` (each against ``baseline``, or every pair)."""
     if by not in KEY_COLUMNS:
-        raise ProtobenchError(f"--by {by!r} is not a key of the results; compare along one of {', '.join(KEY_COLUMNS)}.")
+        raise ProtobenchError(f"--by {by!r} is not a key of the results{did_you_mean(by, KEY_COLUMNS)}; compare along one of {', '.join(KEY_COLUMNS)}.")
     metrics = list(metrics or [m for m in COMPARED_METRICS if frame[m].notna().any()])
     unknown = [m for m in metrics if m not in COMPARED_METRICS]
     if unknown:

@@ -176,7 +176,8 @@ def summary(rows: list[Figures]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m reports.stats_simulation", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m reports.stats_simulation", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--reduced", action="store_true", help="the reduced grid CI runs")
     parser.add_argument("--sims", type=int, default=1000, help="simulated designs per grid point (default 1000)")
     parser.add_argument("--seed", type=int, default=0)

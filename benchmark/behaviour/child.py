@@ -63,7 +63,7 @@ def _probe_traced(method: str, dtype: str | None, out: Path, index: int) -> None
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmark.behaviour.child --out DIR METHOD[=DTYPE] ...`` (started by
     benchmark/behaviour/check.py with :data:`PINNED_ARITHMETIC`)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmark.behaviour.child")
+    parser = argparse.ArgumentParser(prog="python -m benchmark.behaviour.child", allow_abbrev=False)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("methods", nargs="+", metavar="METHOD[=DTYPE]")
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ from benchmark.bundle.card import CARD_FILE, model_card
 from benchmark.bundle.eval_results import HUB_BENCHMARK, eval_results_files
 from benchmark.bundle.format import BUNDLE_FILE, bundle_record
 from benchmark.bundle.manifest import HEAD_FILE, MANIFEST_FILE, write_manifest
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, nearest_sibling
 from benchmark.output_file import staging_path, within
 from benchmark.run.store import LOG_FILE, METRICS_FILE, RECORD_FILES, RESULT_FILE, SPEC_FILE, RunDir, find_run_dirs
 
@@ -45,8 +45,14 @@ def _finished_runs(inputs: Sequence[Path]) -> list[tuple[RunDir, dict[str, Any]]
     runs: dict[str, tuple[RunDir, dict[str, Any]]] = {}
     for root in inputs:
         if not root.is_dir():
-            raise ProtobenchError(f"{root} is not a directory; give runs directories (runs/GRID) or run directories")
-        for rd in find_run_dirs(root):
+            absent = "does not exist" if not root.exists() else "is not a directory"
+            raise ProtobenchError(f"{root} {absent}{nearest_sibling(root)}; give runs directories (runs/GRID) or run "
+                                  "directories")
+        found = find_run_dirs(root)
+        if not found:
+            raise ProtobenchError(f"{root} is not a runs folder: it holds no run directory (GRID/RUN_ID with a "
+                                  "spec.json); give the folder `protobench run` wrote to (runs/ or runs/GRID)")
+        for rd in found:
             result = rd.result()
             if result is None:
                 continue

@@ -26,7 +26,7 @@ from benchmark.bundle.format import bundle_version
 from benchmark.bundle.limits import Tally, UnsafeSource
 from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of, verify_bundle
 from benchmark.bundle.pull import hub_bundle
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, nearest_sibling
 from benchmark.run.store import SCORED_FILES
 
 HUB_PREFIX = "hf:"
@@ -92,6 +92,9 @@ def open_source(text: str, workdir: Path, *, allow_unverified: bool = False, unp
         if any(True for _ in _read_files(path)):
             check_runs_folder(path)
             return Source(text, path.name, "runs", path, None, RUNS_FOLDER)
+    if not path.exists():
+        raise ProtobenchError(f"source {text} does not exist{nearest_sibling(path)}; give a bundle folder, its "
+                              f"{'/'.join(ARCHIVE_SUFFIXES)} archive, a runs folder or {HUB_PREFIX}ORG/NAME")
     raise ProtobenchError(f"source {text} is neither a bundle (a folder with {MANIFEST_FILE}, or its "
                           f"{'/'.join(ARCHIVE_SUFFIXES)} archive), a runs folder (holding result.json files) nor "
                           f"{HUB_PREFIX}ORG/NAME; give one of those")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmark.errors import ProtobenchError, did_you_mean
+from benchmark.errors import ProtobenchError, did_you_mean, nearest_sibling
 from benchmark.grid import OptionValue, parse_set_options, parse_sweep_options
 from benchmark.output_file import write_output
 from benchmark.run.own_code import EVERY_ADAPTER, NO_IMPORTS, AdapterImports
@@ -33,11 +34,31 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """The parser of protobench and of each command: defaults shown in ``--help``."""
+    """The parser of protobench and of each command: defaults shown in ``--help``, options matched
+    whole (``allow_abbrev=False``: ``--onl`` is not taken for ``--only``), and an unrecognised
+    option refused with its command's usage and the closest option it has."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command_parser(parsed)
+            command.error(unrecognised_message(extras, command))
+        return parsed
+
+    def _command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the subcommand ``parsed`` names (its usage is the one to show), else this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if chosen is not None:
+                    return chosen._command_parser(parsed) if isinstance(chosen, Parser) else chosen
+        return self
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         """argparse's own check of a choice (a subcommand, --executor, …) with the suite's
@@ -47,6 +68,20 @@ class Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(str(value), names)} "
                                                  f"(choose from {', '.join(names)})")
         super()._check_value(action, value)
+
+
+def unrecognised_message(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: …`` with the closest option of ``parser`` to each unknown option
+    (benchmark.errors.did_you_mean; ``--jsn`` → ``--json``, ``--onl`` → ``--only``)."""
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for word in extras:
+        if word.startswith("-"):
+            name = word.partition("=")[0]
+            hint = did_you_mean(name, options)
+            hints.append(f"{name}: not an option of {parser.prog}{hint}" if hint else
+                         f"{name}: not an option of {parser.prog} (see {parser.prog} --help)")
+    return f"unrecognized arguments: {' '.join(extras)}" + ("; " + "; ".join(hints) if hints else "")
 
 
 def emit(text: str, out: str | Path | None) -> None:
@@ -59,7 +94,8 @@ def emit(text: str, out: str | Path | None) -> None:
 
 def grid_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The grid fields the command line overrides: ``--set``, ``--sweep`` and the options of
-    :func:`add_grid_options` and :func:`add_run_options` (a given data root checked to exist)."""
+    :func:`add_grid_options` and :func:`add_run_options` (a given data root is checked to exist when
+    the grid is read: benchmark.grid.parse_grid)."""
     overrides: dict[str, object] = parse_set_options(getattr(args, "set", None) or [])
     overrides.update(parse_sweep_options(getattr(args, "sweep", None) or []))
     if getattr(args, "data_root", None):
@@ -70,18 +106,7 @@ def grid_overrides(args: argparse.Namespace) -> dict[str, object]:
         overrides["device"] = OptionValue(args.device)
     if getattr(args, "no_cache", False):
         overrides["cache"] = False
-    check_data_root(overrides.get("data_root"))
     return overrides
-
-
-def check_data_root(data_root: object) -> None:
-    """A data root given on the command line must exist: only a grid's own data_root makes the
-    runner generate a synthbirds set (a typo would otherwise train on a fresh one)."""
-    if isinstance(data_root, str) and not Path(data_root).expanduser().exists():
-        raise ProtobenchError(
-            f"data root {data_root!r} given on the command line does not exist; pass the folder the dataset was "
-            f"extracted to. A synthbirds set is generated only where a grid file's data_root names it, or make "
-            f"one there with `protobench make-data synthbirds --out {data_root}`")
 
 
 def tensorboard_dir(args: argparse.Namespace) -> Path | None:
@@ -108,7 +133,7 @@ def existing_runs_dir(path: str) -> Path:
     """A runs directory a command reads, which must exist (ProtobenchError naming the fix)."""
     root = Path(path)
     if not root.exists():
-        raise ProtobenchError(f"runs directory {str(root)!r} does not exist; give the directory `protobench run` wrote to")
+        raise ProtobenchError(f"runs directory {str(root)!r} does not exist{nearest_sibling(root)}; give the directory `protobench run` wrote to")
     return root
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from benchmark.cache.admin import list_cache, remove_cache, verify_cache
 from benchmark.cli.common import cache_root_of
 from benchmark.data.declared import known_datasets
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, did_you_mean
 
 
 LIST_SECTIONS = ("methods", "backbones", "datasets", "grids")
@@ -60,7 +60,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
     if args.kind not in GENERATORS:
-        raise ProtobenchError(f"unknown generator {args.kind!r}; the suite generates {', '.join(map(repr, GENERATORS))}")
+        raise ProtobenchError(f"unknown generator {args.kind!r}{did_you_mean(args.kind, GENERATORS)}; the suite "
+                              f"generates {', '.join(map(repr, GENERATORS))}")
     module, defaults, function = GENERATORS[args.kind]
     home = importlib.import_module(module)
     given = {"classes": args.classes, "images_per_class": args.images_per_class, "seed": args.seed}
@@ -118,7 +119,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(shown, indent=2, default=repr))
         return 0
     if not any(shown.values()):
-        print(f"nothing named like {terms[0]!r} in {', '.join(sections)}")
+        print(f"nothing named like {terms[0]!r} in {', '.join(sections)}"
+              f"{did_you_mean(terms[0], LIST_SECTIONS) if len(sections) > 1 else ''}")
         return 1
     for section, entries in shown.items():
         if not entries:

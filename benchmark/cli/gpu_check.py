@@ -152,7 +152,8 @@ def summarise(results: list[StepResult], out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.cli.gpu_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmark.cli.gpu_check", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--device", default="cuda", choices=DEVICES, help="cuda: the check; cpu: the dry run (CI)")
     parser.add_argument("--out", default="gpu-check", help="folder of every step's output (default: gpu-check)")
     parser.add_argument("--steps", help="comma-separated steps to run (tests, perf, tuning, plan, model; default: all)")

@@ -19,7 +19,7 @@ from benchmark.cli.common import (
     runs_root_of,
     tensorboard_dir,
 )
-from benchmark.errors import ProtobenchError
+from benchmark.errors import ProtobenchError, nearest_sibling
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import find_run_dirs
 from benchmark.run.own_code import AdapterImports
@@ -240,7 +240,7 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
     runs whose id starts with a prefix (under --runs-dir); and how to say which."""
     target = Path(args.target)
     if target.suffix == ".toml" and not target.is_file():  # a grid file that is not there: say so
-        raise ProtobenchError(f"grid file {str(target)!r} does not exist; give the grid file `protobench run` "
+        raise ProtobenchError(f"grid file {str(target)!r} does not exist{nearest_sibling(target)}; give the grid file `protobench run` "
                               "submitted, a runs directory (runs/GRID) or the start of a run id")
     if target.suffix == ".toml":
         grid = load_grid(target)

@@ -56,6 +56,10 @@ DATASETS: dict[str, DatasetDeclaration] = {
 }
 
 
+#: the datasets `protobench make-data KIND` generates in their official layout (KIND is the dataset's name)
+GENERATED_DATASETS = ("synthbirds", "nabirds", "partimagenet")
+
+
 def installed_datasets() -> dict[str, tuple[DatasetDeclaration, Provider]]:
     """The datasets installed packages declare (``protobench.datasets``) that load; one whose name a
     built-in has, or two distributions declare, or that does not load, is skipped with a warning."""

@@ -186,3 +186,28 @@ def test_the_site_builds_strictly(tmp_path):
     assert "WARNING" not in done.stderr, done.stderr[-4000:]
     cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     assert "--rerun-stale" in cli and "<!-- generated" not in cli
+
+
+def test_the_committed_reference_pages_equal_the_generated_ones() -> None:
+    """docs/reference/*.md hold their generated blocks (GitHub shows them); each equals what the code
+    generates now (benchmark.cli.docs_pages), the CLI reference first of all."""
+    from benchmark.cli.docs_pages import REFERENCE, REFRESH_COMMAND, filled
+
+    pages = sorted(REFERENCE.glob("*.md"))
+    assert REFERENCE / "cli.md" in pages
+    for page in pages:
+        committed = page.read_text(encoding="utf-8")
+        assert "<!-- end generated: " in committed, f"{page} holds no generated block; run `{REFRESH_COMMAND}`"
+        assert filled(committed, str(page)) == committed, \
+            f"{page.relative_to(REPO)} differs from the generated page; run `{REFRESH_COMMAND}` and commit it"
+
+
+def test_a_changed_generator_shows_in_the_refreshed_block_only() -> None:
+    from benchmark.cli.docs_pages import filled
+
+    page = "# T\n\nintro\n\n<!-- generated: x -->\nold\n<!-- end generated: x -->\n\nafter\n"
+    assert filled(page, "t.md", {"x": lambda: "new\n"}) == page.replace("old", "new")
+    fresh = "# T\n\n<!-- generated: x -->\n\nafter\n"
+    assert filled(fresh, "t.md", {"x": lambda: "new"}) == "# T\n\n<!-- generated: x -->\nnew\n<!-- end generated: x -->\n\nafter\n"
+    with pytest.raises(KeyError, match="no generator 'y'"):
+        filled("<!-- generated: y -->\n", "t.md", {"x": lambda: ""})

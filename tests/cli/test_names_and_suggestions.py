@@ -140,3 +140,115 @@ def test_a_heartbeat_that_is_not_a_finite_positive_number_is_refused_before_comp
                  "--runs-dir", str(tmp_path / "runs")]) == 2
     assert f"--heartbeat-seconds {float(value)} must be a finite number > 0" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+# ---- issue 54: errors point to the right word ----
+def _every_parser(parser: object) -> list[object]:
+    import argparse
+
+    found = [parser]
+    for action in parser._actions:  # type: ignore[attr-defined]
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _every_parser(child)
+    return found
+
+
+def test_every_parser_matches_options_whole() -> None:
+    from benchmark.cli import build_parser
+
+    parsers = _every_parser(build_parser())
+    assert len(parsers) > 20 and all(not p.allow_abbrev for p in parsers)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("argv", "usage", "expected"), [
+    (["run", "{grid}", "--onl", "J=3"], "usage: protobench run ", "--onl: not an option of protobench run (did you "
+                                                                  "mean '--only'?)"),
+    (["plan", "{grid}", "--onyl", "J=3"], "usage: protobench plan ", "(did you mean '--only'?)"),
+    (["status", "{runs}", "--jsn"], "usage: protobench status ", "--jsn: not an option of protobench status (did "
+                                                                 "you mean '--json'?)"),
+], ids=["run-prefix-refused", "plan-typo", "status-typo"])
+def test_an_unrecognised_option_gets_its_commands_usage_and_the_closest_option(
+        argv: list[str], usage: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "g", "a", metrics={"acc": 50.0})
+    grid = write_tiny_grid(tmp_path / "g.toml", "g", tmp_path / "synthbirds")
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(runs=runs, grid=grid) for a in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and expected in err
+    assert not (tmp_path / "synthbirds").exists()  # refused before the data set is generated
+
+
+@pytest.mark.parametrize(("argv", "make", "expected"), [
+    (["report", "{tmp}/runs/dmeo"], "runs/demo", "does not exist (did you mean '{tmp}/runs/demo'?)"),
+    (["plan", "{tmp}/dem.toml"], "demo.toml", "grid file '{tmp}/dem.toml' does not exist (did you mean "
+                                              "'{tmp}/demo.toml'?)"),
+    (["leaderboard", "{tmp}/labB-bundle.tgz", "--out", "{tmp}/lb"], "labA-bundle.tgz",
+     "source {tmp}/labB-bundle.tgz does not exist (did you mean '{tmp}/labA-bundle.tgz'?)"),
+    (["plan", "{grid}", "--data-root", "{tmp}/data/synthbird"], "data/synthbirds",
+     "--data-root) does not exist (did you mean '{tmp}/data/synthbirds'?)"),
+    (["bundle", "{tmp}/runs/dmeo", "--out", "{tmp}/b"], "runs/demo", "does not exist (did you mean '{tmp}/runs/demo'?)"),
+], ids=["report", "grid-file", "leaderboard-source", "data-root", "bundle"])
+def test_a_path_that_does_not_exist_suggests_the_nearest_sibling(
+        argv: list[str], make: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / make
+    if target.suffix:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("")
+    else:
+        target.mkdir(parents=True)
+    grid = write_tiny_grid(tmp_path / "g.toml", "g", tmp_path / "synthbirds")
+    assert main([a.format(tmp=tmp_path, grid=grid) for a in argv]) == 2
+    assert expected.format(tmp=tmp_path) in capsys.readouterr().err
+
+
+def test_a_missing_data_root_suggests_make_data_only_for_a_generated_dataset(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmark.cli.data import GENERATORS
+    from benchmark.data.declared import GENERATED_DATASETS
+
+    assert tuple(GENERATORS) == GENERATED_DATASETS
+    generated = write_tiny_grid(tmp_path / "g.toml", "g", tmp_path / "synthbirds")
+    assert main(["plan", str(generated), "--data-root", "/nonexistent/x"]) == 2
+    assert "`protobench make-data synthbirds --out /nonexistent/x`" in capsys.readouterr().err
+    table = tiny_grid_table("c", tmp_path, dataset="cub", without=["dataset_args"])
+    with pytest.raises(ProtobenchError) as err:
+        parse_grid(table, source="c.toml", overrides=grid_overrides(_namespace(data_root="/data/CUB_200_2011")))
+    assert "'/data/CUB_200_2011' given on the command line (--data-root) does not exist" in str(err.value)
+    assert "make-data" not in str(err.value)
+
+
+def _namespace(**given: object) -> object:
+    import argparse
+
+    return argparse.Namespace(**{"set": [], "sweep": [], "data_root": None, "weights": None, "device": None,
+                                 "no_cache": False, **given})
+
+
+def test_bundle_of_a_folder_without_runs_says_it_is_not_a_runs_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes").mkdir()
+    assert main(["bundle", str(tmp_path / "notes"), "--out", str(tmp_path / "b")]) == 2
+    assert f"{tmp_path / 'notes'} is not a runs folder" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["list", "method"], "nothing named like 'method' in methods, backbones, datasets, grids (did you mean 'methods'?)"),
+    (["compare", "{runs}", "--by", "methd"], "--by 'methd' is not a key of the results (did you mean 'method'?)"),
+    (["make-data", "nabird", "--out", "{tmp}/x"], "unknown generator 'nabird' (did you mean 'nabirds'?)"),
+    (["plan", "{grid}", "--set", "seed=0,1"], "--set seed=0,1: a list of values is a sweep; use --sweep seed=0,1"),
+], ids=["list-section", "compare-by", "make-data", "set-list"])
+def test_misspelt_sections_keys_generators_and_set_lists_get_the_right_word(
+        argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(runs, f"v{seed}", seed=seed, metrics={"acc": 50.0 + seed})
+    grid = write_tiny_grid(tmp_path / "g.toml", "g", tmp_path / "synthbirds")
+    rc = main([a.format(runs=runs, tmp=tmp_path, grid=grid) for a in argv])
+    assert rc == (1 if argv[0] == "list" else 2)
+    captured = capsys.readouterr()
+    assert expected in captured.out + captured.err
+    assert not (tmp_path / "x").exists()

@@ -86,9 +86,10 @@ def test_hand_checked_cells(runs: pd.DataFrame) -> None:
     assert _row(md, "NPPP (J=7)")[1:5] == ["61.8", "**82.2**", "77.3", "<u>90.4</u>"]
     # Every present cell of NPPP J=5 averages two seeds: one dagger on the label. Acc. 91.0 is best.
     assert _row(md, "NPPP† (J=5)")[1:5] == ["58.5", "81.3", "81.1", "**91.0**"]
-    # TesNet's Dis. 98.66 shows as 98.7 and ties vMFProto J=3's (98.8 + 98.6) / 2 = 98.7 for best.
-    assert _row(md, "TesNet (J=3)")[3] == "**98.7**"
-    assert _row(md, "vMFProto† (J=3)")[1:5] == ["<u>69.5</u>", "77.3", "**98.7**", "90.2"]
+    # TesNet's Dis. 98.66 shows as 98.7 and ties vMFProto J=3's (98.8 + 98.6) / 2 = 98.7 for best: a tied
+    # best is left plain, in markdown as in LaTeX (reports.marks.typeset_marks; issue 54).
+    assert _row(md, "TesNet (J=3)")[3] == "98.7"
+    assert _row(md, "vMFProto† (J=3)")[1:5] == ["<u>69.5</u>", "77.3", "98.7", "90.2"]
     # Null Dis. (TesNet, S/14) and absent Sta. (MGProto, B/16) are missing cells.
     assert _row(md, "TesNet (J=3)")[7] == "–" and _row(md, "MGProto (J=7)")[10] == "–"
 
@@ -195,3 +196,22 @@ def test_unknown_format_and_bad_decimals_are_user_errors(runs: pd.DataFrame) -> 
         render_report(runs, "cub_main", "html")  # type: ignore[arg-type]
     with pytest.raises(ProtobenchError, match="decimals"):
         render_report(runs, "cub_main", "latex", decimals=-1)
+
+
+
+def _md_mark(cell: str) -> str | None:
+    return "best" if cell.startswith("**") else "second" if cell.startswith("<u>") else "tied" if "≈" in cell else None
+
+
+def _tex_mark(cell: str) -> str | None:
+    return ("best" if cell.startswith((r"\textbf{", r"{\boldmath")) else "second" if cell.startswith(r"\underline{")
+            else "tied" if r"$^{\approx}$" in cell else None)
+
+
+@pytest.mark.parametrize("name", ["cub_main", "explanations"])
+def test_markdown_and_latex_mark_the_same_cells(runs: pd.DataFrame, name: str) -> None:
+    """Issue 54: the same best (a tied best plain in both), second and ≈ cells in both formats."""
+    md = [[_md_mark(c) for c in row] for row in markdown_rows(render_report(runs, name, "markdown").text)]
+    tex = [[_tex_mark(c) for c in row] for row in latex_rows(render_report(runs, name, "latex").text)]
+    md_marks = sorted(m for row in md for m in row if m)
+    assert md_marks and "best" in md_marks and md_marks == sorted(m for row in tex for m in row if m)
