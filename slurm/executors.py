@@ -32,7 +32,8 @@ from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec, cache_group
 from benchmark.estimates.costs import model_costs
 from benchmark.estimates.plan import run_hours
-from benchmark.run.local import Outcome, pending_runs, preflight
+from benchmark.run.local import preflight
+from benchmark.run.pending import Outcome, pending_runs
 from benchmark.run.states import JobRecord, add_job_record
 from benchmark.run.store import RunDir, atomic_write_json
 from slurm.jobs import RUNNING_ELSEWHERE, RunJob, TaskRun, adapter_paths

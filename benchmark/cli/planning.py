@@ -117,11 +117,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise ProtobenchError(f"--tuning-trials {args.tuning_trials} must be ≥ 1")
         print("\n".join(tuning_lines(tuning_costs(grid, profile, costs, args.tuning_trials), profile)))
     _print_plan_file_checks(grid)
+    runs_root = runs_root_of(args, grid.runs_dir)
+    print_run_preview(grid, runs_root, cache_root_of(args, runs_root))
     try:
-        check_cache_fits(list(grid.runs), cache_root_of(args, runs_root_of(args, grid.runs_dir)))
+        check_cache_fits(list(grid.runs), cache_root_of(args, runs_root))
     except ProtobenchError as warning:
         print(f"warning: {warning}", file=sys.stderr)
     return 0
+
+
+def print_run_preview(grid: GridSpec, runs_root: Path, cache_root: Path) -> None:
+    """What ``run`` would do now with the grid's runs in ``runs_root``: how many are done, stale,
+    failed before, running elsewhere and to train, and how many of the token-cache entries they read
+    ``cache_root`` already holds. Nothing on disk is touched, and SLURM is not asked (``status``
+    tells submitted runs)."""
+    from collections import Counter
+
+    from benchmark.cache.space import missing_entries
+    from benchmark.estimates.caches import grid_cache_needs
+    from benchmark.run.pending import pending_runs
+
+    todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False, preview=True)
+    states = Counter(outcome.state for outcome in settled)
+    parts = [f"{states['skipped']} done", f"{len(todo)} to train"]
+    parts += [f"{states[state]} {label}" for state, label in (
+        ("skipped-stale", "stale (run --rerun-stale retrains them)"),
+        ("skipped-failed", "failed before (run --retry-failed retries them)"),
+        ("running-elsewhere", "running elsewhere")) if states[state]]
+    needs = [need for need, _ in grid_cache_needs(list(grid.runs))]
+    built = len(needs) - len(missing_entries(needs, cache_root))
+    print(f"run would now: {', '.join(parts)} of {len(grid.runs)} run(s) in {runs_root}; "
+          f"{built} of {len(needs)} token-cache entries already built in {cache_root}")
 
 
 def _print_plan_file_checks(grid: GridSpec) -> None:

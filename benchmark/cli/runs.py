@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from benchmark.config import RunSpec
     from benchmark.grid import GridSpec
     from benchmark.run.store import RunDir
-    from benchmark.run.local import Outcome
+    from benchmark.run.pending import Outcome
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

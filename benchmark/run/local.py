@@ -1,13 +1,12 @@
 """The local executor: the runs of a grid in this process, one after another (``protobench run``
-without ``--executor``), and what every executor shares: which runs are pending
-(:func:`pending_runs`), the checks before any training (:func:`preflight`) and a run's outcome.
+without ``--executor``), and the checks before any training every executor shares
+(:func:`preflight`); which runs are pending and their outcomes: benchmark/run/pending.py.
 The SLURM executors (``slurm.executors``) build on these; this module imports nothing of ``slurm``.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmark.backbones import backbone_spec
@@ -15,59 +14,11 @@ from benchmark.config import RunSpec, check_prototype_count
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
 from benchmark.method_lookup import declaration, stand_in_method
-from benchmark.run.identity import discard_stale, stale_result
+from benchmark.run.pending import Outcome, pending_runs
 from benchmark.run.prepare import check_data, check_device, check_images_per_class, load_trunk
 from benchmark.run.runner import execute_run
-from benchmark.run.states import AskScheduler, run_states
-from benchmark.run.store import RunBusy, RunDir
-
-
-@dataclass(frozen=True)
-class Outcome:
-    spec: RunSpec
-    state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" (pending or running in SLURM)
-    #           | "skipped-stale" (a result the current code would not give: --rerun-stale)
-    #           | "running-elsewhere" (another live process holds the run's lock)
-    detail: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """The run has no result because it failed, now or in an earlier invocation."""
-        return self.state in ("failed", "skipped-failed")
-
-
-def pending_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, *, retry_failed: bool,
-                 rerun_stale: bool = False, ask: AskScheduler | None = None) -> tuple[list[RunSpec], list[Outcome]]:
-    """Split runs into those to execute and those settled: done, stale (benchmark/run/identity.py)
-    unless ``rerun_stale``, still pending or running in SLURM, or failed (a failure.json, or a
-    SLURM job that ended without a result) unless ``retry_failed``. SLURM is asked (``ask``:
-    ``slurm.scheduler.query_jobs``) only about unfinished runs that were submitted to it. A stale result re-run is deleted first (with its
-    checkpoint and epoch log; an earlier version's run directory as a whole)."""
-    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in runs]
-    states = run_states(dirs, ask)
-    todo, settled = [], []
-    for spec, rd in zip(runs, dirs):
-        rd.remove_abandoned_temp_files()  # a killed writer's, done runs' included (docs/guides/runs.md)
-        state = states[rd.path]
-        stale = stale_result(spec, rd)
-        if stale is not None and not rerun_stale:
-            settled.append(Outcome(spec, "skipped-stale", f"{stale[1]}: {stale[0].path} (use --rerun-stale)"))
-        elif stale is not None:
-            try:
-                discard_stale(stale[0], whole_dir=stale[0].path != rd.path)
-                todo.append(spec)
-            except RunBusy as busy:
-                settled.append(Outcome(spec, "running-elsewhere", busy.holder))
-        elif state.label == "done":
-            settled.append(Outcome(spec, "skipped", "already done"))
-        elif state.live:
-            settled.append(Outcome(spec, "queued", f"job {state.job.job_id if state.job else '?'} is {state.label}"))
-        elif state.failed and not retry_failed:
-            reason = (rd.failure() or {}).get("reason", "") if state.label == "failed" else state.label
-            settled.append(Outcome(spec, "skipped-failed", f"failed before: {reason} (use --retry-failed)"))
-        else:
-            todo.append(spec)
-    return todo, settled
+from benchmark.run.states import AskScheduler
+from benchmark.run.store import RunBusy
 
 
 def preflight(runs: list[RunSpec]) -> None:
@@ -100,13 +51,14 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
     """Execute the pending runs in this process; a failed run is recorded and the next one starts.
     ``tensorboard_root``: each run's TensorBoard events go to ``tensorboard_root/<grid>/<run_id>``;
     ``ask``: how to ask SLURM about runs submitted to it (:func:`pending_runs`); ``report``: receives
-    one overall progress line after each run (runs settled of the grid's, elapsed time)."""
+    one overall progress line after each run (runs settled of the grid's, elapsed time, the
+    estimated time left: :func:`time_left`)."""
     todo, outcomes = pending_runs(grid, runs, runs_root, retry_failed=retry_failed, rerun_stale=rerun_stale, ask=ask)
     for spec in {spec.device: spec for spec in todo}.values():  # a device this machine lacks is a user error
         check_device(spec)
     preflight(todo)
     started, settled = time.monotonic(), len(runs) - len(todo)
-    for spec in todo:
+    for executed, spec in enumerate(todo, start=1):
         try:
             execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
                         allow_code_change=allow_code_change,
@@ -121,8 +73,36 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
         settled += 1
         if report is not None:
             failed = sum(o.state == "failed" for o in outcomes)
-            elapsed = int(time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            left = time_left(elapsed, todo[:executed], todo[executed:])
             report(f"grid {grid.name!r}: {settled}/{len(runs)} runs settled"
                    + (f" ({failed} failed)" if failed else "")
-                   + f", {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
+                   + f", {clock(elapsed)} elapsed" + (f", {left}" if left else ""))
     return outcomes
+
+
+def clock(seconds: float) -> str:
+    """``H:MM:SS``."""
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def time_left(elapsed: float, ran: Sequence[RunSpec], left: Sequence[RunSpec]) -> str | None:
+    """The time the runs ``left`` should take, said with how it was estimated: the ``elapsed``
+    seconds the runs ``ran`` took here, scaled by the cost model's ratio of the runs' modelled hours
+    (benchmark/estimates/plan.py: epochs × per-epoch cost of each run, so a longer schedule or a
+    larger trunk counts for more); None when nothing is left or nothing ran yet."""
+    from benchmark.cluster import ClusterProfile
+    from benchmark.estimates.costs import model_costs
+    from benchmark.estimates.plan import run_hours
+
+    if not left or not ran:
+        return None
+    profile = ClusterProfile()
+    costs = model_costs(profile.device_model)
+    modelled_ran = sum(run_hours(costs, spec, profile)[0] for spec in ran)
+    modelled_left = sum(run_hours(costs, spec, profile)[0] for spec in left)
+    if modelled_ran <= 0:
+        return None
+    return (f"about {clock(elapsed * modelled_left / modelled_ran)} left (the {len(ran)} run(s) timed here, "
+            f"scaled to the {len(left)} left by the cost model's relative run costs)")

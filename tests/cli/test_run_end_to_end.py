@@ -64,14 +64,25 @@ def test_a_run_killed_before_its_first_checkpoint_reads_started_not_new(tmp_path
     assert run.state == "started"
 
 
-def test_a_grid_prints_one_overall_progress_line_per_run(workdir, grid_file, capsys):
+def test_a_grid_prints_one_overall_progress_line_per_run_and_plan_previews_what_run_would_do(workdir, grid_file, capsys):
     grid = workdir / "two.toml"
     write_tiny_grid(grid, "two", workdir / "synthbirds", method_args={"end_to_end_epochs": 1},
                     sweep=[{"prototypes_per_class": [2], "seed": [0, 1]}])
-    assert main(["run", str(grid), "--runs-dir", str(workdir / "progress")]) == 0
+    runs = workdir / "progress"
+    assert main(["plan", str(grid), "--runs-dir", str(runs)]) == 0
+    assert f"run would now: 0 done, 2 to train of 2 run(s) in {runs}; 0 of " in capsys.readouterr().out
+    assert not runs.exists()  # the preview touches nothing
+    assert main(["run", str(grid), "--runs-dir", str(runs)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "runs settled" in line]
     assert [line.split(":")[1].split(",")[0].strip() for line in lines] == ["1/2 runs settled", "2/2 runs settled"]
-    assert all(line.endswith(" elapsed") for line in lines)
+    assert lines[0].endswith("left (the 1 run(s) timed here, scaled to the 1 left by the cost model's relative "
+                             "run costs)"), lines[0]
+    assert lines[1].endswith(" elapsed")  # nothing left
+    assert main(["plan", str(grid), "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert f"run would now: 2 done, 0 to train of 2 run(s) in {runs}" in out
+    needs = int(out.split("token-cache entries already built")[0].split(" of ")[-1])
+    assert f"{needs} of {needs} token-cache entries already built in {runs / '.token-cache'}" in out
 
 
 def test_rerun_skips_finished_runs(workdir, grid_file, finished, capsys):

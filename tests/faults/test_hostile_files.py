@@ -11,7 +11,7 @@ from tiny_grid import tiny_grid
 
 from benchmark.cli import main
 from benchmark.run.store import RunDir, atomic_write_json
-from benchmark.run.local import pending_runs
+from benchmark.run.pending import pending_runs
 from benchmark.run.states import JOB_FILE
 
 

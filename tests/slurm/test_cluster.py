@@ -21,7 +21,7 @@ import submitit
 from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
-from benchmark.run.local import pending_runs
+from benchmark.run.pending import pending_runs
 from slurm.executors import Submission, make_executor, submit_runs
 from benchmark.grid import GridSpec, load_grid
 from benchmark.run.states import ATTEMPT_FILE, latest_job, run_states
