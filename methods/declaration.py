@@ -170,6 +170,7 @@ class MethodDeclaration:
     clusters_each_class: bool = False
     needs_early_tokens: bool = False
     batches_trials: bool = False  # PrototypeMethod.batches_trials: `tune --batch K` vectorises its step
+    reference_row: bool = False  # a reference row (no prototypes): never marked or ranked among the methods it frames
     references: tuple[str, ...] = ()
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: what the behaviour probe (benchmark/behaviour/probe.py) may shorten to fit its micro problem:

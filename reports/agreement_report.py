@@ -10,8 +10,10 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from benchmark.csv_cells import frame_csv
+from benchmark.errors import ProtobenchError
 from reports.agreement import MIN_METHODS, Bootstrap, Stability, Tau, check_agreement_input, metric_taus, rank_stability
 from reports.cell_text import markdown_cell
+from reports.columns import REFERENCE_ROWS
 from reports.reliability import ICC_SOURCE, Reliability, reliability
 from reports.supported import Ordering, orderings
 
@@ -27,14 +29,25 @@ class AgreementReport:
     stability: dict[str, list[Stability]]  # by key, empty where the key has one value
     orderings: list[Ordering]
     tests: int  # the comparisons Holm corrects over
+    left_out: list[str]  # reference rows present but not ranked (``--rank-reference`` ranks them)
 
 
-def build_agreement(frame: pd.DataFrame, boot: Bootstrap) -> AgreementReport:
-    """Every part of the report; bad input is refused before any of it is computed."""
-    metrics = check_agreement_input(frame)
+def build_agreement(frame: pd.DataFrame, boot: Bootstrap, *, rank_reference: bool = False) -> AgreementReport:
+    """Every part of the report; bad input is refused before any of it is computed. Reference rows
+    (:data:`reports.columns.REFERENCE_ROWS`) are left out of every ranking unless ``rank_reference``."""
+    left_out = [] if rank_reference else sorted(set(frame["method"]) & set(REFERENCE_ROWS))
+    frame = frame[~frame["method"].isin(left_out)]
+    try:
+        metrics = check_agreement_input(frame)
+    except ProtobenchError as err:
+        if not left_out:
+            raise
+        raise ProtobenchError(f"{err} The reference rows {', '.join(left_out)} are left out of the rankings; "
+                              "`--rank-reference` ranks them with the methods.") from None
     found, tests = orderings(frame, metrics, boot.level)
     return AgreementReport(metrics, boot, metric_taus(frame, metrics, boot), reliability(frame, metrics),
-                           {key: rank_stability(frame, metrics, key) for key in STABILITY_KEYS}, found, tests)
+                           {key: rank_stability(frame, metrics, key) for key in STABILITY_KEYS}, found, tests,
+                           left_out)
 
 
 def number(value: float, decimals: int = 2) -> str:
@@ -110,7 +123,9 @@ def render_agreement(report: AgreementReport, fmt: str) -> str:
         return tabulate([[markdown_cell(c) for c in row] for row in rows], headers=headers, tablefmt="github",
                         disable_numparse=True)
 
-    parts = [f"Agreement of the metrics {', '.join(report.metrics)}", "",
+    ranked = (f"Reference rows left out of every ranking: {', '.join(report.left_out)} (`--rank-reference` ranks "
+              "them with the methods)." if report.left_out else "")
+    parts = [f"Agreement of the metrics {', '.join(report.metrics)}", "", *([ranked, ""] if ranked else []),
              "## Kendall's τ between the metrics' method rankings", "",
              markdown(*tau_rows(report)) if report.taus else "No cell ranks three methods on two metrics.", "",
              tau_note(report), "", "## Reliability over seeds", "",

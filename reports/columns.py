@@ -110,3 +110,9 @@ def flatten(value: Mapping[str, object], prefix: str = "") -> dict[str, object]:
         else:
             flat[name] = dict(item) if isinstance(item, Mapping) else item
     return flat
+
+
+#: the reference rows (methods whose declaration sets ``reference_row``: no prototypes, they frame
+#: the part-prototype methods): never marked best or second in a table, nor ranked by `agreement`
+#: unless ``--rank-reference`` (spelt here: reports read no declarations; a test holds it equal)
+REFERENCE_ROWS: tuple[str, ...] = ("knn", "linear_probe")

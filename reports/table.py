@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from reports.aggregate import Stat, cell_stats
+from reports.columns import KEY_COLUMNS, REFERENCE_ROWS
 from reports.compare import Reference, reference
 from reports.layout import BEST_NOTE, ColumnGroup, Heading, Layout, Metric, Row, Rule, Text
 from reports.marks import Mark, rank_marks
@@ -91,17 +92,20 @@ def build_table(
     stats = [[ours.get(key) for key in line] for line in keys]
     digits = [decimals if m.decimals is None else m.decimals for _, m in columns]
     shown = [[None if s is None else format_number(s.mean, digits[c]) for c, s in enumerate(line)] for line in stats]
+    # a reference row (linear probe, k-NN) frames the methods: never marked, nor the best they are marked against
+    framing = [bool(line) and line[0][0][KEY_COLUMNS.index("method")] in REFERENCE_ROWS for line in keys]
+    ranked = [[None if ref else s for s in line] for line, ref in zip(stats, framing)]
     if significance is not None and layout.mark_best:
         from reports.significance import significance_marks
 
         marks = [significance_marks(frame, [line[c][0] for line in keys],
-                                    [None if line[c] is None else line[c].mean for line in stats], metric.key,
+                                    [None if line[c] is None else line[c].mean for line in ranked], metric.key,
                                     higher_is_better=metric.higher_is_better, alpha=significance)
                  for c, (_, metric) in enumerate(columns)]
     elif level is not None:  # with intervals, no best/second-best from means alone (--significance tests them)
         marks = [[None] * len(keys) for _ in columns]
     else:
-        marks = _marks(layout, columns, shown)
+        marks = _marks(layout, columns, [[None if ref else s for s in line] for line, ref in zip(shown, framing)])
 
     body: list[BodyView] = []
     missing: list[str] = []

@@ -337,6 +337,9 @@ def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=2000, metavar="N",
                         help="bootstrap resamples of the test images per τ interval (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="the bootstrap's random seed (default 0)")
+    parser.add_argument("--rank-reference", action="store_true",
+                        help="rank the reference rows (linear probe, k-NN) with the methods; by default they are "
+                             "left out of every ranking, and the report says so")
     parser.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown",
                         help="the whole report as markdown, or the τ table as CSV (default: markdown)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here instead of stdout")
@@ -354,6 +357,7 @@ def run_agreement(args: argparse.Namespace) -> int:
         raise ProtobenchError(f"--resamples {args.resamples}: a percentile interval needs at least 100 resamples "
                               "(default 2000).")
     frame = load_runs(args.runs_dirs, parse_where(args.where), csv=False)
-    report = build_agreement(frame, Bootstrap(n_resamples=args.resamples, seed=args.seed, level=args.level / 100))
+    report = build_agreement(frame, Bootstrap(n_resamples=args.resamples, seed=args.seed, level=args.level / 100),
+                             rank_reference=args.rank_reference)
     emit(render_agreement(report, args.fmt), args.out)
     return 0

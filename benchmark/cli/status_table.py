@@ -94,11 +94,23 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None,
         progress = running_progress(rd, spec, holder, adapters) if state.startswith("running") else ""
         records.append({"path": str(rd.path), "grid": rd.path.parent.name, "run_id": rd.path.name, "state": state,
                         "spec": spec, "metrics": (result or {}).get("metrics", {}), "failure": reason, "stale": stale,
-                        "rescore": rescore, "code_note": code.note,
+                        "rescore": rescore, "code_note": code.note, "code": code_label(state, code, result),
                         "method_display_name": _display_name(str(spec.get("method", "?")), result, adapters),
                         "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
                         "unreadable": unreadable, "progress": progress})
     return records
+
+
+def code_label(state: str, code: CodeState, result: dict[str, Any] | None) -> str:
+    """A finished run's code state in a word (current, refactored: behaviour identical, stale,
+    unverifiable) and, for an installed package's method, the package and version that trained it."""
+    if result is None:
+        return ""
+    word = ("unverifiable" if is_unverifiable(code.stale) else "stale") if code.stale else \
+        "refactored, identical" if code.note else "current"
+    provider = result.get("method_provider") if isinstance(result.get("method_provider"), dict) else {}
+    name = provider.get("distribution")
+    return f"{word} · {name} {provider.get('version', '?')}" if name and name != "protobench" else word
 
 
 def _display_name(method: str, result: dict[str, Any] | None, adapters: AdapterImports) -> str:
@@ -175,7 +187,7 @@ def shown_columns(records: list[dict[str, Any]], wide: bool) -> list[str]:
     only where they vary, warnings and progress only where a run has some."""
     varies = {key: len({str(r["spec"].get(key, "")) for r in records}) > 1 for key in ("variant", "backbone", "dataset")}
     columns = ["grid"] if wide or len({r["grid"] for r in records}) > 1 else []
-    columns += ["run", "state", "method", "J", "seed"]
+    columns += ["run", "state", "code", "method", "J", "seed"]
     columns += [key for key in ("variant", "backbone", "dataset") if wide or varies[key]]
     columns += list(METRIC_COLUMNS)
     columns += [key for key in ("warnings", "progress") if wide or any(r[key] for r in records)]
@@ -208,6 +220,7 @@ def status_table(root: Path, records: list[dict[str, Any]], *, wide: bool = Fals
         warned.extend((Path(record["path"]), warning) for warning in record["warnings"])
         style = {"done": "green", "failed": "red"}.get(state, "yellow")
         cells = {"grid": record["grid"], "run": record["run_id"][:8], "state": f"[{style}]{state}[/{style}]",
+                 "code": escape(record["code"]),
                  "method": record["method_display_name"], "J": str(spec.get("prototypes_per_class", "?")),
                  "seed": str(spec.get("seed", "?")), "variant": str(spec.get("variant", "")),
                  "backbone": str(spec.get("backbone", "")), "dataset": str(spec.get("dataset", "")),

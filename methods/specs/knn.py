@@ -10,6 +10,7 @@ DECLARATION = MethodDeclaration(
         "k": count(20, minimum=1),
         "temperature": positive(0.07),
     },
+    reference_row=True,
     references=(
         "Caron et al., Emerging Properties in Self-Supervised Vision Transformers, ICCV 2021",
         "official code: facebookresearch/dino @ 04c0ad9, eval_knn.py",

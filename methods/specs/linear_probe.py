@@ -13,6 +13,7 @@ DECLARATION = MethodDeclaration(
     },
     # the official grid of learning rates (1e-5 … 0.1) scaled to batch 128 (lr · 128/256)
     search_space={"lr": LogUniform(5e-06, 0.05), "pool": Categorical(("cls", "mean", "cls+mean"))},
+    reference_row=True,
     references=(
         "Oquab et al., DINOv2: Learning Robust Visual Features without Supervision, TMLR 2024",
         "official code: facebookresearch/dinov2 @ 05c66df, dinov2/eval/linear.py",

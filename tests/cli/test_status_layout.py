@@ -37,8 +37,9 @@ def test_status_sorts_by_method_j_seed_and_fits_100_columns(runs: Path, capsys: 
     assert table and max(len(line) for line in table) <= 100
     header = next(line for line in out.splitlines() if line.startswith("┃"))
     assert "backbone" not in header and "dataset" not in header and "progress" not in header
-    keys = [(r[2], int(r[3]), int(r[4])) for r in rows(out)]
+    keys = [(r[3], int(r[4]), int(r[5])) for r in rows(out)]
     assert keys == [(m, j, s) for m in ("ProtoPNet", "vMFProto") for j in (5, 10) for s in (0, 1)]
+    assert {r[2] for r in rows(out)} == {"current"}  # each finished run's code state, in words
     assert main(["status", str(runs), "--wide"]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("┃"))
     assert all(name in header for name in ("grid", "backbone", "dataset", "warnings", "progress"))

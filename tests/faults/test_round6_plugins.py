@@ -94,7 +94,7 @@ def test_reading_a_plugins_runs_imports_no_plugin_and_reads_them_current(plugin_
     assert "unverifiable" not in done.stderr + done.stdout
     if command == "status":
         (record,) = json.loads(done.stdout)
-        assert record["stale"] is None, record
+        assert record["stale"] is None and record["code"] == "current · lab-good 0.3", record
     if command == "report":
         assert "Good method" in done.stdout
 

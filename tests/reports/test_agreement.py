@@ -24,7 +24,7 @@ from reports.tau_bootstrap import tau_statistic
 from reports.reliability import icc
 from reports_support import markdown_rows, write_run
 
-METHODS = ("vmfproto", "protopnet", "kmex", "knn")
+METHODS = ("vmfproto", "protopnet", "kmex", "tesnet")
 IMAGES = 80
 
 
@@ -55,7 +55,7 @@ def test_tau_equals_the_brute_force_pair_count_ties_included() -> None:
 def write_grid(root, sta_order: dict[str, float], *, seeds=(0, 1), noise: float = 0.0, seed: int = 0) -> None:
     """One run per method and seed with per-image correctness and sta: method m is right on the
     first images up to its rate (so every image orders the methods alike: vmfproto > protopnet >
-    kmex > knn), its per-image sta is ``sta_order[m]`` (+ noise), and con follows acc's order."""
+    kmex > tesnet), its per-image sta is ``sta_order[m]`` (+ noise), and con follows acc's order."""
     rng = np.random.default_rng(seed)
     rates = dict(zip(METHODS, (0.9, 0.6, 0.35, 0.1)))
     for method, s in itertools.product(METHODS, seeds):
@@ -79,7 +79,7 @@ def agreement_csv(runs, capsys, *args: str) -> pd.DataFrame:
 
 def test_the_tau_interval_is_scipys_bootstrap_over_images_reproducible_with_its_seed(tmp_path, capsys,
                                                                                        monkeypatch) -> None:
-    write_grid(tmp_path / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 70.0, "knn": 20.0}, noise=30.0)
+    write_grid(tmp_path / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 70.0, "tesnet": 20.0}, noise=30.0)
     calls = []
     original = stats.bootstrap
 
@@ -105,7 +105,7 @@ def test_the_tau_interval_is_scipys_bootstrap_over_images_reproducible_with_its_
 def test_tau_of_the_run_means_is_the_bootstrap_statistic_on_the_original_images(tmp_path, capsys) -> None:
     """The statistic each resample recomputes gives, on the images as drawn, the table's τ; and
     metrics that order every image alike give the interval [τ, τ]."""
-    write_grid(tmp_path / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 70.0, "knn": 20.0})
+    write_grid(tmp_path / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 70.0, "tesnet": 20.0})
     from reports.agreement import cell_cubes, cells, method_means
     from reports.load import load_runs
 
@@ -119,7 +119,7 @@ def test_tau_of_the_run_means_is_the_bootstrap_statistic_on_the_original_images(
     assert table.loc[("con", "sta"), "tau"] == pytest.approx(brute_force_tau_b(
         means["sta"].to_numpy(), cell.groupby("method")["con"].mean().loc[methods].to_numpy()))
     constant = tmp_path / "constant"  # sta: the same value on every image, so every resample ranks alike
-    write_grid(constant / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 40.0, "knn": 20.0})
+    write_grid(constant / "g", {"vmfproto": 90.0, "protopnet": 60.0, "kmex": 40.0, "tesnet": 20.0})
     row = agreement_csv(constant, capsys).loc[("acc", "sta")]
     assert row["tau"] == row["ci_low"] == row["ci_high"] == pytest.approx(1.0)
 
@@ -142,14 +142,14 @@ def test_icc_equals_the_two_way_anova_formula() -> None:
 
 
 def test_supported_orderings_and_flips(tmp_path, capsys) -> None:
-    """acc and con order vmfproto > protopnet > kmex > knn; sta agrees for vmfproto over knn and is
+    """acc and con order vmfproto > protopnet > kmex > tesnet; sta agrees for vmfproto over tesnet and is
     reversed for kmex against protopnet: a supported order and a flip."""
-    write_grid(tmp_path / "g", {"vmfproto": 95.0, "protopnet": 10.0, "kmex": 90.0, "knn": 5.0}, noise=2.0,
+    write_grid(tmp_path / "g", {"vmfproto": 95.0, "protopnet": 10.0, "kmex": 90.0, "tesnet": 5.0}, noise=2.0,
                seeds=(0, 1, 2))
     assert main(["agreement", str(tmp_path), "--resamples", "200"]) == 0
     text = capsys.readouterr().out
     summary = text.split("## What this grid supports")[1]
-    assert "supported: vmfproto > knn on every metric (acc, con, sta)" in summary
+    assert "supported: vmfproto > tesnet on every metric (acc, con, sta)" in summary
     assert "flips: kmex > protopnet on sta but protopnet > kmex on acc, con" in summary
     reliability = {row[1]: row for row in markdown_rows(text.split("## Reliability over seeds")[1].split("## Rank")[0])}
     assert set(reliability) == {"acc", "con", "sta"} and all(row[3] == "3" for row in reliability.values())
@@ -158,7 +158,7 @@ def test_supported_orderings_and_flips(tmp_path, capsys) -> None:
 def test_fewer_than_three_methods_or_one_metric_is_one_error_with_nothing_written(tmp_path, capsys) -> None:
     for method in ("vmfproto", "kmex"):
         write_run(tmp_path / "two", method, method=method, metrics={"acc": 50.0, "con": 40.0})
-    for method in ("vmfproto", "kmex", "knn"):
+    for method in ("vmfproto", "kmex", "tesnet"):
         write_run(tmp_path / "one", method, method=method, metrics={"acc": 50.0})
     out = tmp_path / "agreement.md"
     assert main(["agreement", str(tmp_path / "two"), "--out", str(out)]) != 0

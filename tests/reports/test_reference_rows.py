@@ -82,20 +82,44 @@ def test_the_site_shows_the_same_gaps_and_the_agreement(runs, tmp_path, capsys) 
     index = (site / "index.html").read_text()
     assert 'href="reference.html"' in index and 'href="agreement.html"' in index
     assert "Gaps to linear_probe" in index and "gap to linear_probe" in (site / "reference.html").read_text()
-    tau = pd.read_csv(site / "agreement.csv")
-    assert len(tau) > 0 and "Kendall" in (site / "agreement.html").read_text()
+    agreement = (site / "agreement.html").read_text()  # as `agreement`: the reference rows are not ranked
+    assert "The reference rows knn, linear_probe are left out of the rankings" in agreement
+    assert not (site / "agreement.csv").exists()
     capsys.readouterr()
     assert main(["site", str(runs), "--out", str(tmp_path / "other"), "--reference", "linear_prob"]) != 0
     assert "did you mean 'linear_probe'" in capsys.readouterr().err and not (tmp_path / "other").exists()
 
 
+def test_reference_rows_are_never_marked_and_leave_the_methods_marks_as_without_them(runs, capsys) -> None:
+    def method_rows(argv: list[str]) -> dict[str, str]:
+        assert main(["report", str(runs), "--metrics", "acc,sta,sanity", *argv]) == 0
+        lines = [[cell.strip() for cell in line.split("|")[1:-1]]
+                 for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+        return {cells[0]: " | ".join(cells) for cells in lines}
+
+    everything = method_rows([])
+    without = method_rows(["--where", "method=kmex,protopnet"])
+    for name, line in everything.items():
+        if name in ("k-NN", "Linear probe"):
+            assert "**" not in line and "<u>" not in line, line  # a reference row frames, it is not ranked
+        elif name in without:
+            assert line == without[name]  # the methods' marks as if the reference rows were absent
+    assert {"k-NN", "Linear probe"} <= set(everything)
+
+
+def test_agreement_leaves_the_reference_rows_out_unless_asked(runs, capsys) -> None:
+    assert main(["agreement", str(runs), "--resamples", "200"]) == 2  # kmex and protopnet: two methods
+    err = capsys.readouterr().err
+    assert "The reference rows knn, linear_probe are left out of the rankings; `--rank-reference` ranks them" in err
+
+
 def test_agreement_prints_kendalls_tau_with_intervals_over_the_test_images(runs, capsys) -> None:
-    assert main(["agreement", str(runs), "--resamples", "200"]) == 0
+    assert main(["agreement", str(runs), "--resamples", "200", "--rank-reference"]) == 0
     text = capsys.readouterr().out
     for part in ("## Kendall's τ between the metrics' method rankings", "## Reliability over seeds",
                  "## Rank stability across J", "## What this grid supports"):
         assert part in text
-    assert main(["agreement", str(runs), "--resamples", "200", "--format", "csv"]) == 0
+    assert main(["agreement", str(runs), "--resamples", "200", "--format", "csv", "--rank-reference"]) == 0
     tau = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index(["metric_a", "metric_b"])
     row = tau.loc[("acc", "sanity")]
     assert row["methods"] == 4 and row["n_images"] == 16 and row["ci_low"] <= row["tau"] <= row["ci_high"]
