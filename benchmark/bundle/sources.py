@@ -5,7 +5,8 @@ folder, a bundle archive (``.tar.gz``, ``.tgz``, ``.tar``), a bundle on the Hugg
 A source from another lab is untrusted data:
 
 - every bundle is checked against its ``SHA256SUMS`` (benchmark/bundle/manifest.py); one that fails
-  is refused by name unless the caller allows unverified sources, which are then marked;
+  is refused by name unless the caller allows unverified sources, which are then marked; a folder
+  that holds bundles is refused naming them (read as one runs folder, they would go unverified);
 - an archive member or Hub file that is a link, a device, an absolute path or a path with ``..``
   is refused before anything is written; an archive is unpacked by benchmark/bundle/archive.py
   (never ``extractall``), its manifest first, only the members it lists, within a budget tied to

@@ -5,10 +5,11 @@ percentage, docs/protocol/metrics.md), ties in the mean broken by label for a st
 entry with the highest mean leads; every other entry is compared with it by the procedure of
 ``protobench compare`` (``reports.paired.cell_difference``: paired on the (source, seed)
 replicates both have and, where both have per-image records, on test images: the crossed
-replicates × images design, ``reports/crossed.py``),
-and the p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An
-entry whose Holm-adjusted p is at least α is **tied with the best**; the group is decided by these
-tests, never by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
+replicates × images design, ``reports/crossed.py``), which gives the difference with its interval
+and p from one procedure (both kept; the interval is not adjusted for multiplicity), and the
+p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An entry whose
+Holm-adjusted p is at least α is **tied with the best**; the group is decided by these tests, never
+by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
 gets 1 + the number of entries with a higher mean (competition ranking). An entry that shares no
 (source, seed) with the leader, or whose test images differ, cannot be tested: it is marked
 ``untested`` with the reason, not tied.
@@ -140,6 +141,7 @@ def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha:
         standings.append(Standing(entry=entry.id, mean=means[entry.id], std=std, n_seeds=len(runs), ci=own.ci,
                                   interval=own.procedure, ci_n=own.n, ci_images=own.images, rank=rank, group=group,
                                   difference=None if difference is None or np.isnan(difference) else difference,
-                                  difference_ci=difference_ci, p=p, p_holm=p_holm, test=test, per_source=_per_source(entry, metric, level),
+                                  difference_ci=difference_ci, p=p, p_holm=p_holm, test=test,
+                                  per_source=_per_source(entry, metric, level),
                                   between_labs=_between_labs(entry, metric)))
     return standings

@@ -33,7 +33,8 @@ def render_csv(document: dict[str, Any]) -> str:
                               e["budget"], s["mean"], s["std"], s["ci_low"], s["ci_high"], s["interval"], s["ci_n"],
                               s["ci_images"], s["n_seeds"], " ".join(map(str, e["test_images"])),
                               s["difference_to_best"], s["difference_ci_low"], s["difference_ci_high"], s["p"],
-                              s["p_holm"], s["test"], "; ".join(e["differs"]), " ".join(x["name"] for x in e["sources"]),
+                              s["p_holm"], s["test"], "; ".join(e["differs"]),
+                              " ".join(x["name"] for x in e["sources"]),
                               e["verified"], e["rescored"], (s["between_labs"] or {}).get("p"),
                               (s["between_labs"] or {}).get("test")])
     return csv_text(CSV_COLUMNS, ([("" if v is None else v) for v in line] for line in lines))
@@ -87,7 +88,8 @@ def difference_text(s: dict[str, Any], decimals: int) -> tuple[str, str]:
     if s["difference_to_best"] is None:
         return "no test", "no test"
     found = _range(s["difference_ci_low"], s["difference_ci_high"], decimals) or "(no interval)"
-    return f"{s['difference_to_best']:+.{decimals}f} {found}", "no test" if s["p_holm"] is None else f"{s['p_holm']:.3g}"
+    holm = "no test" if s["p_holm"] is None else f"{s['p_holm']:.3g}"
+    return f"{s['difference_to_best']:+.{decimals}f} {found}", holm
 
 
 def standing_lines(board: dict[str, Any], decimals: int) -> list[tuple[str, str, str, str, str, str]]:

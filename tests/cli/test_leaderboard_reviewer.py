@@ -177,8 +177,8 @@ def test_a_dot_and_interval_figure_per_board_drawn_offline(board: Path) -> None:
     assert len(with_interval) >= 6  # acc and sta of every entry
 
 
-def test_a_folder_that_holds_bundles_is_refused_by_name_with_nothing_written(lab: Path, tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_that_holds_bundles_is_refused_by_name_with_nothing_written(
+        lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parent = tmp_path / "all-labs"
     parent.mkdir()
     shutil.copytree(lab / "labA", parent / "labA")
@@ -193,8 +193,8 @@ def test_a_folder_that_holds_bundles_is_refused_by_name_with_nothing_written(lab
     assert [s["verification"] for s in _document(out)["sources"]] == ["verified", "verified"]
 
 
-def test_a_bundle_that_lost_its_manifest_is_refused_not_read_as_a_runs_folder(lab: Path, tmp_path: Path,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bundle_that_lost_its_manifest_is_refused_not_read_as_a_runs_folder(
+        lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bundle = Path(shutil.copytree(lab / "labA", tmp_path / "labA"))
     assert (bundle / BUNDLE_FILE).is_file()
     (bundle / MANIFEST_FILE).unlink()

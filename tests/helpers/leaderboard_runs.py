@@ -37,7 +37,8 @@ def lab_run(root: Path, method: str, seed: int, accuracy: float, *, J: int = 3, 
     path = write_run(root / grid, "staging", method=method, J=J, seed=seed, metrics=metrics,
                      evaluation={"num_images": IMAGES},
                      provenance={"code_version": "abc1234", "device": "cpu: test", "device_type": "cpu",
-                                 "dataset_fingerprint": {"test": "feedfacecafebeef"}, "finished": "2026-01-01T00:00:00"},
+                                 "dataset_fingerprint": {"test": "feedfacecafebeef"},
+                                 "finished": "2026-01-01T00:00:00"},
                      **({} if provider is None else {"method_provider": provider}))
     run_id = json.loads(path.read_text())["run_id"]
     folder = path.parent.rename(path.parent.parent / run_id)
