@@ -26,8 +26,9 @@ def board_figure(board: dict[str, Any], level: float) -> dict[str, Any] | None:
     traces, layout = [], {"title": {"text": f"{plain_label(board['id'])}: mean and {100 * level:g}% interval per entry "
                                             "(★ the leader)"},
                           "margin": {"t": 50, "l": 160}, "showlegend": False,
-                          "height": sum(60 + 28 * len(r["standings"]) for r in board["rankings"]) + 80,
-                          "grid": {"rows": len(board["rankings"]), "columns": 1, "pattern": "independent"}}
+                          "height": sum(130 + 30 * len(r["standings"]) for r in board["rankings"]) + 80,
+                          "grid": {"rows": len(board["rankings"]), "columns": 1, "pattern": "independent",
+                                   "ygap": 0.5}}  # room for each panel's axis title
     for panel, ranking in enumerate(board["rankings"], start=1):
         standings = ranking["standings"]
         has = [s["ci_low"] is not None and s["ci_high"] is not None for s in standings]
