@@ -5,7 +5,8 @@ folder, a bundle archive (``.tar.gz``, ``.tgz``, ``.tar``), a bundle on the Hugg
 A source from another lab is untrusted data:
 
 - every bundle is checked against its ``SHA256SUMS`` (benchmark/bundle/manifest.py); one that fails
-  is refused by name unless the caller allows unverified sources, which are then marked;
+  is refused by name unless the caller allows unverified sources, which are then marked; a folder
+  that holds bundles is refused naming them (read as one runs folder, they would go unverified);
 - an archive member or Hub file that is a link, a device, an absolute path or a path with ``..``
   is refused before anything is written; an archive is unpacked by benchmark/bundle/archive.py
   (never ``extractall``), its manifest first, only the members it lists, within a budget tied to
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.bundle.archive import unpack_archive
-from benchmark.bundle.format import bundle_version
+from benchmark.bundle.format import BUNDLE_FILE, bundle_version
 from benchmark.bundle.limits import Tally, UnsafeSource
 from benchmark.bundle.manifest import MANIFEST_FILE, sha256_of, verify_bundle
 from benchmark.bundle.pull import hub_bundle
@@ -87,9 +88,10 @@ def open_source(text: str, workdir: Path, *, allow_unverified: bool = False, unp
         root = unpack_archive(path, workdir, budget=unpack_budget)
         return _bundle(text, path.name, "archive", root, allow_unverified, checksum=sha256_of(path))
     if path.is_dir():
-        if (path / MANIFEST_FILE).exists():
+        if (path / MANIFEST_FILE).exists() or (path / BUNDLE_FILE).exists():  # without SHA256SUMS: unverified
             return _bundle(text, path.name, "bundle", path, allow_unverified)
         if any(True for _ in _read_files(path)):
+            _refuse_bundles_inside(text, path)
             check_runs_folder(path)
             return Source(text, path.name, "runs", path, None, RUNS_FOLDER)
     if not path.exists():
@@ -98,6 +100,21 @@ def open_source(text: str, workdir: Path, *, allow_unverified: bool = False, unp
     raise ProtobenchError(f"source {text} is neither a bundle (a folder with {MANIFEST_FILE}, or its "
                           f"{'/'.join(ARCHIVE_SUFFIXES)} archive), a runs folder (holding result.json files) nor "
                           f"{HUB_PREFIX}ORG/NAME; give one of those")
+
+
+def _refuse_bundles_inside(given: str, root: Path) -> None:
+    """A folder without a manifest of its own that holds bundles (a folder with ``SHA256SUMS`` or
+    ``bundle.json``) is no runs folder: read as one, its bundles would go unverified. One error
+    naming them (relative to ``root``), before anything is read."""
+    inside = sorted({path.parent.relative_to(root).as_posix() for path in _all_entries(root)
+                     if path.name in (MANIFEST_FILE, BUNDLE_FILE) and not path.is_symlink()})
+    if inside:
+        shown = ", ".join(inside[:5]) + (f" and {len(inside) - 5} more" if len(inside) > 5 else "")
+        listed = " ".join(str(Path(given) / name) for name in inside[:3])
+        raise ProtobenchError(f"source {given} is a folder that holds {len(inside)} bundle(s) ({shown}), not a "
+                              "bundle or a runs folder; reading it as one runs folder would leave those bundles "
+                              f"unverified: give each bundle as its own SOURCE (protobench leaderboard {listed}"
+                              f"{' ...' if len(inside) > 3 else ''} --out DIR)")
 
 
 def _bundle(given: str, name: str, kind: str, root: Path, allow_unverified: bool, *,

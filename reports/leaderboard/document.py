@@ -19,8 +19,15 @@ if TYPE_CHECKING:
 
 SCHEMA_FILE = "leaderboard.schema.json"
 #: 2: replications across labs (entries' replicates, per-source breakdown, between-lab check) and
-#: each source's unreadable runs
-SCHEMA_VERSION = 2
+#: each source's unreadable runs; 3: the difference to the leader's interval, the entry's interval's n,
+#: each entry's method providers, and what "verified" covers (settings.verification)
+SCHEMA_VERSION = 3
+#: what a verified source's rows were checked for, and what the leaderboard takes on trust
+VERIFICATION_SCOPE = ("Verified: every file of a bundle against its SHA256SUMS, and every score re-computed from "
+                      "the run's per-image and per-prototype records. Trusted: that training followed the spec, "
+                      "the records themselves, and the devices the runs name.")
+GUIDE = "docs/guides/leaderboard.md"
+
 #: the metrics ranked (every one a percentage, higher is better), in the order the tables show them
 RANKED_METRICS = ("acc", "con", "sta", "dis", "comp")
 
@@ -47,7 +54,10 @@ def _number(value: float | None) -> float | None:
 def _standing(s: Standing) -> dict[str, Any]:
     return {"entry": s.entry, "mean": _number(s.mean), "std": _number(s.std), "n_seeds": s.n_seeds,
             "ci_low": None if s.ci is None else _number(s.ci[0]), "ci_high": None if s.ci is None else _number(s.ci[1]),
-            "interval": s.interval, "rank": s.rank, "group": s.group, "difference_to_best": _number(s.difference),
+            "interval": s.interval, "ci_n": s.ci_n, "ci_images": s.ci_images, "rank": s.rank, "group": s.group,
+            "difference_to_best": _number(s.difference),
+            "difference_ci_low": None if s.difference_ci is None else _number(s.difference_ci[0]),
+            "difference_ci_high": None if s.difference_ci is None else _number(s.difference_ci[1]),
             "p": _number(s.p), "p_holm": _number(s.p_holm), "test": s.test,
             "per_source": [{"source": x.source, "n_seeds": x.n_seeds, "mean": _number(x.mean),
                             "ci_low": None if x.ci is None else _number(x.ci[0]),
@@ -71,6 +81,9 @@ def _entry(e: Entry) -> dict[str, Any]:
         "rescored": bool(runs["rescored"].all()),
         "devices": sorted({str(d) for d in runs["device"].dropna()}),
         "code_versions": sorted({str(c) for c in runs["code_version"].dropna()}),
+        "method_providers": [{"distribution": d or None, "version": v or None} for d, v in
+                             sorted({(str(d), str(v)) for d, v in zip(runs["provider_distribution"],
+                                                                       runs["provider_version"])})],
         "runs": sorted(f"{g}/{r}" for g, r in zip(runs["grid"], runs["run_id"])),
         "sources": e.sources,
         "verified": all(s["verification"] == "verified" for s in e.sources),
@@ -111,6 +124,7 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
         "generator": {"name": "protobench", "version": _version()},
         "settings": {
             "level": level, "alpha": alpha, "metrics": list(RANKED_METRICS),
+            "verification": VERIFICATION_SCOPE, "guide": GUIDE,
             "ranking": "entries ordered by mean over replicates, a replicate being one source's seed (higher is "
                        "better); the leader and every entry whose Holm-adjusted p against it (paired on (source, "
                        "seed) replicates and test images, as `protobench compare`) is "

@@ -7,18 +7,24 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from reports.leaderboard.tables import TIE_MARK, between_lab_lines, board_cells, cell_value, leaderboard_note
-from reports.site.html import SITE_CSS, SITE_JS, esc, page, table
+from reports.leaderboard.plot import board_figure
+from reports.leaderboard.tables import (STANDING_HEADER, TIE_MARK, between_lab_lines, board_cells, cell_value,
+                                        leaderboard_note, provider_text, standing_lines)
+from reports.site.html import PLOTLY_JS, SITE_CSS, SITE_JS, esc, figure, page, table
 
 
 def assets() -> dict[str, bytes]:
+    """The page's style and script, and plotly.js for its figures (offline: no network asset)."""
+    import plotly.offline
+
     folder = resources.files("reports.site") / "assets"
-    return {f"assets/{name}": (folder / name).read_bytes() for name in (SITE_CSS, SITE_JS)}
+    return {**{f"assets/{name}": (folder / name).read_bytes() for name in (SITE_CSS, SITE_JS)},
+            f"assets/{PLOTLY_JS}": plotly.offline.get_plotlyjs().encode("utf-8")}
 
 
-def _board(board: dict[str, Any]) -> str:
+def _board(board: dict[str, Any], level: float) -> str:
     metrics, ordered, standing = board_cells(board)
-    rows = [(e["label"] + ("" if e["verified"] else " (unverified)"), len(e["seeds"]),
+    rows = [(e["label"] + ("" if e["verified"] else " (unverified)"), provider_text(e), len(e["seeds"]),
              *(cell_value(standing.get((m, e["id"])), 1) for m in metrics)) for e in ordered]
     details = [(e["label"], e["budget"], " ".join(map(str, e["seeds"])), " ".join(map(str, e["test_images"])),
                 "; ".join(e["devices"]), " ".join(e["code_versions"]),
@@ -26,11 +32,17 @@ def _board(board: dict[str, Any]) -> str:
                           for s in e["sources"]),
                 "; ".join(e["differs"]), "yes" if e["rescored"] else "no (no records: as reported)")
                for e in ordered]
-    tests = [(r["metric"], next(e["label"] for e in ordered if e["id"] == s["entry"]), s["rank"], s["group"],
-              s["difference_to_best"], s["p_holm"], s["test"], s["interval"])
-             for r in board["rankings"] for s in r["standings"]]
+    tests = [(r["metric"], next(e["label"] for e in ordered if e["id"] == s["entry"]), s["rank"], s["p"], s["test"],
+              s["interval"]) for r in board["rankings"] for s in r["standings"]]
+    plotted = board_figure(board, level)
     parts = [f"<h2>{esc(board['id'])}</h2>",
-             table(("entry", "seeds", *metrics), rows, table_id=f"board-{board['id']}", sortable=True)]
+             table(("entry", "method provider", "seeds", *metrics), rows, table_id=f"board-{board['id']}",
+                   sortable=True),
+             f"<h3>Intervals ({100 * level:g}%) and differences to the leader</h3>",
+             table(STANDING_HEADER, standing_lines(board, 1), table_id=f"intervals-{board['id']}", sortable=True)]
+    if plotted is not None:
+        parts.append(figure(f"dots-{board['id']}", plotted, f"{board['id']}: each entry's mean and interval; "
+                            "the star marks the leader"))
     if board["missing_methods"]:
         parts.append(f"<p>Not submitted for this board: {esc(', '.join(board['missing_methods']))}.</p>")
     if board["hardware_note"]:
@@ -38,9 +50,8 @@ def _board(board: dict[str, Any]) -> str:
     parts += ["<details><summary>Provenance of each entry</summary>",
               table(("entry", "budget", "seeds", "test images", "devices", "code", "sources", "differs in",
                      "re-scored from records"), details), "</details>",
-              "<details><summary>Tests against the leader</summary>",
-              table(("metric", "entry", "rank", "group", "difference to the leader", "p (Holm)", "test", "interval"),
-                    tests), "</details>"]
+              "<details><summary>Procedures of the tests against the leader and of the intervals</summary>",
+              table(("metric", "entry", "rank", "p (unadjusted)", "test", "interval"), tests), "</details>"]
     checks = between_lab_lines(board)
     if checks:
         parts += ["<details><summary>Between labs: does the source explain variance beyond seeds?</summary>",
@@ -55,7 +66,10 @@ def leaderboard_page(document: dict[str, Any], *, downloads: bool = True,
                 "; ".join(f"{u['run']}: {u['reason']}" for u in s["unreadable"]) or "none")
                for s in document["sources"]]
     coverage = [(c["method"], ", ".join(c["missing"]) or "complete") for c in document["coverage"]]
+    guide = document["settings"]["guide"]
     body = "\n".join([
+        f'<p class="verification">{esc(document["settings"]["verification"])} See the leaderboard guide of '
+        f"protobench's documentation, <code>{esc(guide)}</code>.</p>",
         f"<p>{esc(leaderboard_note(document))} Each cell: mean ± std (rank{esc(TIE_MARK)}). "
         f"{esc(document['settings']['ranking'])}; {esc(document['settings']['rescoring'])}.</p>",
         "<p>Download: " + " · ".join(f'<a href="{n}">{n}</a>' for n in
@@ -63,8 +77,8 @@ def leaderboard_page(document: dict[str, Any], *, downloads: bool = True,
                                       "leaderboard.md", "leaderboard.tex", "eval.yaml")) + "</p>" if downloads else "",
         "<h2>Sources</h2>", table(("source", "kind", "SHA-256", "verification", "runs", "runs that cannot be read"),
                                   sources),
-        *(_board(b) for b in document["boards"]),
+        *(_board(b, document["settings"]["level"]) for b in document["boards"]),
         "<h2>Coverage</h2>", table(("method", "boards without it"), coverage),
     ])
     footer = f"protobench {esc(document['generator']['version'])}, leaderboard schema {document['schema_version']}."
-    return page("protobench leaderboard", body, depth=0, plots=False, nav=nav, footer=footer)
+    return page("protobench leaderboard", body, depth=0, plots=True, nav=nav, footer=footer)

@@ -5,10 +5,11 @@ percentage, docs/protocol/metrics.md), ties in the mean broken by label for a st
 entry with the highest mean leads; every other entry is compared with it by the procedure of
 ``protobench compare`` (``reports.paired.cell_difference``: paired on the (source, seed)
 replicates both have and, where both have per-image records, on test images: the crossed
-replicates × images design, ``reports/crossed.py``),
-and the p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An
-entry whose Holm-adjusted p is at least α is **tied with the best**; the group is decided by these
-tests, never by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
+replicates × images design, ``reports/crossed.py``), which gives the difference with its interval
+and p from one procedure (both kept; the interval is not adjusted for multiplicity), and the
+p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An entry whose
+Holm-adjusted p is at least α is **tied with the best**; the group is decided by these tests, never
+by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
 gets 1 + the number of entries with a higher mean (competition ranking). An entry that shares no
 (source, seed) with the leader, or whose test images differ, cannot be tested: it is marked
 ``untested`` with the reason, not tied.
@@ -31,7 +32,7 @@ from benchmark.errors import ProtobenchError
 from reports.leaderboard.entries import Entry, replicate_runs
 from reports.leaderboard.labs import BetweenLabs, between_labs
 from reports.paired import cell_difference
-from reports.intervals import cell_interval
+from reports.intervals import CellInterval, cell_interval
 from reports.stats import holm
 
 BEST, TIED, BELOW, UNTESTED = "best", "tied", "below", "untested"
@@ -47,9 +48,12 @@ class Standing:
     n_seeds: int
     ci: tuple[float, float] | None
     interval: str  # the interval's procedure and n, or why there is none
+    ci_n: int  # the distinct results behind the interval (replicates; 1 where deterministic)
+    ci_images: int | None  # the test images behind a per-image interval, else None
     rank: int
     group: str  # BEST, TIED, BELOW or UNTESTED
     difference: float | None  # entry − leader
+    difference_ci: tuple[float, float] | None  # its interval, from the procedure of p (None: none, test says why)
     p: float | None
     p_holm: float | None
     test: str  # the procedure of p with its n, or why there is no test
@@ -85,9 +89,9 @@ def _between_labs(entry: Entry, metric: str) -> BetweenLabs | None:
                          for name in sorted(set(runs["source_name"]))})
 
 
-def _own_interval(entry: Entry, metric: str, level: float) -> tuple[tuple[float, float] | None, str]:
+def _own_interval(entry: Entry, metric: str, level: float) -> CellInterval:
     runs = replicate_runs(entry)
-    return _interval(runs[runs[metric].notna()], metric, level)
+    return cell_interval(runs[runs[metric].notna()], metric, level)
 
 
 def _interval(runs: pd.DataFrame, metric: str, level: float) -> tuple[tuple[float, float] | None, str]:
@@ -105,36 +109,39 @@ def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha:
     means = {e.id: float(e.runs[metric].mean()) for e in scored}
     order = sorted(scored, key=lambda e: (-means[e.id], e.label, e.id))
     leader = order[0]
-    tests: dict[str, tuple[float | None, float | None, str]] = {}
+    tests: dict[str, tuple[float | None, tuple[float, float] | None, float | None, str]] = {}
     for entry in order[1:]:
         a, b = (replicate_runs(x).dropna(subset=[metric]).set_index("seed") for x in (entry, leader))
         try:
             found = cell_difference(a, b, metric, level, names=(entry.label, leader.label))
         except ProtobenchError as err:
-            tests[entry.id] = (None, None, f"not comparable: {err}")
+            tests[entry.id] = (None, None, None, f"not comparable: {err}")
             continue
         if found is None:
-            tests[entry.id] = (None, None, "no (source, seed) replicate in common with the leader: no paired test")
+            tests[entry.id] = (None, None, None,
+                               "no (source, seed) replicate in common with the leader: no paired test")
         else:
             p = None if math.isnan(found.p_value) else found.p_value
-            tests[entry.id] = (found.difference, p, found.test)
-    tested = [k for k, (_, p, _) in tests.items() if p is not None]
-    adjusted = dict(zip(tested, holm([tests[k][1] for k in tested]))) if tested else {}
+            ci = (float(found.ci[0]), float(found.ci[1])) if found.has_interval else None
+            tests[entry.id] = (found.difference, ci, p, found.test)
+    tested = [k for k, (_, _, p, _) in tests.items() if p is not None]
+    adjusted = dict(zip(tested, holm([tests[k][2] for k in tested]))) if tested else {}
     standings = []
     for entry in order:
         runs = entry.runs[metric].dropna()
-        ci, interval = _own_interval(entry, metric, level)
+        own = _own_interval(entry, metric, level)
         std = float(runs.std(ddof=1)) if len(runs) > 1 else None
         if entry is leader:
-            group, difference, p, p_holm, test = BEST, 0.0, None, None, "the leader (highest mean)"
+            group, difference, difference_ci, p, p_holm, test = BEST, 0.0, None, None, None, "the leader (highest mean)"
         else:
-            difference, p, test = tests[entry.id]
+            difference, difference_ci, p, test = tests[entry.id]
             p_holm = adjusted.get(entry.id)
             group = UNTESTED if p_holm is None else (TIED if p_holm >= alpha else BELOW)
         rank = 1 if group in (BEST, TIED) else 1 + sum(means[o.id] > means[entry.id] for o in scored)
-        standings.append(Standing(entry=entry.id, mean=means[entry.id], std=std, n_seeds=len(runs), ci=ci,
-                                  interval=interval, rank=rank, group=group,
+        standings.append(Standing(entry=entry.id, mean=means[entry.id], std=std, n_seeds=len(runs), ci=own.ci,
+                                  interval=own.procedure, ci_n=own.n, ci_images=own.images, rank=rank, group=group,
                                   difference=None if difference is None or np.isnan(difference) else difference,
-                                  p=p, p_holm=p_holm, test=test, per_source=_per_source(entry, metric, level),
+                                  difference_ci=difference_ci, p=p, p_holm=p_holm, test=test,
+                                  per_source=_per_source(entry, metric, level),
                                   between_labs=_between_labs(entry, metric)))
     return standings

@@ -178,8 +178,19 @@ def _scored_row(row: dict[str, Any], source: "Source") -> dict[str, Any]:
         "source_name": source.name,
         "content": _content(Path(str(row["run_dir"]))),
         "device_type": str(provenance.get("device_type") or provenance.get("device") or "unknown"),
+        **_provider(result),
     })
     return row
+
+
+def _provider(result: dict[str, Any]) -> dict[str, str]:
+    """The distribution and version that provided the run's method, as its result.json records them
+    (``method_provider``: protobench for the suite's own methods; empty where the run recorded none,
+    an import-path method or an earlier result)."""
+    provider = result.get("method_provider") if isinstance(result.get("method_provider"), dict) else {}
+    distribution, release = provider.get("distribution"), provider.get("version")
+    return {"provider_distribution": distribution if isinstance(distribution, str) else "",
+            "provider_version": release if isinstance(release, str) else ""}
 
 
 def read_source(source: "Source", *, allow_unverified: bool = False) -> tuple[list[dict[str, Any]], list[Unreadable]]:

@@ -10,10 +10,10 @@ from typing import Any
 from benchmark.csv_cells import csv_text
 from benchmark.escaping import latex_text, markdown_cell, markdown_text
 
-CSV_COLUMNS = ("board", "dataset", "backbone", "J", "metric", "rank", "group", "entry", "method", "variant", "budget",
-               "mean", "std", "ci_low", "ci_high", "interval", "n_seeds", "test_images", "difference_to_best", "p",
-               "p_holm", "test", "differs", "sources", "verified", "rescored", "between_labs_p",
-               "between_labs_test")
+CSV_COLUMNS = ("board", "dataset", "backbone", "J", "metric", "rank", "group", "entry", "method", "method_provider",
+               "variant", "budget", "mean", "std", "ci_low", "ci_high", "interval", "ci_n", "ci_images", "n_seeds",
+               "test_images", "difference_to_best", "difference_ci_low", "difference_ci_high", "p", "p_holm", "test",
+               "differs", "sources", "verified", "rescored", "between_labs_p", "between_labs_test")
 TIE_MARK = "*"
 
 
@@ -29,10 +29,12 @@ def render_csv(document: dict[str, Any]) -> str:
             for s in ranking["standings"]:
                 e = entries[s["entry"]]
                 lines.append([board["id"], board["dataset"], board["backbone"], board["J"], ranking["metric"],
-                              s["rank"], s["group"], e["label"], e["method"], e["variant"], e["budget"], s["mean"],
-                              s["std"], s["ci_low"], s["ci_high"], s["interval"], s["n_seeds"],
-                              " ".join(map(str, e["test_images"])), s["difference_to_best"], s["p"], s["p_holm"],
-                              s["test"], "; ".join(e["differs"]), " ".join(x["name"] for x in e["sources"]),
+                              s["rank"], s["group"], e["label"], e["method"], provider_text(e), e["variant"],
+                              e["budget"], s["mean"], s["std"], s["ci_low"], s["ci_high"], s["interval"], s["ci_n"],
+                              s["ci_images"], s["n_seeds"], " ".join(map(str, e["test_images"])),
+                              s["difference_to_best"], s["difference_ci_low"], s["difference_ci_high"], s["p"],
+                              s["p_holm"], s["test"], "; ".join(e["differs"]),
+                              " ".join(x["name"] for x in e["sources"]),
                               e["verified"], e["rescored"], (s["between_labs"] or {}).get("p"),
                               (s["between_labs"] or {}).get("test")])
     return csv_text(CSV_COLUMNS, ([("" if v is None else v) for v in line] for line in lines))
@@ -54,6 +56,52 @@ def cell_value(s: dict[str, Any] | None, decimals: int, *, plus_minus: str = " �
         return missing
     spread = "" if s["std"] is None else f"{plus_minus}{s['std']:.{decimals}f}"
     return f"{s['mean']:.{decimals}f}{spread} ({s['rank']}{TIE_MARK if s['group'] in ('best', 'tied') else ''})"
+
+
+def provider_text(entry: dict[str, Any]) -> str:
+    """Who provided the entry's method: ``distribution version`` of each provider its runs recorded."""
+    return "; ".join(f"{p['distribution']} {p['version'] or '(no version)'}" if p["distribution"] else
+                     "not recorded (an import-path method or an earlier result)" for p in entry["method_providers"])
+
+
+def verification_line(document: dict[str, Any]) -> str:
+    """What "verified" covers and what is trusted, and the guide that says more (one line)."""
+    return f"{document['settings']['verification']} See the leaderboard guide of protobench's documentation, " \
+        f"{document['settings']['guide']}."
+
+
+def _range(low: float | None, high: float | None, decimals: int) -> str | None:
+    return None if low is None or high is None else f"[{low:.{decimals}f}, {high:.{decimals}f}]"
+
+
+def interval_text(s: dict[str, Any], decimals: int) -> str:
+    """The entry's own interval with its n: ``[lo, hi] (n = 3 × 60 images)``, or why there is none."""
+    n = f"n = {s['ci_n']}" + ("" if s["ci_images"] is None else f" × {s['ci_images']} images")
+    found = _range(s["ci_low"], s["ci_high"], decimals)
+    return f"{found} ({n})" if found else f"no interval ({n})"
+
+
+def difference_text(s: dict[str, Any], decimals: int) -> tuple[str, str]:
+    """(the difference to the leader with its interval, its Holm-adjusted p) of one standing."""
+    if s["group"] == "best":
+        return "the leader", ""
+    if s["difference_to_best"] is None:
+        return "no test", "no test"
+    found = _range(s["difference_ci_low"], s["difference_ci_high"], decimals) or "(no interval)"
+    holm = "no test" if s["p_holm"] is None else f"{s['p_holm']:.3g}"
+    return f"{s['difference_to_best']:+.{decimals}f} {found}", holm
+
+
+def standing_lines(board: dict[str, Any], decimals: int) -> list[tuple[str, str, str, str, str, str]]:
+    """(metric, entry label, mean [interval] (n), difference to the leader [interval], p (Holm), group)
+    of every standing of the board."""
+    labels = {e["id"]: e["label"] for e in board["entries"]}
+    return [(r["metric"], labels[s["entry"]], f"{s['mean']:.{decimals}f} {interval_text(s, decimals)}",
+             *difference_text(s, decimals), s["group"]) for r in board["rankings"] for s in r["standings"]]
+
+
+STANDING_HEADER = ("metric", "entry", "mean [interval] (n)", "difference to the leader [interval]", "p (Holm)",
+                   "group")
 
 
 def leaderboard_note(document: dict[str, Any]) -> str:
@@ -85,18 +133,24 @@ def unreadable_lines(document: dict[str, Any]) -> list[str]:
 def render_markdown(document: dict[str, Any], decimals: int = 1) -> str:
     from tabulate import tabulate
 
-    parts = ["# Leaderboard", "", leaderboard_note(document), ""]
+    guide = document["settings"]["guide"]
+    parts = ["# Leaderboard", "", f"{markdown_text(document['settings']['verification'])} See the leaderboard "
+             f"guide of protobench's documentation, `{guide}`.", "", leaderboard_note(document), ""]
     if unreadable_lines(document):
         parts += ["Runs listed but not read (unverified sources): " +
                   "; ".join(markdown_text(line) for line in unreadable_lines(document)) + ".", ""]
     for board in document["boards"]:
         metrics, ordered, standing = board_cells(board)
         rows = [[markdown_cell(e["label"] + ("" if e["verified"] else " (unverified)")),
-                 markdown_cell(", ".join(x["name"] for x in e["sources"])), str(len(e["seeds"])),
+                 markdown_cell(provider_text(e)), markdown_cell(", ".join(x["name"] for x in e["sources"])),
+                 str(len(e["seeds"])),
                  *(cell_value(standing.get((m, e["id"])), decimals) for m in metrics)] for e in ordered]
         parts += [f"## {markdown_text(board['id'])}", "",
-                  tabulate(rows, headers=["entry", "sources", "seeds", *metrics], tablefmt="github",
-                           disable_numparse=True), ""]
+                  tabulate(rows, headers=["entry", "method provider", "sources", "seeds", *metrics],
+                           tablefmt="github", disable_numparse=True), "",
+                  f"Intervals ({100 * document['settings']['level']:g}%) and differences to the leader:", "",
+                  tabulate([[markdown_cell(c) for c in line] for line in standing_lines(board, decimals)],
+                           headers=list(STANDING_HEADER), tablefmt="github", disable_numparse=True), ""]
         if board["missing_methods"]:
             parts += [f"Not submitted: {markdown_text(', '.join(board['missing_methods']))}.", ""]
         if board["hardware_note"]:
@@ -111,6 +165,7 @@ def render_markdown(document: dict[str, Any], decimals: int = 1) -> str:
 
 def render_latex(document: dict[str, Any], decimals: int = 1) -> str:
     parts = [f"% protobench leaderboard (schema {document['schema_version']}); needs \\usepackage{{booktabs}}",
+             f"% {latex_text(verification_line(document))}",
              f"% {latex_text(leaderboard_note(document))}"]  # latex_text: one line, so the comment ends it
     for board in document["boards"]:
         metrics, ordered, standing = board_cells(board)
@@ -124,5 +179,17 @@ def render_latex(document: dict[str, Any], decimals: int = 1) -> str:
                 text = cell_value(s, decimals, plus_minus=r" $\pm$ ", missing="--")
                 cells.append(rf"\textbf{{{text}}}" if s is not None and s["group"] in ("best", "tied") else text)
             parts.append(" & ".join(cells) + r" \\")
-        parts += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+        parts += [r"\bottomrule", r"\end{tabular}", r"\end{table}", "", *_latex_standings(document, board, decimals)]
     return "\n".join(parts) + "\n"
+
+
+def _latex_standings(document: dict[str, Any], board: dict[str, Any], decimals: int) -> list[str]:
+    """The board's intervals and differences to the leader as a LaTeX table."""
+    level = f"{100 * document['settings']['level']:g}"
+    rows = [" & ".join(latex_text(c) for c in line[:5]) + r" \\" for line in standing_lines(board, decimals)]
+    return [r"\begin{table}[t]", r"\centering",
+            rf"\caption{{{latex_text(board['id'])}: each entry's mean with its {level}\% interval and n, and its "
+            r"difference to the leader with its interval and Holm-adjusted p.}",
+            r"\begin{tabular}{llccc}", r"\toprule",
+            " & ".join(latex_text(h) for h in STANDING_HEADER[:5]) + r" \\", r"\midrule", *rows,
+            r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]

@@ -63,7 +63,7 @@ def test_document_validates_and_a_second_build_is_byte_identical(bundles, board:
     schema = json.loads((board / "leaderboard.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(document)
-    assert document["$schema"] == "leaderboard.schema.json" and document["schema_version"] == 2
+    assert document["$schema"] == "leaderboard.schema.json" and document["schema_version"] == 3
     again = tmp_path / "L2"
     assert main(["leaderboard", str(bundles[0]), str(bundles[1]), "--out", str(again)]) == 0
     names = sorted(p.relative_to(board).as_posix() for p in board.rglob("*") if p.is_file())
@@ -116,7 +116,7 @@ def test_tables_page_and_eval_yaml(board: Path) -> None:
     assert csv.splitlines()[0].startswith("board,dataset,backbone,J,metric,rank,group")
     assert "## synthbirds/dinov2_vits14/J=3" in (board / "leaderboard.md").read_text()
     tex = (board / "leaderboard.tex").read_text()
-    assert tex.count(r"\begin{tabular}") == 2 and r"$\pm$" in tex and "\\_" in tex
+    assert tex.count(r"\begin{tabular}") == 4 and r"$\pm$" in tex and "\\_" in tex
     page = (board / "index.html").read_text()
     assert "http://" not in page and "https://" not in page and 'src="assets/site.js"' in page
     tasks = yaml.safe_load((board / "eval.yaml").read_text())["tasks"]
@@ -315,7 +315,9 @@ def test_the_site_links_the_leaderboard(board: Path, bundles, tmp_path: Path) ->
     site = tmp_path / "site"
     assert main(["site", str(bundles[0]), "--out", str(site), "--leaderboard", str(board)]) == 0
     assert 'href="leaderboard.html"' in (site / "index.html").read_text()
-    assert "synthbirds/dinov2_vits14/J=3" in (site / "leaderboard.html").read_text()
+    shown = (site / "leaderboard.html").read_text()
+    assert "synthbirds/dinov2_vits14/J=3" in shown and 'data-figure="dots-synthbirds/dinov2_vits14/J=3"' in shown
+    assert 'src="assets/plotly.min.js"' in shown and (site / "assets" / "plotly.min.js").is_file()
     crafted = tmp_path / "crafted"
     crafted.mkdir()
     (crafted / "leaderboard.json").write_text(json.dumps({"$schema": "x"}))
@@ -338,6 +340,8 @@ def test_headless_chromium_renders_the_page_offline_without_console_messages(boa
                            (board / "index.html").as_uri()], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "synthbirds/dinov2_vits14/J=3" in done.stdout and "<table" in done.stdout
+    boards = len(json.loads((board / "leaderboard.json").read_text())["boards"])
+    assert done.stdout.count("js-plotly-plot") >= boards and "main-svg" in done.stdout  # each board's figure drawn
     assert "CONSOLE" not in done.stderr, [line for line in done.stderr.splitlines() if "CONSOLE" in line]
 
 

@@ -189,9 +189,12 @@ def test_hostile_labels_are_escaped_in_every_format_and_the_latex_compiles(tmp_p
         assert raw not in md
     assert not re.search(r"(?<!\\)\]\(javascript", md) and r"\[link\](javascript" in md  # no link
     assert not set(BIDI) & set(md) and "\r" not in md
-    table = [line for line in md.splitlines() if line.startswith("|")]
-    borders = [re.sub(r"\\.", "", line).count("|") for line in table]  # an escape pair is no border
-    assert len(table) == 3 and borders == [7, 7, 7], borders  # header, rule, one row of 6 cells
+    tables = [[line for line in block.splitlines() if line.startswith("|")] for block in md.split("\n\n")]
+    board_table, intervals = [t for t in tables if t]
+    borders = [re.sub(r"\\.", "", line).count("|") for line in board_table]  # an escape pair is no border
+    assert len(board_table) == 3 and borders == [8, 8, 8], borders  # header, rule, one row of 7 cells
+    borders = [re.sub(r"\\.", "", line).count("|") for line in intervals]
+    assert len(intervals) == 2 + 3 and set(borders) == {7}, borders  # a row per metric (acc, con, sta) of 6 cells
     assert re.search(r"^## birds\s+&lt;b&gt;x&lt;/b&gt;/dinov2_vits14/J=3$", md, re.M)
 
     tex = (out / "leaderboard.tex").read_text()

@@ -3,6 +3,7 @@ with per-image and per-prototype records whose means are the recorded metrics.""
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +15,17 @@ from reports_support import write_run
 IMAGES = 60
 
 
+#: what the runner records for the suite's own methods (benchmark/run/provenance.py ``providers``)
+SUITE = {"distribution": "protobench", "version": version("protobench")}
+
+
 def lab_run(root: Path, method: str, seed: int, accuracy: float, *, J: int = 3, grid: str = "lab",
-            sta: float = 80.0, noise: int = 0, draw: int | None = None) -> Path:
+            sta: float = 80.0, noise: int = 0, draw: int | None = None,
+            provider: dict[str, str] | None = SUITE) -> Path:
     """One run under ``root/grid/RUN_ID`` right on the first ``accuracy`` share of the images (the
     images shuffled by ``noise``), with per-image stability around ``sta``; its folder. ``draw``:
     the seed of the random draw (default: ``seed``; one draw for several seeds gives identical runs,
-    a method that ignores the seed)."""
+    a method that ignores the seed). ``provider``: the result's ``method_provider`` (None: none recorded)."""
     rng = np.random.default_rng(1000 * (seed if draw is None else draw) + noise + len(method))
     right = np.zeros(IMAGES, dtype=bool)
     right[rng.permutation(IMAGES)[: int(round(accuracy * IMAGES / 100))]] = True
@@ -31,7 +37,9 @@ def lab_run(root: Path, method: str, seed: int, accuracy: float, *, J: int = 3, 
     path = write_run(root / grid, "staging", method=method, J=J, seed=seed, metrics=metrics,
                      evaluation={"num_images": IMAGES},
                      provenance={"code_version": "abc1234", "device": "cpu: test", "device_type": "cpu",
-                                 "dataset_fingerprint": {"test": "feedfacecafebeef"}, "finished": "2026-01-01T00:00:00"})
+                                 "dataset_fingerprint": {"test": "feedfacecafebeef"},
+                                 "finished": "2026-01-01T00:00:00"},
+                     **({} if provider is None else {"method_provider": provider}))
     run_id = json.loads(path.read_text())["run_id"]
     folder = path.parent.rename(path.parent.parent / run_id)
     images = pd.DataFrame({"index": range(IMAGES), "image": [f"images/{i:03d}.jpg" for i in range(IMAGES)],
