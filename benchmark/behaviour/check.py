@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmark.behaviour.boundary import BlindStatement, blind_digest, boundary
-from benchmark.behaviour.lock import (Lock, LockError, MethodLock, SourceEntry, behaviour_id, deviation, line_of,
-                                      lock_path, read_lock, today, tolerance_of, write_lock)
+from benchmark.behaviour.lock import (Lock, LockError, MethodLock, SourceEntry, behaviour_id, deviation, editable_lock,
+                                      line_of, lock_path, today, tolerance_of, write_lock)
 from benchmark.behaviour.setup import DEFAULT_CONFIGURATION, HARNESS, HARNESS_METHOD, PINNED_ARITHMETIC, configurations
 from benchmark.errors import ProtobenchError
 from benchmark.method_lookup import known_method
@@ -222,7 +222,7 @@ def check_code(methods: list[str], *, log: Callable[[str], None] = print) -> lis
     only from all of them (:func:`harness_blind`)."""
     from methods.registry import BUILTIN_METHODS
 
-    suite = read_lock(SUITE_LOCK, known_method) or Lock(SUITE_LOCK, {})
+    suite = editable_lock(SUITE_LOCK, known_method) or Lock(SUITE_LOCK, {})
     harness_source = harness_digest()
     if harness_source not in suite.harness:
         if not set(BUILTIN_METHODS) <= set(methods):
@@ -235,7 +235,7 @@ def check_code(methods: list[str], *, log: Callable[[str], None] = print) -> lis
         if path is None:
             raise ProtobenchError(f"method {method!r}: no package directory to keep its probe lock in")
         if path not in locks:
-            locks[path] = read_lock(path, known_method) or Lock(path, {})
+            locks[path] = editable_lock(path, known_method) or Lock(path, {})
         known = locks[path].methods.get(method)
         requests.append((method, known.dtype if known else None))
     with_harness = harness_source not in suite.harness

@@ -187,13 +187,19 @@ def _fail(path: Path, text: str, keys: tuple[str, ...], why: str) -> LockError:
 def read_lock(path: Path, known_method: Any = None) -> Lock | None:
     """The lock at ``path`` (None when there is none), checked whole: its JSON, its format, every
     method it names (``known_method(name) -> bool``; None: any), every golden output's shape and data
-    and every source's behaviour. A lock that fails a check is one :class:`LockError` naming file and line."""
+    and every source's behaviour. A lock that fails a check is one :class:`LockError` naming file and line.
+    The lock is shared by every caller of this file version (readers judge each result by it): read
+    it only; :func:`editable_lock` gives a copy to change."""
     try:
         stat = path.stat()
     except OSError:
         return None
-    # a copy: callers add sources and harness entries to what they read (check_code), and the cache must not see them
-    return copy.deepcopy(_read_lock(str(path), stat.st_mtime_ns, stat.st_size, known_method))
+    return _read_lock(str(path), stat.st_mtime_ns, stat.st_size, known_method)
+
+
+def editable_lock(path: Path, known_method: Any = None) -> Lock | None:
+    """A copy of :func:`read_lock`'s lock that ``check-code`` may add sources and harness entries to."""
+    return copy.deepcopy(read_lock(path, known_method))
 
 
 @lru_cache(maxsize=32)

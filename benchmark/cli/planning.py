@@ -29,6 +29,7 @@ from benchmark.cluster import ClusterProfile, load_profile
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
+    from benchmark.estimates.caches import CacheNeed
     from benchmark.grid import GridSpec
 
 
@@ -109,7 +110,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     device_model = args.device_model or profile.device_model
     costs = load_perfs(args.perf, device_model) if args.perf else model_costs(device_model)
     check_present_data(grid.runs)
-    print_plan(make_plan(grid, profile, costs))
+    plan = make_plan(grid, profile, costs)
+    print_plan(plan)
     if args.tuning_trials is not None:
         from benchmark.estimates.tuning import tuning_costs, tuning_lines
 
@@ -118,7 +120,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print("\n".join(tuning_lines(tuning_costs(grid, profile, costs, args.tuning_trials), profile)))
     _print_plan_file_checks(grid)
     runs_root = runs_root_of(args, grid.runs_dir)
-    print_run_preview(grid, runs_root, cache_root_of(args, runs_root))
+    print_run_preview(grid, runs_root, cache_root_of(args, runs_root), [need for need, _ in plan.caches])
     try:
         check_cache_fits(list(grid.runs), cache_root_of(args, runs_root))
     except ProtobenchError as warning:
@@ -126,15 +128,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_run_preview(grid: GridSpec, runs_root: Path, cache_root: Path) -> None:
+def print_run_preview(grid: GridSpec, runs_root: Path, cache_root: Path, needs: list[CacheNeed]) -> None:
     """What ``run`` would do now with the grid's runs in ``runs_root``: how many are done, stale,
     failed before, running elsewhere and to train, and how many of the token-cache entries they read
-    ``cache_root`` already holds. Nothing on disk is touched, and SLURM is not asked (``status``
-    tells submitted runs)."""
+    (``needs``, the plan's) ``cache_root`` already holds. Nothing on disk is touched, and SLURM is
+    not asked (``status`` tells submitted runs)."""
     from collections import Counter
 
     from benchmark.cache.space import missing_entries
-    from benchmark.estimates.caches import grid_cache_needs
     from benchmark.run.pending import pending_runs
 
     todo, settled = pending_runs(grid, list(grid.runs), runs_root, retry_failed=False, preview=True)
@@ -144,7 +145,6 @@ def print_run_preview(grid: GridSpec, runs_root: Path, cache_root: Path) -> None
         ("skipped-stale", "stale (run --rerun-stale retrains them)"),
         ("skipped-failed", "failed before (run --retry-failed retries them)"),
         ("running-elsewhere", "running elsewhere")) if states[state]]
-    needs = [need for need, _ in grid_cache_needs(list(grid.runs))]
     built = len(needs) - len(missing_entries(needs, cache_root))
     print(f"run would now: {', '.join(parts)} of {len(grid.runs)} run(s) in {runs_root}; "
           f"{built} of {len(needs)} token-cache entries already built in {cache_root}")

@@ -40,7 +40,8 @@ from benchmark.method_lookup import declaration
 from benchmark.run.evaluation import evaluate
 from benchmark.run.prepare import Prepared, prepare
 from benchmark.run.timing import WARMUP_BATCHES, head_forward, image_batches, interleaved_seconds, timed
-from benchmark.run.training import SourceTrainData, make_optimizer, run_epoch
+from benchmark.run.steps import SourceTrainData
+from benchmark.run.training import make_optimizer, run_epoch
 from methods.base import PrototypeMethod, Stage, set_trainable
 
 TIMED_BATCHES = 20

@@ -58,6 +58,7 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
         check_device(spec)
     preflight(todo)
     started, settled = time.monotonic(), len(runs) - len(todo)
+    hours = modelled_hours(todo) if report is not None else []
     for executed, spec in enumerate(todo, start=1):
         try:
             execute_run(spec, grid.run_dir(runs_root, spec), cache_root=cache_root, progress=progress,
@@ -74,7 +75,7 @@ def run_local(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root: 
         if report is not None:
             failed = sum(o.state == "failed" for o in outcomes)
             elapsed = time.monotonic() - started
-            left = time_left(elapsed, todo[:executed], todo[executed:])
+            left = time_left(elapsed, hours, executed)
             report(f"grid {grid.name!r}: {settled}/{len(runs)} runs settled"
                    + (f" ({failed} failed)" if failed else "")
                    + f", {clock(elapsed)} elapsed" + (f", {left}" if left else ""))
@@ -87,22 +88,24 @@ def clock(seconds: float) -> str:
     return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
-def time_left(elapsed: float, ran: Sequence[RunSpec], left: Sequence[RunSpec]) -> str | None:
-    """The time the runs ``left`` should take, said with how it was estimated: the ``elapsed``
-    seconds the runs ``ran`` took here, scaled by the cost model's ratio of the runs' modelled hours
-    (benchmark/estimates/plan.py: epochs × per-epoch cost of each run, so a longer schedule or a
-    larger trunk counts for more); None when nothing is left or nothing ran yet."""
+def modelled_hours(runs: Sequence[RunSpec]) -> list[float]:
+    """Each run's hours by the cost model (benchmark/estimates/plan.py: epochs × per-epoch cost, so a
+    longer schedule or a larger trunk counts for more); only their ratios are used."""
     from benchmark.cluster import ClusterProfile
     from benchmark.estimates.costs import model_costs
     from benchmark.estimates.plan import run_hours
 
-    if not left or not ran:
-        return None
     profile = ClusterProfile()
     costs = model_costs(profile.device_model)
-    modelled_ran = sum(run_hours(costs, spec, profile)[0] for spec in ran)
-    modelled_left = sum(run_hours(costs, spec, profile)[0] for spec in left)
-    if modelled_ran <= 0:
+    return [run_hours(costs, spec, profile)[0] for spec in runs]
+
+
+def time_left(elapsed: float, hours: Sequence[float], executed: int) -> str | None:
+    """The time the runs after the first ``executed`` should take, said with how it was estimated:
+    the ``elapsed`` seconds the first ones took here, scaled by the ratio of their modelled
+    ``hours`` (:func:`modelled_hours`); None when nothing is left or nothing ran yet."""
+    ran, left = sum(hours[:executed]), sum(hours[executed:])
+    if executed == 0 or executed >= len(hours) or ran <= 0:
         return None
-    return (f"about {clock(elapsed * modelled_left / modelled_ran)} left (the {len(ran)} run(s) timed here, "
-            f"scaled to the {len(left)} left by the cost model's relative run costs)")
+    return (f"about {clock(elapsed * left / ran)} left (the {executed} run(s) timed here, "
+            f"scaled to the {len(hours) - executed} left by the cost model's relative run costs)")

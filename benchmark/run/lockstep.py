@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from benchmark.cache.frozen import WithFrozenFeatures
 from benchmark.cache.tokens import TokenSource
 from benchmark.errors import ProtobenchError
-from benchmark.run.steps import Member, SourceTrainData, _rng_state, seed_everything
+from benchmark.run.steps import Member, _rng_state, seed_everything
 from benchmark.run.training import (Pass, Reader, after_step, finish_step, per_member_steps,
                                     total_loss, train_members)
 from benchmark.tuning.subset import RowSubset
@@ -54,7 +54,7 @@ def schedule_signature(method: PrototypeMethod) -> list[tuple[Any, ...]]:
 def check_lockstep(methods: Sequence[PrototypeMethod]) -> None:
     """Members must be of one class with one schedule (the vectorised step runs the first member's
     code on every member's parameters; members that switch different loss terms on step one by
-    one, :func:`_step`)."""
+    one, :func:`vectorised_steps`)."""
     first = methods[0]
     for other in methods[1:]:
         if type(other) is not type(first) or schedule_signature(other) != schedule_signature(first):
@@ -206,8 +206,7 @@ def train_lockstep(members: Sequence[Member], *, seed: int, batch_size: int, dev
     check_lockstep([m.method for m in members])
     for m in members:
         m.method.to(device)
-        m.data = SourceTrainData(m.source, device, seed, reads=m.method.reads) if m.clean is None else \
-            SourceTrainData(m.clean, device, seed, epoch_source=m.source, reads=m.method.reads)
+        m.data = m.hook_data(device, seed)
         seed_everything(seed)
         m.rng = _rng_state(device)
     train_members(members, seed=seed, batch_size=batch_size, device=device, precision=precision,

@@ -26,9 +26,10 @@ from benchmark.run.prepare import Loaded, Prepared, prepare
 from benchmark.run.provenance import provenance, providers
 from benchmark.run.records import write_records
 from benchmark.run.run_data import RunData, run_data
+from benchmark.run.steps import SourceTrainData
 from benchmark.run.store import RunDir, atomic_write_checked, check_runs_space, json_bytes, run_lock
 from benchmark.run.timing import inference_throughput, live_trunk_epoch_seconds
-from benchmark.run.training import (EpochRecord, SourceTrainData, TrainingInterrupted, TrainingReport,
+from benchmark.run.training import (EpochRecord, TrainingInterrupted, TrainingReport,
                                     deterministic_algorithms, train)
 from methods.common.precision import matmul_precision
 from methods.diagnostics import collect_diagnostics

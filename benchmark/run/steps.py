@@ -241,3 +241,10 @@ class Member:
     stage: Stage | None = None
     losses: StepLosses | None = None
     lrs: dict[str, float] = field(default_factory=dict)
+
+    def hook_data(self, device: torch.device, seed: int) -> SourceTrainData:
+        """The split its method's hooks read (push, last-layer phases): ``clean`` where ``source``
+        holds augmented copies, whose ``epoch_data`` then reads ``source``."""
+        reads = self.method.reads
+        return SourceTrainData(self.source, device, seed, reads=reads) if self.clean is None else \
+            SourceTrainData(self.clean, device, seed, epoch_source=self.source, reads=reads)

@@ -43,7 +43,7 @@ from benchmark.progress import NO_PROGRESS, NO_TASK, Progress, Task
 from benchmark.run.checkpoint import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from benchmark.run.provenance import code_version
 from benchmark.run.schedules import clip_gradients, make_optimizer, make_scheduler
-from benchmark.run.steps import (EpochRecord, Member, NonFiniteLossError, SourceTrainData, StepLosses, TrainingReport,
+from benchmark.run.steps import (EpochRecord, Member, NonFiniteLossError, StepLosses, TrainingReport,
                                  _rng_state, _set_rng_state, epoch_order, numerical_step, prefetch_depth,
                                  seed_everything, total_loss)
 from methods.base import PrototypeMethod, Stage, TokenBatch, set_trainable
@@ -335,8 +335,6 @@ def train(
     if checkpoint_every < 1:
         raise ProtobenchError(f"checkpoint_every = {checkpoint_every} must be ≥ 1")
     method.to(device)
-    data = SourceTrainData(source, device, seed, reads=method.reads) if clean_source is None else \
-        SourceTrainData(clean_source, device, seed, epoch_source=source, reads=method.reads)
     stages = method.stages()
     report = TrainingReport()
     start_stage, start_epoch = 0, 0
@@ -351,7 +349,8 @@ def train(
         log(f"resuming at stage {stage_name(stages, start_stage)}, epoch {resume['global_epoch']}")
     else:
         seed_everything(seed)
-    member = Member(method, source, clean_source, on_epoch_end, log, report, data=data)
+    member = Member(method, source, clean_source, on_epoch_end, log, report)
+    member.data = member.hook_data(device, seed)
 
     def checkpointed(m: Member, stage_index: int, epoch_in_stage: int, global_epoch: int) -> None:
         last_in_stage = epoch_in_stage + 1 == m.stage.epochs  # type: ignore[union-attr]

@@ -11,7 +11,8 @@ from benchmark.cache.frozen import WithFrozenFeatures, WithLiveFrozenFeatures, w
 from benchmark.cache.tokens import LiveTokens, TokenSource
 from benchmark.config import RunSpec
 from benchmark.run.prepare import Prepared, prepare
-from benchmark.run.training import SourceTrainData, epoch_order, train
+from benchmark.run.steps import SourceTrainData
+from benchmark.run.training import epoch_order, train
 from methods.base import TOKEN_FIELDS, TokenBatch
 from methods.vmfproto.gating import GATING_VARIANTS, foreground_mask
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from benchmark.behaviour.boundary import blind_digest, boundary
-from benchmark.behaviour.lock import (LockError, decode_array, deviation, encode_array, lock_json, read_lock,
-                                      tolerance_of)
+from benchmark.behaviour.lock import (LockError, decode_array, deviation, editable_lock, encode_array, lock_json,
+                                      read_lock, tolerance_of)
 from benchmark.errors import ProtobenchError
 from benchmark.method_lookup import known_method
 from benchmark.run.identity import method_fingerprint, method_lock_path
@@ -76,7 +76,7 @@ def test_a_lock_that_is_not_json_is_one_error_naming_its_line(tmp_path: Path) ->
 
 
 def test_a_lock_naming_an_unknown_method_names_it_and_its_line(tmp_path: Path) -> None:
-    lock = read_lock(LOCK, known_method)
+    lock = editable_lock(LOCK, known_method)
     lock.path = tmp_path / "probe-lock.json"
     lock.methods["vmfprot"] = lock.methods.pop("vmfproto")
     text = lock_json(lock)

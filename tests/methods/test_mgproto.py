@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.run.training import SourceTrainData, TrainingInterrupted, train
+from benchmark.run.steps import SourceTrainData
+from benchmark.run.training import TrainingInterrupted, train
 from methods.contract import check_method
 from methods.diagnostics import collect_diagnostics
 from methods.mgproto import MGProto
