@@ -74,11 +74,26 @@ NodeName=localhost NodeHostname=localhost CPUs=${ncpu} Sockets=1 CoresPerSocket=
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
 
-rm -f /run/slurm/slurmctld.pid /run/slurm/slurmd.pid  # stale: no cluster answers
-/usr/sbin/slurmctld
-/usr/sbin/slurmd
+# No cluster answers, so whatever the spool holds belongs to a cluster that is gone: a cold start.
+# -c: slurmctld does not recover the jobs of its last state save (a job "running" there would keep
+# the node mixed or allocated, and the tests would queue behind it), slurmd cleans its shared memory.
+rm -f /run/slurm/slurmctld.pid /run/slurm/slurmd.pid
+rm -rf /var/spool/slurmd/*
+/usr/sbin/slurmctld -c
+/usr/sbin/slurmd -c
 for _ in $(seq 50); do [[ -s /run/slurm/slurmctld.pid && -s /run/slurm/slurmd.pid ]] && break; sleep 0.1; done
 cat /run/slurm/slurmctld.pid /run/slurm/slurmd.pid >> "$STATE/started.pids"
-for _ in $(seq 100); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 0.2; done
-sinfo -h -o %T 2>/dev/null | grep -qx idle || { echo "slurm-up: the node did not become idle; see /var/log/slurm/" >&2; exit 1; }
+
+# Wait (deadline 60 s: a busy machine registers slowly) for the node to be idle.
+node_state() { sinfo -h -n localhost -o %T 2>/dev/null; }
+deadline=$(( SECONDS + 60 ))
+until [[ $(node_state) == idle ]] || (( SECONDS >= deadline )); do sleep 0.2; done
+if [[ $(node_state) != idle ]]; then
+  {
+    echo "slurm-up: the node is '$(node_state)', not idle, 60 s after start; what SLURM says:"
+    sinfo -R 2>&1; squeue 2>&1 | head -20
+    for log in slurmctld slurmd; do echo "--- last lines of /var/log/slurm/$log.log"; tail -n 15 "/var/log/slurm/$log.log" 2>&1; done
+  } >&2
+  exit 1
+fi
 sinfo
