@@ -123,12 +123,11 @@ def evaluate(
         notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
     metrics.update(extra)
     notes.update(extra_notes)
+    protocols: dict[str, Any] = {}
     protocol_columns: dict[str, Any] = {}
-    if funnybirds is not None:
-        scores, protocol_notes, extra_details["funnybirds"], protocol_columns = funnybirds_evaluation(
+    if funnybirds is not None:  # result.json's "funnybirds" section (docs/protocol/funnybirds.md)
+        protocols["funnybirds"], protocol_columns = funnybirds_evaluation(
             method, initial, pred.logits, clean, funnybirds, batch_size=batch_size, device=device, precision=precision)
-        metrics.update(scores)
-        notes.update(protocol_notes)
     checked = None
     if initial is not None:  # Adebayo et al. 2018: the same maps from the re-initialised head
         initial_maps = predict(initial, clean, batch_size=batch_size, device=device, with_logits=False,
@@ -154,6 +153,7 @@ def evaluate(
             "num_images": len(pred.labels),
             **extra_details,
         },
+        **protocols,
     }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained, checked, protocol_columns))
 
 

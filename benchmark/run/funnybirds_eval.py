@@ -31,7 +31,8 @@ from metrics.funnybirds_parts import THRESHOLDS
 if TYPE_CHECKING:
     from benchmark.run.prepare import Prepared
 
-#: the scores a FunnyBirds run records (percent; None where undefined), in ``result.json``'s ``metrics``
+#: the scores a FunnyBirds run records (percent; None where undefined), in ``result.json``'s ``funnybirds``
+#: section (not in ``metrics``: FunnyBirds' Con, contrastivity, is not the suite's con, consistency)
 FUNNYBIRDS_KEYS: tuple[str, ...] = ("csdc", "pc", "dc", "d", "bi", "sd", "ts", "com", "cor", "con", "mx")
 #: the per-image columns (percent; CSDC … D at the best threshold)
 PER_IMAGE_KEYS: tuple[str, ...] = ("csdc", "pc", "dc", "d", "bi", "sd", "ts")
@@ -155,22 +156,21 @@ def _summary(scores: FunnyBirdsScores) -> dict[str, float | None]:
 
 def funnybirds_evaluation(method: PrototypeMethod, initial: PrototypeMethod | None, logits: torch.Tensor,
                           clean: TokenSource, data: FunnyBirdsData, *, batch_size: int, device: torch.device,
-                          precision: str) -> tuple[dict[str, float | None], dict[str, str], dict[str, Any],
-                                                   dict[str, np.ndarray]]:
-    """The scores (``metrics``), notes, details (``evaluation.funnybirds``: best threshold, counts, the
-    control row) and per-image columns of one run."""
+                          precision: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``result.json``'s ``funnybirds`` section (``scores``, ``control``: the same for the head at
+    initialisation, ``notes``, best threshold, counts) and the per-image columns of one run."""
     tic = time.perf_counter()
-    metrics: dict[str, float | None] = {key: None for key in FUNNYBIRDS_KEYS}
     notes: dict[str, str] = {}
     run = dict(batch_size=batch_size, device=device, precision=precision)
+    accuracy = _percent(float(np.mean(logits.argmax(dim=1).numpy() == data.truth.labels)))
     try:
         scores = protocol_scores(method, logits.double().numpy(), clean, data, **run)
     except NotImplementedError as err:
         notes[", ".join(FUNNYBIRDS_KEYS)] = (f"not computed: {type(method).__name__} gives no activation maps "
                                              f"({err}); FunnyBirds reads its accuracy only")
-        return metrics, notes, {}, {}
-    metrics.update(_summary(scores))
+        return {"scores": {"acc": accuracy, **{key: None for key in FUNNYBIRDS_KEYS}}, "notes": notes}, {}
     details: dict[str, Any] = {
+        "scores": {"acc": accuracy, **_summary(scores)},
         "best_threshold": scores.best_threshold,
         "thresholds": f"np.linspace(0.01, 0.50, num={len(THRESHOLDS)}) (official get_p_thresholds)",
         "counts": scores.counts,
@@ -187,6 +187,7 @@ def funnybirds_evaluation(method: PrototypeMethod, initial: PrototypeMethod | No
                               "head": "re-initialised as the method builds it (the run's seed); the trunk unchanged"}
     else:
         notes["funnybirds control"] = "not computed: no re-initialised head was given to this evaluation"
+    details["notes"] = notes
     details["seconds"] = time.perf_counter() - tic
     per_image = {key: 100.0 * scores.per_image[key] for key in PER_IMAGE_KEYS}
-    return metrics, notes, details, per_image
+    return details, per_image

@@ -30,10 +30,13 @@ def test_a_grid_on_generated_funnybirds_records_the_protocols_and_their_control(
     assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
     (run,) = find_run_dirs(tmp_path / "runs")
     result = run.result()
-    metrics, details = result["metrics"], result["evaluation"]["funnybirds"]
+    details = result["funnybirds"]
+    scores = details["scores"]
     for key in FUNNYBIRDS_KEYS:
-        assert metrics[key] is None or 0 <= metrics[key] <= 100, (key, metrics[key])
-    assert metrics["sd"] is not None and metrics["bi"] is not None and metrics["mx"] is not None
+        assert scores[key] is None or 0 <= scores[key] <= 100, (key, scores[key])
+    assert scores["sd"] is not None and scores["bi"] is not None and scores["mx"] is not None
+    assert scores["acc"] == result["metrics"]["acc"]  # the protocols' accuracy is the run's
+    assert "csdc" not in result["metrics"] and result["metrics"].get("con") is None  # FunnyBirds' Con is not con
     assert set(FUNNYBIRDS_KEYS) <= set(details["control"]) and details["control"]["acc"] is not None
     assert details["interventions"] == 9 * 32 + sum(len(p["bg_objects"].split(","))
                                                     for p in json.loads((data / "dataset_test.json").read_text()))
