@@ -46,11 +46,20 @@ class Explanation:
 
     importance: dict[str, float]
     total: float
+    #: per threshold, the important keys without / with background objects when another reading than
+    #: importance > total × t decides them (ProtoPNet's box reading, metrics/funnybirds_boxes.py); None: that rule
+    important: tuple[list[list[str]], list[list[str]]] | None = None
 
     @property
     def parts(self) -> dict[str, float]:
         """The importances without background keys (``with_bg=False``)."""
         return {k: v for k, v in self.importance.items() if not k.startswith("bg_")}
+
+    def important_keys(self, with_background: bool) -> list[list[str]]:
+        """Per threshold of ``THRESHOLDS`` the keys marked important (``get_important_parts``)."""
+        if self.important is not None:
+            return self.important[int(with_background)]
+        return important_parts(self.importance if with_background else self.parts, self.total)
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,7 @@ def csdc(inputs: ProtocolInputs) -> np.ndarray:
             continue
         e = inputs.explanations[(i, int(label))]
         sets = minimal_sufficient_part_sets(inputs.classes, inputs.part_names, int(label))
-        for t, parts in enumerate(important_parts(e.parts, e.total)):
+        for t, parts in enumerate(e.important_keys(False)):
             out[i, t] = max([0.0, *(len(set(s) & set(parts)) / len(s) for s in sets)])
     return out
 
@@ -135,7 +144,7 @@ def preservation_deletion(inputs: ProtocolInputs) -> tuple[np.ndarray, np.ndarra
     for i in range(n):
         predicted = int(inputs.logits[i].argmax())
         e = inputs.explanations[(i, predicted)]
-        for t, parts in enumerate(important_parts(e.parts, e.total)):
+        for t, parts in enumerate(e.important_keys(False)):
             kept_only = inputs.removed[i, inputs.removal_index(set(inputs.part_names) - set(parts))].argmax()
             pc[i, t] = float(kept_only == predicted)
             dc[i, t] = float(inputs.removed[i, inputs.removal_index(parts)].argmax() != predicted)
@@ -160,7 +169,7 @@ def distractibility(inputs: ProtocolInputs) -> np.ndarray:
         if not irrelevant:
             continue
         e = inputs.explanations[(i, int(label))]
-        for t, parts in enumerate(important_parts(e.importance, e.total)):
+        for t, parts in enumerate(e.important_keys(True)):
             out[i, t] = len(set(parts) & set(irrelevant)) / len(irrelevant)
     return out
 

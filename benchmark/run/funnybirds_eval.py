@@ -25,7 +25,9 @@ from benchmark.run.prediction import block_output_reused
 from methods.base import PrototypeMethod
 from methods.common.precision import autocast
 from metrics.funnybirds import Explanation, FunnyBirdsScores, ProtocolInputs, funnybirds_scores, needed_explanations
+from metrics.funnybirds_boxes import box_important_parts
 from metrics.funnybirds_explain import part_explanations
+from metrics.maps import upsample_maps
 from metrics.funnybirds_parts import THRESHOLDS
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ FUNNYBIRDS_KEYS: tuple[str, ...] = ("csdc", "pc", "dc", "d", "bi", "sd", "ts", "
 #: the per-image columns (percent; CSDC … D at the best threshold)
 PER_IMAGE_KEYS: tuple[str, ...] = ("csdc", "pc", "dc", "d", "bi", "sd", "ts")
 INTERVENTION_SPLIT = "test_interventions"
+BOX_READING_METHODS = ("protopnet",)  # the methods whose published FunnyBirds numbers read prototype boxes
 
 
 class InterventionImages(torch.utils.data.Dataset):
@@ -74,6 +77,7 @@ class FunnyBirdsData:
 
     truth: FunnyBirdsSet
     interventions: TokenSource
+    box_reading: bool = False  # ProtoPNet: also its box reading (metrics/funnybirds_boxes.py)
 
 
 def open_funnybirds(prep: Prepared, cache_root: Path | None, progress: Progress) -> FunnyBirdsData | None:
@@ -82,7 +86,8 @@ def open_funnybirds(prep: Prepared, cache_root: Path | None, progress: Progress)
     if prep.spec.dataset != "funnybirds" or prep.test_set is None:
         return None
     truth = read_funnybirds_set(prep.test_set.root, "test")
-    return FunnyBirdsData(truth, prep.view_source(InterventionImages(prep.test_set, truth), cache_root, progress))
+    return FunnyBirdsData(truth, prep.view_source(InterventionImages(prep.test_set, truth), cache_root, progress),
+                          box_reading=prep.spec.method in BOX_READING_METHODS)
 
 
 @torch.no_grad()
@@ -99,8 +104,10 @@ def _logits(method: PrototypeMethod, source: TokenSource, *, batch_size: int, de
 
 @torch.no_grad()
 def _explanations(method: PrototypeMethod, clean: TokenSource, truth: FunnyBirdsSet, pairs: set[tuple[int, int]], *,
-                  batch_size: int, device: torch.device, precision: str) -> dict[tuple[int, int], Explanation]:
-    """The explanation of every (image, class) pair asked for, from one pass per class slot."""
+                  batch_size: int, device: torch.device, precision: str,
+                  boxes: dict[tuple[int, int], Explanation] | None = None) -> dict[tuple[int, int], Explanation]:
+    """The explanation of every (image, class) pair asked for, from one pass per class slot; with ``boxes``,
+    the same importances with the box reading's important parts are put there too."""
     wanted: dict[int, list[int]] = {i: [] for i in range(len(clean))}
     for i, c in sorted(pairs):
         wanted[i].append(c)
@@ -122,14 +129,20 @@ def _explanations(method: PrototypeMethod, clean: TokenSource, truth: FunnyBirds
                 continue
             maps = torch.stack([per_slot[s][0][b] for s in range(len(classes))])
             contributions = torch.stack([per_slot[s][1][b] for s in range(len(classes))])
-            for c, explanation in zip(classes, part_explanations(maps, contributions, truth.part_map(i))):
+            part_map = truth.part_map(i)
+            for k, (c, explanation) in enumerate(zip(classes, part_explanations(maps, contributions, part_map))):
                 out[(i, c)] = explanation
+                if boxes is not None:  # ProtoPNet's push and figures upsample with cv2 INTER_CUBIC: bicubic
+                    upsampled = upsample_maps(maps[k], size=part_map.shape[0], mode="bicubic").numpy()
+                    boxes[(i, c)] = replace(explanation, important=box_important_parts(upsampled, part_map))
     return out
 
 
 def protocol_scores(method: PrototypeMethod, logits: np.ndarray, clean: TokenSource, data: FunnyBirdsData, *,
-                    batch_size: int, device: torch.device, precision: str) -> FunnyBirdsScores:
-    """Every protocol for ``method`` (``logits``: its N×C test logits, in test order)."""
+                    batch_size: int, device: torch.device, precision: str,
+                    box_reading: bool = False) -> tuple[FunnyBirdsScores, FunnyBirdsScores | None]:
+    """Every protocol for ``method`` (``logits``: its N×C test logits, in test order); with ``box_reading``
+    also every protocol under ProtoPNet's box reading."""
     truth = data.truth
     inter = _logits(method, data.interventions, batch_size=batch_size, device=device, precision=precision)
     subsets = 2 ** len(truth.part_names)
@@ -141,9 +154,11 @@ def protocol_scores(method: PrototypeMethod, logits: np.ndarray, clean: TokenSou
         at += subsets + count
     inputs = ProtocolInputs(classes=truth.classes, part_names=truth.part_names, labels=truth.labels,
                             logits=np.asarray(logits, dtype=np.float64), removed=removed, background=background)
+    boxes: dict[tuple[int, int], Explanation] | None = {} if box_reading else None
     explanations = _explanations(method, clean, truth, needed_explanations(inputs), batch_size=batch_size,
-                                 device=device, precision=precision)
-    return funnybirds_scores(replace(inputs, explanations=explanations))
+                                 device=device, precision=precision, boxes=boxes)
+    return (funnybirds_scores(replace(inputs, explanations=explanations)),
+            funnybirds_scores(replace(inputs, explanations=boxes)) if boxes is not None else None)
 
 
 def _percent(value: float) -> float | None:
@@ -164,7 +179,8 @@ def funnybirds_evaluation(method: PrototypeMethod, initial: PrototypeMethod | No
     run = dict(batch_size=batch_size, device=device, precision=precision)
     accuracy = _percent(float(np.mean(logits.argmax(dim=1).numpy() == data.truth.labels)))
     try:
-        scores = protocol_scores(method, logits.double().numpy(), clean, data, **run)
+        scores, boxed = protocol_scores(method, logits.double().numpy(), clean, data, box_reading=data.box_reading,
+                                        **run)
     except NotImplementedError as err:
         notes[", ".join(FUNNYBIRDS_KEYS)] = (f"not computed: {type(method).__name__} gives no activation maps "
                                              f"({err}); FunnyBirds reads its accuracy only")
@@ -177,11 +193,18 @@ def funnybirds_evaluation(method: PrototypeMethod, initial: PrototypeMethod | No
         "interventions": len(data.interventions),
         "explanation": "class evidence maps (metrics/class_evidence.py), upsampled bilinearly to the part map",
     }
+    if boxed is not None:
+        details["protopnet_boxes"] = {
+            **{key: _percent(getattr(boxed, key)) for key in ("csdc", "pc", "dc", "d", "com")},
+            "best_threshold": boxed.best_threshold,
+            "reading": "a part is important where the union of the class's prototype boxes (95th-percentile "
+                       "crops of the bicubically upsampled maps) covers more than the threshold's share of it; "
+                       "SD, TS and BI do not read important parts and equal the headline's"}
     if scores.best_threshold is None:
         notes["csdc, pc, dc, d"] = "undefined: no threshold scores CSDC/3 + PC/3 + DC/3 + D above 0"
     if initial is not None:
         control_logits = _logits(initial, clean, **run)
-        control = protocol_scores(initial, control_logits, clean, data, **run)
+        control, _ = protocol_scores(initial, control_logits, clean, data, **run)
         details["control"] = {"acc": _percent(control.accuracy), **_summary(control),
                               "best_threshold": control.best_threshold,
                               "head": "re-initialised as the method builds it (the run's seed); the trunk unchanged"}

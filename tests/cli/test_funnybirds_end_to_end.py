@@ -38,6 +38,8 @@ def test_a_grid_on_generated_funnybirds_records_the_protocols_and_their_control(
     assert scores["acc"] == result["metrics"]["acc"]  # the protocols' accuracy is the run's
     assert "csdc" not in result["metrics"] and result["metrics"].get("con") is None  # FunnyBirds' Con is not con
     assert set(FUNNYBIRDS_KEYS) <= set(details["control"]) and details["control"]["acc"] is not None
+    boxes = details["protopnet_boxes"]  # ProtoPNet's published reading, beside the headline
+    assert set(boxes) >= {"csdc", "pc", "dc", "d", "com", "best_threshold"}
     assert details["interventions"] == 9 * 32 + sum(len(p["bg_objects"].split(","))
                                                     for p in json.loads((data / "dataset_test.json").read_text()))
     per_image = read_records(run.path)
