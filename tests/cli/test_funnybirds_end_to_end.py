@@ -45,3 +45,7 @@ def test_a_grid_on_generated_funnybirds_records_the_protocols_and_their_control(
     per_image = read_records(run.path)
     assert set(PER_IMAGE_KEYS) <= set(per_image.columns) and len(per_image) == 9
     assert sum(1 for entry in (tmp_path / "runs" / ".token-cache").iterdir() if entry.is_dir()) >= 3
+    # re-evaluated (`protobench evaluate RUN_DIR --rescore`), the run keeps its FunnyBirds section and columns
+    assert main(["evaluate", str(run.path), "--rescore"]) == 0
+    again = run.result()
+    assert again["funnybirds"]["scores"] == scores and set(PER_IMAGE_KEYS) <= set(read_records(run.path).columns)
