@@ -22,18 +22,19 @@ def high_activation_box(activation: np.ndarray, percentile: float = BOX_PERCENTI
     return int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
 
 
-def box_important_parts(maps: np.ndarray, part_map: np.ndarray,
-                        thresholds: np.ndarray = THRESHOLDS) -> tuple[list[list[str]], list[list[str]]]:
+def box_important_parts(maps: np.ndarray, part_map: np.ndarray, thresholds: np.ndarray = THRESHOLDS,
+                        masks: tuple[list[str], np.ndarray] | None = None) -> tuple[list[list[str]], list[list[str]]]:
     """Per threshold the important parts, without and with background objects: ``maps`` (J, S, S) the
-    class's prototype maps upsampled to the part map's size."""
+    class's prototype maps upsampled to the part map's size (``masks``: the part map's
+    ``dilated_masks(part_map, with_bg=True)`` where the caller has them)."""
     cover = np.zeros(part_map.shape[:2])
     for activation in maps:
         y0, y1, x0, x1 = high_activation_box(activation)
         cover[y0:y1, x0:x1] = 1.0
-    keys, masks = dilated_masks(part_map, with_bg=True)
+    keys, dilated = masks if masks is not None else dilated_masks(part_map, with_bg=True)
     covered: dict[str, float] = {}
     area: dict[str, float] = {}
-    for key, mask in zip(keys, masks):
+    for key, mask in zip(keys, dilated):
         covered[key] = covered.get(key, 0.0) + float((cover * mask).sum())
         area[key] = area.get(key, 0.0) + float(mask.sum())
     share = {key: covered[key] / area[key] for key in covered if area[key] > 0}

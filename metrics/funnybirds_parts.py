@@ -41,12 +41,15 @@ def dilated_masks(part_map: np.ndarray, with_bg: bool) -> tuple[list[str], np.nd
     colours = [*COLOURS_TO_PART.items()]
     if with_bg:
         colours += [((204, 204, 204 + j), background_key(j)) for j in range(BACKGROUND_OBJECTS)]
-    pm = np.asarray(part_map)
+    pm = np.asarray(part_map).astype(np.int64)
+    codes = pm[..., 0] << 16 | pm[..., 1] << 8 | pm[..., 2]  # one integer per colour: one comparison per key
+    present = set(np.unique(codes).tolist())
     keys, masks = [], np.zeros((len(colours), *pm.shape[:2]), dtype=np.float64)
     for q, (colour, key) in enumerate(colours):
         keys.append(key if key.startswith("bg_") else alpha(key))
-        mask = np.all(pm == np.asarray(colour, dtype=pm.dtype), axis=-1)
-        if mask.any():
+        code = colour[0] << 16 | colour[1] << 8 | colour[2]
+        if code in present:
+            mask = codes == code
             masks[q] = maximum_filter(mask.astype(np.float64), size=5, mode="constant", cval=0.0)
     return keys, masks
 

@@ -8,7 +8,7 @@ control row, chance level for every protocol."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from metrics.funnybirds import Explanation, FunnyBirdsScores, ProtocolInputs, fu
 from metrics.funnybirds_boxes import box_important_parts
 from metrics.funnybirds_explain import part_explanations
 from metrics.maps import upsample_maps
-from metrics.funnybirds_parts import THRESHOLDS
+from metrics.funnybirds_parts import THRESHOLDS, dilated_masks
 
 if TYPE_CHECKING:
     from benchmark.run.prepare import Prepared
@@ -78,6 +78,14 @@ class FunnyBirdsData:
     truth: FunnyBirdsSet
     interventions: TokenSource
     box_reading: bool = False  # ProtoPNet: also its box reading (metrics/funnybirds_boxes.py)
+    #: per test image its part map and dilated part masks, read once for the trained head and the control
+    masks: dict[int, tuple[np.ndarray, tuple[list[str], np.ndarray]]] = field(default_factory=dict)
+
+    def part_masks(self, i: int) -> tuple[np.ndarray, tuple[list[str], np.ndarray]]:
+        if i not in self.masks:
+            part_map = self.truth.part_map(i)
+            self.masks[i] = part_map, dilated_masks(part_map, with_bg=True)
+        return self.masks[i]
 
 
 def open_funnybirds(prep: Prepared, cache_root: Path | None, progress: Progress) -> FunnyBirdsData | None:
@@ -103,7 +111,7 @@ def _logits(method: PrototypeMethod, source: TokenSource, *, batch_size: int, de
 
 
 @torch.no_grad()
-def _explanations(method: PrototypeMethod, clean: TokenSource, truth: FunnyBirdsSet, pairs: set[tuple[int, int]], *,
+def _explanations(method: PrototypeMethod, clean: TokenSource, data: FunnyBirdsData, pairs: set[tuple[int, int]], *,
                   batch_size: int, device: torch.device, precision: str,
                   boxes: dict[tuple[int, int], Explanation] | None = None) -> dict[tuple[int, int], Explanation]:
     """The explanation of every (image, class) pair asked for, from one pass per class slot; with ``boxes``,
@@ -129,12 +137,12 @@ def _explanations(method: PrototypeMethod, clean: TokenSource, truth: FunnyBirds
                 continue
             maps = torch.stack([per_slot[s][0][b] for s in range(len(classes))])
             contributions = torch.stack([per_slot[s][1][b] for s in range(len(classes))])
-            part_map = truth.part_map(i)
-            for k, (c, explanation) in enumerate(zip(classes, part_explanations(maps, contributions, part_map))):
+            part_map, masks = data.part_masks(i)
+            for k, (c, explanation) in enumerate(zip(classes, part_explanations(maps, contributions, part_map, masks))):
                 out[(i, c)] = explanation
                 if boxes is not None:  # ProtoPNet's push and figures upsample with cv2 INTER_CUBIC: bicubic
                     upsampled = upsample_maps(maps[k], size=part_map.shape[0], mode="bicubic").numpy()
-                    boxes[(i, c)] = replace(explanation, important=box_important_parts(upsampled, part_map))
+                    boxes[(i, c)] = replace(explanation, important=box_important_parts(upsampled, part_map, masks=masks))
     return out
 
 
@@ -155,7 +163,7 @@ def protocol_scores(method: PrototypeMethod, logits: np.ndarray, clean: TokenSou
     inputs = ProtocolInputs(classes=truth.classes, part_names=truth.part_names, labels=truth.labels,
                             logits=np.asarray(logits, dtype=np.float64), removed=removed, background=background)
     boxes: dict[tuple[int, int], Explanation] | None = {} if box_reading else None
-    explanations = _explanations(method, clean, truth, needed_explanations(inputs), batch_size=batch_size,
+    explanations = _explanations(method, clean, data, needed_explanations(inputs), batch_size=batch_size,
                                  device=device, precision=precision, boxes=boxes)
     return (funnybirds_scores(replace(inputs, explanations=explanations)),
             funnybirds_scores(replace(inputs, explanations=boxes)) if boxes is not None else None)
