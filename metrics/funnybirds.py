@@ -27,6 +27,7 @@ background interventions. Explanations: ``{(image, class): Explanation}`` for th
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -192,7 +193,9 @@ def single_deletion(inputs: ProtocolInputs) -> np.ndarray:
         label = int(label)
         drops = [inputs.logits[i, label] - inputs.removed[i, 1 << b, label] for b in range(len(inputs.part_names))]
         e = inputs.explanations[(i, label)].parts
-        rho = spearmanr(drops, [e[p] for p in inputs.part_names]).statistic
+        with warnings.catch_warnings():  # constant drops or importances: ρ undefined (NaN), the image skipped
+            warnings.simplefilter("ignore")
+            rho = spearmanr(drops, [e[p] for p in inputs.part_names]).statistic
         if not np.isnan(rho):
             out[i] = rho * 0.5 + 0.5
     return out
