@@ -125,16 +125,13 @@ def _explanations(method: PrototypeMethod, clean: TokenSource, data: FunnyBirdsD
         rows = torch.arange(start, min(start + batch_size, len(clean)))
         batch = clean.batch(rows, device, reads=method.reads)
         per_slot = []
-        for s in range(slots):  # slot s: each image's s-th class (its last one again where it has fewer)
-            classes = torch.tensor([(wanted[int(i)] or [0])[min(s, max(len(wanted[int(i)]) - 1, 0))] for i in rows],
-                                   device=device)
-            with block_output_reused(method), autocast(precision, device):
+        with block_output_reused(method), autocast(precision, device):  # one block pass for every slot
+            for s in range(slots):  # slot s: each image's s-th class (its last one again where it has fewer)
+                classes = torch.tensor([wanted[i][min(s, len(wanted[i]) - 1)] for i in rows.tolist()], device=device)
                 per_slot.append((method.activation_maps(batch, classes).double().cpu(),
                                  method.prototype_contributions(batch, classes).double().cpu()))
         for b, i in enumerate(rows.tolist()):
-            classes = wanted[i]
-            if not classes:
-                continue
+            classes = wanted[i]  # never empty: every image's target is asked for
             maps = torch.stack([per_slot[s][0][b] for s in range(len(classes))])
             contributions = torch.stack([per_slot[s][1][b] for s in range(len(classes))])
             part_map, masks = data.part_masks(i)

@@ -54,8 +54,8 @@ def check_data(spec: RunSpec) -> int:
     train = load_split(spec, "train")
     check_images(train)
     check_images(load_split(spec, "test"))
-    if spec.dataset == "funnybirds":  # part maps and interventions, named by path before compute
-        check_funnybirds(dataset_root(spec))
+    if spec.dataset == "funnybirds":  # part maps and interventions decoded, named by path before compute
+        check_funnybirds(dataset_root(spec), deep=True)
     return train.num_classes
 
 

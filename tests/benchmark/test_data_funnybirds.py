@@ -146,3 +146,18 @@ def test_make_data_and_doctor_through_the_cli(tmp_path: Path, monkeypatch, capsy
     assert main(["doctor", str(grid), "--cache-dir", str(tmp_path / "cache")]) == 1
     (line,) = [row for row in capsys.readouterr().out.splitlines() if row.startswith("[fail] data funnybirds")]
     assert f"intervention image {victim} is missing" in line, line
+
+
+def test_run_decodes_every_intervention_before_compute(dataset: Path, tmp_path: Path) -> None:
+    """A truncated intervention passes a header read (doctor) but not the run's check (benchmark.run.prepare)."""
+    from benchmark.run.prepare import check_data
+    from tiny_grid import tiny_grid_table
+    from benchmark.grid import parse_grid
+
+    data = _copy(dataset, tmp_path)
+    victim = read_funnybirds_set(data, "test").intervention_path(2, ["tail"])
+    victim.write_bytes(victim.read_bytes()[:200])
+    check_funnybirds(data)  # the header still reads
+    grid = parse_grid(tiny_grid_table("fb", data, dataset="funnybirds", without=("dataset_args",)), source="test")
+    with pytest.raises(ProtobenchError, match=f"intervention image {victim} cannot be decoded"):
+        check_data(grid.runs[0])
