@@ -14,6 +14,7 @@ from benchmark.errors import ProtobenchError
 from reports.agreement import MIN_METHODS, Bootstrap, Stability, Tau, check_agreement_input, metric_taus, rank_stability
 from reports.cell_text import markdown_cell
 from reports.columns import REFERENCE_ROWS
+from reports.ground_truth import TruthRho, against_ground_truth, chance_levels, has_ground_truth
 from reports.reliability import ICC_SOURCE, Reliability, reliability
 from reports.supported import Ordering, orderings
 
@@ -30,6 +31,8 @@ class AgreementReport:
     orderings: list[Ordering]
     tests: int  # the comparisons Holm corrects over
     left_out: list[str]  # reference rows present but not ranked (``--rank-reference`` ranks them)
+    ground_truth: list[TruthRho] | None = None  # FunnyBirds runs: each metric against Cor, Com, Con, BI
+    chance: pd.DataFrame | None = None  # FunnyBirds runs: each protocol's mean, trained and control heads
 
 
 def build_agreement(frame: pd.DataFrame, boot: Bootstrap, *, rank_reference: bool = False) -> AgreementReport:
@@ -45,9 +48,11 @@ def build_agreement(frame: pd.DataFrame, boot: Bootstrap, *, rank_reference: boo
         raise ProtobenchError(f"{err} The reference rows {', '.join(left_out)} are left out of the rankings; "
                               "`--rank-reference` ranks them with the methods.") from None
     found, tests = orderings(frame, metrics, boot.level)
+    truth = has_ground_truth(frame)
     return AgreementReport(metrics, boot, metric_taus(frame, metrics, boot), reliability(frame, metrics),
                            {key: rank_stability(frame, metrics, key) for key in STABILITY_KEYS}, found, tests,
-                           left_out)
+                           left_out, against_ground_truth(frame, metrics, boot) if truth else None,
+                           chance_levels(frame) if truth else None)
 
 
 def number(value: float, decimals: int = 2) -> str:
@@ -112,6 +117,28 @@ def reliability_note() -> str:
             "k seeds the tables show; 95% F-based intervals (McGraw & Wong 1996), as pingouin rounds them.")
 
 
+def ground_truth_rows(report: AgreementReport) -> tuple[list[str], list[list[str]]]:
+    headers = ["metric", "ground truth", "heads", "runs", "methods", "Spearman ρ", f"{100 * report.boot.level:g}% CI",
+               "interval"]
+    return headers, [[r.metric, r.truth, r.heads, str(r.runs), str(r.methods), number(r.rho),
+                      interval(r.ci_low, r.ci_high), r.interval] for r in report.ground_truth or []]
+
+
+def chance_rows(chance: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    headers = ["method", *[f"{c.split('_', 1)[1]} ({'trained' if c.startswith('fb_') else 'control'})"
+                           for c in chance.columns]]
+    return headers, [[str(method), *(number(v, 1) for v in row)] for method, row in chance.iterrows()]
+
+
+def ground_truth_note() -> str:
+    return ("Against ground truth: Spearman's ρ across the runs between a suite metric and a FunnyBirds protocol "
+            "(Cor = SD, Com = completeness, Con = TS, BI; docs/protocol/funnybirds.md). Runs of one method are not "
+            "independent: the interval resamples methods (a cluster bootstrap; the procedure and its n in each row). "
+            "Control rows: the same metric against the protocols of each run's head at initialisation; their "
+            "intervals should hold 0. The table below gives each protocol's mean for trained and initial heads "
+            "(percent): the chance level. docs/guides/metric-validity.md.")
+
+
 def render_agreement(report: AgreementReport, fmt: str) -> str:
     """Markdown: every part with its note; CSV: the τ table alone."""
     if fmt == "csv":
@@ -138,4 +165,10 @@ def render_agreement(report: AgreementReport, fmt: str) -> str:
                   f"{key} (methods ranked at both; means over seeds, no interval)." if found
                   else f"One value of {key} per cell (or fewer than three methods at two): no stability to show.", ""]
     parts += ["## What this grid supports", "", *[f"- {line}" for line in supported_lines(report)], ""]
+    if report.ground_truth is not None:
+        parts += ["## Against ground truth", "",
+                  markdown(*ground_truth_rows(report)) if report.ground_truth else "No metric has a value on these runs.",
+                  "", ground_truth_note(), ""]
+        if report.chance is not None and not report.chance.empty:
+            parts += [markdown(*chance_rows(report.chance)), ""]
     return "\n".join(parts)

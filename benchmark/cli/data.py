@@ -23,18 +23,21 @@ GENERATORS: dict[str, tuple[str, str, str]] = {
     "synthbirds": ("benchmark.data.synthbirds", "SYNTHBIRDS_DEFAULTS", "generate_synthbirds"),
     "nabirds": ("benchmark.data.synthetic_nabirds", "NABIRDS_DEFAULTS", "generate_nabirds"),
     "partimagenet": ("benchmark.data.synthetic_partimagenet", "PARTIMAGENET_DEFAULTS", "generate_partimagenet"),
+    "funnybirds": ("benchmark.data.synthetic_funnybirds", "FUNNYBIRDS_DEFAULTS", "generate_funnybirds"),
 }
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``make-data``, ``list`` and ``cache`` to ``sub``."""
     p = sub.add_parser("make-data", help="generate a small synthetic dataset in an official layout: synthbirds "
-                                         "(CUB-200-2011's), nabirds (NABirds'), partimagenet (PartImageNet_Seg's)")
+                                         "(CUB-200-2011's), nabirds (NABirds'), partimagenet (PartImageNet_Seg's), "
+                                         "funnybirds (FunnyBirds', "
+                                         "with its rendered interventions)")
     p.add_argument("kind", help=f"what to generate: {', '.join(GENERATORS)}")
     p.add_argument("--out", required=True, help="folder to write the dataset to")
     for option in ("classes", "images-per-class", "seed"):
         p.add_argument(f"--{option}", type=int, help="default: the kind's defaults (SYNTHBIRDS_DEFAULTS, "
-                                                     "NABIRDS_DEFAULTS, PARTIMAGENET_DEFAULTS), printed when written")
+                                                     "NABIRDS_DEFAULTS, PARTIMAGENET_DEFAULTS, FUNNYBIRDS_DEFAULTS), printed when written")
     p.set_defaults(func=cmd_make_data)
 
     p = sub.add_parser("list", help="methods (with hyperparameters), backbones, datasets, grids; "

@@ -93,6 +93,7 @@ def data_checks(grid: GridSpec, *, absent_ok: bool = False, images: str | None =
     without the data): a missing root is skipped, a placeholder still flagged."""
     from benchmark.data import load_dataset
     from benchmark.data.dataset import check_images
+    from benchmark.data.funnybirds import check_funnybirds
 
     checks = []
     seen: set[tuple[str, str]] = set()
@@ -119,12 +120,14 @@ def data_checks(grid: GridSpec, *, absent_ok: bool = False, images: str | None =
                           for split in ("train", "test")]
                 for split in splits if images is not None else ():
                     check_images(split, images)
+                funnybirds = check_funnybirds(root, deep=images == "deep") if spec.dataset == "funnybirds" else ""
             except ProtobenchError as err:  # the reader's message names the missing file and the fix
                 checks.append(Check(name, "fail", str(err)))
             else:
                 how = {None: "listed", "header": "listed, every image's header read",
                        "deep": "listed, every image decoded"}[images]
-                checks.append(Check(name, "ok", f"{len(splits[0])} train / {len(splits[1])} test images {how}"))
+                checks.append(Check(name, "ok", f"{len(splits[0])} train / {len(splits[1])} test images {how}"
+                                                f"{'; ' + funnybirds if funnybirds else ''}"))
     return checks
 
 

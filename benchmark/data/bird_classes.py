@@ -48,6 +48,8 @@ class BirdClass:
     tail_shape: str
     wing_pattern: str
     breast_pattern: str
+    eye: RGB | None = None  # iris colour (None: the shared white); make-data funnybirds gives each class one
+    leg: RGB | None = None  # leg colour (None: drawn per image); make-data funnybirds gives each class one
 
 
 def class_suffix(k: int) -> str:

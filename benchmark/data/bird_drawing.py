@@ -144,30 +144,42 @@ def _pattern_colour(colour: RGB) -> RGB:
     return (20, 20, 20) if luminance > 110 else (240, 240, 240)
 
 
-def _background(size: int, rng: np.random.Generator) -> Image.Image:
-    """Smooth low-saturation noise, fine grain, and class-independent desaturated clutter."""
+def _background(size: int, rng: np.random.Generator, omit_clutter: int | None = None) -> tuple[Image.Image, Image.Image, int]:
+    """Smooth low-saturation noise, fine grain, and class-independent desaturated clutter; with the
+    clutter map (``L``: 0 none, i + 1 where clutter shape i is the topmost) and the number of clutter
+    shapes. ``omit_clutter``: the
+    shape not drawn (its random draws still taken, so everything else is unchanged)."""
     base = np.array(_hsv(rng.random(), rng.uniform(0.0, 0.2), rng.uniform(0.35, 0.9)), dtype=np.float64)
     low = Image.fromarray(np.clip(base + rng.normal(0.0, 20.0, (4, 4, 3)), 0, 255).astype(np.uint8))
     smooth = np.asarray(low.resize((size, size), Image.Resampling.BICUBIC))
     grain = rng.integers(0, 17, (size, size, 3), dtype=np.uint8)  # ±8 grey levels
     image = Image.fromarray(np.clip(smooth, 8, 238) + grain - 8)
-    draw = ImageDraw.Draw(image)
-    for _ in range(int(rng.integers(3, 9))):
+    clutter = Image.new("L", (size, size), 0)
+    canvases = (ImageDraw.Draw(image), ImageDraw.Draw(clutter))
+    shapes = int(rng.integers(3, 9))
+    for i in range(shapes):
         colour = _hsv(rng.random(), rng.uniform(0.0, 0.25), rng.uniform(0.2, 0.95))
         x, y = rng.uniform(-0.1, 1.1, 2) * size
         w, h = rng.uniform(0.05, 0.3, 2) * size
         kind = rng.integers(4)
-        if kind == 0:
-            draw.ellipse((x, y, x + w, y + h), fill=colour)
-        elif kind == 1:
-            draw.rectangle((x, y, x + w, y + h), fill=colour)
-        elif kind == 2:
+        line_end = width = corners = None
+        if kind == 2:
             corners = rng.uniform(-0.15, 0.15, (3, 2)) * size + (x, y)
-            draw.polygon([tuple(p) for p in corners], fill=colour)
-        else:
-            draw.line((x, y, x + rng.uniform(-0.5, 0.5) * size, y + rng.uniform(-0.5, 0.5) * size),
-                      fill=colour, width=int(rng.integers(2, 7)))
-    return image
+        elif kind == 3:
+            line_end = (x + rng.uniform(-0.5, 0.5) * size, y + rng.uniform(-0.5, 0.5) * size)
+            width = int(rng.integers(2, 7))
+        if i == omit_clutter:
+            continue
+        for draw, fill in zip(canvases, (colour, i + 1)):
+            if kind == 0:
+                draw.ellipse((x, y, x + w, y + h), fill=fill)
+            elif kind == 1:
+                draw.rectangle((x, y, x + w, y + h), fill=fill)
+            elif kind == 2:
+                draw.polygon([tuple(p) for p in corners], fill=fill)
+            else:
+                draw.line((x, y, *line_end), fill=fill, width=width)
+    return image, clutter, shapes
 
 
 @dataclass(frozen=True)
@@ -178,10 +190,16 @@ class Drawing:
     layers: np.ndarray  # S×S uint8 layer ids, 0 = background
     keypoints: dict[str, tuple[float, float]]  # near-side names "eye", "wing", "leg"
     flip: bool
+    clutter: np.ndarray | None = None  # S×S uint8: i + 1 where background clutter shape i shows, else 0
+    clutter_shapes: int = 0  # how many clutter shapes the background draws (visible or not)
 
 
-def draw_bird(bird: BirdClass, size: int, rng: np.random.Generator) -> Drawing:
-    image = _background(size, rng)
+def draw_bird(bird: BirdClass, size: int, rng: np.random.Generator, *, omit_layers: frozenset[int] = frozenset(),
+              omit_clutter: int | None = None) -> Drawing:
+    """One bird. ``omit_layers`` (layer ids) and ``omit_clutter`` (a clutter shape's index) are left
+    undrawn with every random draw still taken, so the rest of the image is the same pixels: the
+    rendered interventions of ``make-data funnybirds`` (a part or a background object removed)."""
+    image, clutter, clutter_count = _background(size, rng, omit_clutter)
     spread = 0.38 if rng.random() < 0.2 else 0.2  # sometimes near the border, so parts are cut off
     pose = _Pose(
         centre=tuple(rng.uniform(0.5 - spread, 0.5 + spread, 2) * size),
@@ -194,7 +212,8 @@ def draw_bird(bird: BirdClass, size: int, rng: np.random.Generator) -> Drawing:
         "crown": _jitter(bird.crown, rng), "wing": _jitter(bird.wing, rng), "breast": _jitter(bird.breast, rng),
         "tail": _jitter(bird.tail, rng), "beak": _jitter(bird.beak, rng),
     }
-    leg_colour = LEG_COLOURS[rng.integers(len(LEG_COLOURS))]
+    drawn_leg = LEG_COLOURS[rng.integers(len(LEG_COLOURS))]
+    leg_colour = drawn_leg if bird.leg is None else bird.leg
     canonical = _keypoints(bird)
 
     # (polygon in canonical units, colour, layer), back to front.
@@ -212,23 +231,27 @@ def draw_bird(bird: BirdClass, size: int, rng: np.random.Generator) -> Drawing:
         (_ellipse(HEAD_C, (HEAD_R, HEAD_R), n=32), body, HEAD),
         (_crown_cap(), colours["crown"], CROWN),
         (_beak(bird.beak_length), colours["beak"], BEAK),
-        (_ellipse(canonical["eye"], (0.26 * HEAD_R,) * 2, n=16), (235, 235, 225), EYE),
+        (_ellipse(canonical["eye"], (0.26 * HEAD_R,) * 2, n=16), bird.eye or (235, 235, 225), EYE),
         (_ellipse(canonical["eye"], (0.17 * HEAD_R,) * 2, n=16), (15, 15, 15), EYE),
     ]
 
     if rng.random() < 0.5:  # a perch under the foot, class-independent
         foot = pose.apply([FOOT])[0] + (0.0, 0.06 * pose.scale)
         d = _rotation(rng.uniform(-15.0, 15.0)) @ np.array([size, 0.0])
-        ImageDraw.Draw(image).line((*(foot - d), *(foot + d)), fill=(100, 70, 40), width=max(2, int(0.12 * pose.scale)))
+        for canvas, fill in ((image, (100, 70, 40)), (clutter, 0)):  # the perch hides the clutter behind it
+            ImageDraw.Draw(canvas).line((*(foot - d), *(foot + d)), fill=fill, width=max(2, int(0.12 * pose.scale)))
 
     layers = Image.new("L", (size, size), 0)
     draw, draw_layers = ImageDraw.Draw(image), ImageDraw.Draw(layers)
     for polygon, colour, layer in shapes:
+        if layer in omit_layers:
+            continue
         points = [tuple(p) for p in pose.apply(polygon)]
         draw.polygon(points, fill=colour)
         draw_layers.polygon(points, fill=layer)
     keypoints = {name: tuple(pose.apply([xy])[0]) for name, xy in canonical.items()}
-    return Drawing(image=image, layers=np.asarray(layers), keypoints=keypoints, flip=pose.flip)
+    return Drawing(image=image, layers=np.asarray(layers), keypoints=keypoints, flip=pose.flip,
+                   clutter=np.asarray(clutter), clutter_shapes=clutter_count)
 
 
 def _texture(

@@ -52,12 +52,16 @@ DATASETS: dict[str, DatasetDeclaration] = {
         # PartImageNet README: 158 classes, 24,095 images; the Seg split's sizes are not published
         DatasetDeclaration("partimagenet", "PartImageNet (Seg split)", "benchmark.data.partimagenet", 158,
                            (24095, 24095), parts=True, cub_layout=False),
+        # Hesse et al. ICCV 2023: 50 classes, 50,000 train / 500 test images with rendered interventions;
+        # its ground truth is part maps and interventions, read by the FunnyBirds protocols, not keypoints
+        DatasetDeclaration("funnybirds", "FunnyBirds", "benchmark.data.funnybirds", 50, (50000, 500), parts=False,
+                           cub_layout=False),
     )
 }
 
 
 #: the datasets `protobench make-data KIND` generates in their official layout (KIND is the dataset's name)
-GENERATED_DATASETS = ("synthbirds", "nabirds", "partimagenet")
+GENERATED_DATASETS = ("synthbirds", "nabirds", "partimagenet", "funnybirds")
 
 
 def installed_datasets() -> dict[str, tuple[DatasetDeclaration, Provider]]:

@@ -10,6 +10,7 @@ from benchmark.data.cars import read_cars
 from benchmark.data.cub import read_cub
 from benchmark.data.dataset import ImageDataset, check_split
 from benchmark.data.dogs import read_dogs
+from benchmark.data.funnybirds import read_funnybirds
 from benchmark.data.nabirds import read_nabirds
 from benchmark.data.partimagenet import read_partimagenet
 from benchmark.errors import ProtobenchError
@@ -21,6 +22,7 @@ _READERS: dict[str, Callable[[Path, str, int], ImageDataset]] = {
     "cars": lambda root, split, size: read_cars(root, split, image_size=size),
     "nabirds": lambda root, split, size: read_nabirds(root, split, image_size=size),
     "partimagenet": lambda root, split, size: read_partimagenet(root, split, image_size=size),
+    "funnybirds": lambda root, split, size: read_funnybirds(root, split, image_size=size),
 }
 
 

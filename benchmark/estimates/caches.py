@@ -12,7 +12,7 @@ from benchmark.cache.sizing import cache_entry_bytes
 from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.data.augment import AUGMENTATION_SEED
-from benchmark.estimates.workload import augmentation_factor, split_images, trunk_macs
+from benchmark.estimates.workload import augmentation_factor, intervention_images, split_images, trunk_macs
 from benchmark.method_lookup import declaration
 
 
@@ -56,6 +56,9 @@ def cache_needs(spec: RunSpec) -> list[tuple[tuple[Any, ...], CacheNeed]]:
     if spec.has_part_annotations:
         views.append(("test", f"noise seed {STABILITY_NOISE_SEED}", split_images(spec, "test"), False,
                       STABILITY_NOISE_SEED))
+    if spec.dataset == "funnybirds" and spec.evaluation_split == "test":  # the protocols' rendered interventions
+        images, exact = intervention_images(spec)
+        views.append(("test_interventions", "clean" if exact else "clean, ≥ (data absent)", images, False, None))
     return [((*trunk, split, view, with_early),
              CacheNeed(spec.backbone, spec.dataset, split, view, with_early, images, spec.image_size,
                        spec.cache_dtype, cache_entry_bytes(spec, images, with_early), trunk_macs(spec),

@@ -12,6 +12,7 @@ from benchmark.backbones import backbone_spec
 from benchmark.config import RunSpec
 from benchmark.data.declared import DatasetDeclaration, dataset_declaration
 from benchmark.data.augment import OPERATIONS, OfflineAugmentedDataset
+from benchmark.data.funnybirds import read_funnybirds_set
 from benchmark.data.synthbirds import SYNTHBIRDS_DEFAULTS
 from benchmark.errors import ProtobenchError
 from benchmark.method_lookup import stand_in_method
@@ -34,8 +35,25 @@ def split_images(spec: RunSpec, split: str) -> int:
         per_class = args["images_per_class"]
         train = math.ceil(per_class / 2)  # images 1, 3, 5, … of each class train
         return args["classes"] * (train if split == "train" else per_class - train)
+    if spec.dataset == "funnybirds":  # a generated set in its layout: its own size where it is on this machine
+        try:
+            return len(read_funnybirds_set(spec.data_root, split).labels)
+        except ProtobenchError:
+            pass
     train, test = _declared(spec.dataset).split_images  # the official sizes
     return train if split == "train" else test
+
+def intervention_images(spec: RunSpec) -> tuple[int, bool]:
+    """FunnyBirds' rendered interventions of the test split, each one trunk pass into the token cache:
+    exactly as ``dataset_test.json`` lists them where the data is on this machine, else 2^5 part
+    interventions per official test image (a lower bound: each image's background objects add theirs);
+    with whether the count is exact."""
+    try:
+        truth = read_funnybirds_set(spec.data_root, "test")
+    except ProtobenchError:
+        return split_images(spec, "test") * 2**5, False
+    return len(truth.labels) * 2 ** len(truth.part_names) + int(truth.background.sum()), True
+
 
 def stage_epochs(spec: RunSpec) -> list[tuple[str, int]]:
     """(name, epochs) of every stage of the run's method with its hyperparameters."""

@@ -20,6 +20,7 @@ import torch
 from benchmark.data import ImageDataset
 from benchmark.cache.tokens import TokenSource
 from benchmark.run.extra_metrics import deletion_count, extra_metrics
+from benchmark.run.funnybirds_eval import FunnyBirdsData, funnybirds_evaluation
 from benchmark.run.ground_truth import object_masks, part_truth
 from benchmark.run.prediction import predict
 from methods.base import PrototypeMethod
@@ -38,8 +39,10 @@ class Evaluated:
 
 
 def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Tensor,
-                  explained: ExplanationRecords | None, checked: SanityScores | None = None) -> dict[str, pd.DataFrame]:
-    """The ``per_image`` (and, with explanation metrics, ``per_prototype``) tables of one evaluation."""
+                  explained: ExplanationRecords | None, checked: SanityScores | None = None,
+                  protocols: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
+    """The ``per_image`` (and, with explanation metrics, ``per_prototype``) tables of one evaluation;
+    ``protocols``: the FunnyBirds protocols' per-image columns."""
     predicted = logits.argmax(dim=1)  # metrics.accuracy: the first maximal logit
     per_image = pd.DataFrame({
         "index": range(len(labels)),
@@ -51,6 +54,8 @@ def record_tables(dataset: ImageDataset, logits: torch.Tensor, labels: torch.Ten
         "margin": logit_margins(logits, labels).numpy(),
     })
     tables = {"per_image": per_image}
+    for name, values in (protocols or {}).items():
+        per_image[name] = values
     if checked is not None:  # percent, NaN where ρ is undefined; the SSIM beside it (metrics/sanity.py)
         per_image["sanity"] = checked.per_image.numpy()
         per_image["sanity_signed"] = checked.per_image_signed.numpy()
@@ -82,10 +87,12 @@ def evaluate(
     train: TokenSource | None = None,
     train_dataset: ImageDataset | None = None,
     initial: PrototypeMethod | None = None,
+    funnybirds: FunnyBirdsData | None = None,
 ) -> Evaluated:
     """Metrics (percent), the evaluation settings that produced them, and the per-image records.
     ``train`` and ``train_dataset``: the clean training split, for the metrics that read it (purity);
-    ``initial``: the method re-initialised as before training, for ``sanity``."""
+    ``initial``: the method re-initialised as before training, for ``sanity`` (and the FunnyBirds control
+    row); ``funnybirds``: a FunnyBirds test split's interventions, for its protocols."""
     pred = predict(method, clean, batch_size=batch_size, device=device, precision=precision, contributions=True,
                    deletion_k=deletion_count(method))  # one pass for the paper's metrics and the extras
     metrics: dict[str, float | None] = {"acc": accuracy(pred.logits, pred.labels)}
@@ -116,6 +123,11 @@ def evaluate(
         notes["con, sta, dis, comp"] = f"not defined for {test_dataset.name} (no part annotations)"
     metrics.update(extra)
     notes.update(extra_notes)
+    protocols: dict[str, Any] = {}
+    protocol_columns: dict[str, Any] = {}
+    if funnybirds is not None:  # result.json's "funnybirds" section (docs/protocol/funnybirds.md)
+        protocols["funnybirds"], protocol_columns = funnybirds_evaluation(
+            method, initial, pred.logits, clean, funnybirds, batch_size=batch_size, device=device, precision=precision)
     checked = None
     if initial is not None:  # Adebayo et al. 2018: the same maps from the re-initialised head
         initial_maps = predict(initial, clean, batch_size=batch_size, device=device, with_logits=False,
@@ -141,7 +153,8 @@ def evaluate(
             "num_images": len(pred.labels),
             **extra_details,
         },
-    }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained, checked))
+        **protocols,
+    }, tables=record_tables(test_dataset, pred.logits, pred.labels, explained, checked, protocol_columns))
 
 
 def _nan_mean(values: torch.Tensor) -> float | None:

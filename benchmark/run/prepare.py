@@ -20,6 +20,7 @@ from benchmark.cache.tokens import TokenSource, View, token_source
 from benchmark.config import RunSpec
 from benchmark.data import (AUGMENTATION_SEED, ImageDataset, OfflineAugmentedDataset, check_images,
                             ensure_synthbirds, load_dataset)
+from benchmark.data.funnybirds import check_funnybirds
 from benchmark.errors import ProtobenchError
 from benchmark.method_lookup import build_method
 from benchmark.progress import NO_PROGRESS, Progress
@@ -53,6 +54,8 @@ def check_data(spec: RunSpec) -> int:
     train = load_split(spec, "train")
     check_images(train)
     check_images(load_split(spec, "test"))
+    if spec.dataset == "funnybirds":  # part maps and interventions decoded, named by path before compute
+        check_funnybirds(dataset_root(spec), deep=True)
     return train.num_classes
 
 
@@ -178,6 +181,10 @@ class Prepared:
     def test_source(self, cache_root: Path | None, *, progress: Progress = NO_PROGRESS) -> TokenSource:
         """Clean test tokens (early-block tokens are read in training only: SDFA)."""
         return self._source(self.test_set, View(), cache_root, progress, early=False)
+
+    def view_source(self, dataset: Any, cache_root: Path | None, progress: Progress = NO_PROGRESS) -> TokenSource:
+        """Clean tokens of another set of evaluation images (FunnyBirds' interventions), cached as the test split's."""
+        return self._source(dataset, View(), cache_root, progress, early=False)
 
     def test_sources(self, cache_root: Path | None, *,
                      progress: Progress = NO_PROGRESS) -> tuple[TokenSource, TokenSource | None]:

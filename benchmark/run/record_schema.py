@@ -5,7 +5,8 @@ or damaged file is refused naming the file, the row and the column, never passed
 ``image`` (a relative path below the dataset root), ``label`` and ``predicted`` (class indices
 ≥ 0), ``correct`` (``label == predicted``), ``margin`` (a number, not NaN: ±inf where a logit
 is infinite) and optionally the per-image parts
-``sta``, ``dis``, ``comp`` (percent in [0, 100] or empty), ``sanity``, ``sanity_signed``
+``sta``, ``dis``, ``comp`` and on FunnyBirds ``csdc``, ``pc``, ``dc``, ``d``, ``bi``, ``sd``, ``ts``
+(percent in [0, 100] or empty), ``sanity``, ``sanity_signed``
 (``100 · (1 − ρ)`` in [0, 200] or empty) and ``sanity_ssim`` (in [−1, 1] or empty). ``per_prototype``: ``class``,
 ``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). Any other column
 is refused: a record can never carry a column of the run's identity (``run_id``, ``method``, …).
@@ -25,7 +26,8 @@ from benchmark.errors import ProtobenchError
 _INDEX_COLUMNS = {"per_image": ("index", "label", "predicted"), "per_prototype": ("class", "prototype")}
 _REQUIRED = {"per_image": ("index", "image", "label", "predicted", "correct", "margin"),
              "per_prototype": ("class", "prototype")}
-_PERCENT = {"per_image": ("sta", "dis", "comp"), "per_prototype": ("con", "sta")}
+_PERCENT = {"per_image": ("sta", "dis", "comp", "csdc", "pc", "dc", "d", "bi", "sd", "ts"),  # the last 7: FunnyBirds
+            "per_prototype": ("con", "sta")}
 #: SSIM values in [−1, 1] (or empty): the sanity metric's second measure (metrics/sanity.py)
 _UNIT = {"per_image": ("sanity_ssim",), "per_prototype": ()}
 #: ``100 · (1 − ρ)`` in [0, 200] (or empty): the sanity metric's scores (metrics/sanity.py)

@@ -11,7 +11,9 @@ from benchmark.bundle.manifest import HEAD_FILE
 from benchmark.cache.noise import STABILITY_NOISE_SEED
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
+from benchmark.progress import NO_PROGRESS
 from benchmark.run.evaluation import evaluate
+from benchmark.run.funnybirds_eval import open_funnybirds
 from benchmark.run.identity import code_change, method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import write_records
@@ -121,7 +123,8 @@ def reevaluate(run_dir: Path, *, map_pool: int | None = None, cache_dir: str | N
         evaluated = evaluate(prep.method, prep.test_set, test_src, noisy_src, batch_size=spec.eval_batch_size,
                              device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
                              precision=spec.precision, train=prep.train_source(cache_root, augmented=False),
-                             train_dataset=prep.train_set, initial=prep.initial_method())
+                             train_dataset=prep.train_set, initial=prep.initial_method(),
+                             funnybirds=open_funnybirds(prep, cache_root, NO_PROGRESS))
     summary = evaluated.summary
     summary["provenance"] = {**provenance(prep.device), "precision": spec.precision,
                              "deterministic_algorithms": spec.deterministic, "method_fingerprint": fingerprint,

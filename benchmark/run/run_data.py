@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from benchmark.cache.tokens import TokenSource
 from benchmark.data import ImageDataset
 from benchmark.progress import Progress
+from benchmark.run.funnybirds_eval import FunnyBirdsData, open_funnybirds
 from benchmark.tuning.split import ValidationSplit, split_record, validation_split
 from benchmark.tuning.subset import RowSubset, augmented_rows, dataset_rows
 
@@ -31,6 +32,7 @@ class RunData:
     evaluation_set: ImageDataset
     split: ValidationSplit | None = None
     tuned: dict[str, Any] | None = None
+    funnybirds: FunnyBirdsData | None = None  # a FunnyBirds test split's interventions (its protocols)
 
     def fingerprints(self) -> dict[str, str]:
         """The dataset fingerprints a result records (the validation split's rule and rows for a trial)."""
@@ -58,7 +60,8 @@ def run_data(prep: Prepared, cache_root: Path | None, progress: Progress) -> Run
         clean = prep.train_source(cache_root, progress=progress, augmented=False) if prep.augmented else None
         test, noisy = prep.test_sources(cache_root, progress=progress)
         assert prep.test_set is not None
-        return RunData(train, clean, prep.train_set, test, noisy, prep.test_set, tuned=spec.tuned or None)
+        return RunData(train, clean, prep.train_set, test, noisy, prep.test_set, tuned=spec.tuned or None,
+                       funnybirds=open_funnybirds(prep, cache_root, progress))
     split = validation_split(prep.train_set.labels, fraction=spec.validation_fraction, seed=spec.validation_seed)
     full_clean = prep.train_source(cache_root, progress=progress, augmented=False)
     clean = RowSubset(full_clean, split.train)

@@ -202,7 +202,7 @@ def finish_run(spec: RunSpec, rd: RunDir, prep: Prepared, data: RunData, report:
     evaluated = evaluate(prep.method, data.evaluation_set, data.evaluation, data.noisy, batch_size=spec.eval_batch_size,
                          device=prep.device, map_pool=spec.map_pool, noise_seed=STABILITY_NOISE_SEED,
                          precision=spec.precision, train=clean_src or train_src, train_dataset=data.train_set,
-                         initial=prep.initial_method())
+                         initial=prep.initial_method(), funnybirds=data.funnybirds)
     wall["evaluate"] = time.perf_counter() - tic
     diagnostics = collect_diagnostics(prep.method, {
         "train": SourceTrainData(clean_src or train_src, prep.device, spec.seed),

@@ -6,8 +6,9 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from reports.agreement import Bootstrap
-from reports.agreement_report import (build_agreement, reliability_note, reliability_rows, render_agreement,
-                                      stability_rows, supported_lines, tau_note, tau_rows)
+from reports.agreement_report import (build_agreement, chance_rows, ground_truth_note, ground_truth_rows,
+                                      reliability_note, reliability_rows, render_agreement, stability_rows,
+                                      supported_lines, tau_note, tau_rows)
 from reports.site.html import esc, page, table
 from reports.site.overview import LEVEL, guard_csv
 
@@ -35,4 +36,9 @@ def agreement_page(frame: pd.DataFrame) -> tuple[str, bytes | None]:
                   else f"<p>One value of {esc(key)} per cell (or fewer than three methods at two).</p>"]
     parts += ["<h2>What this grid supports</h2>",
               "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in supported_lines(report)) + "</ul>"]
+    if report.ground_truth is not None:  # FunnyBirds runs: as `protobench agreement`'s section
+        parts += ["<h2>Against ground truth</h2>", f"<p>{esc(ground_truth_note())}</p>",
+                  table(*ground_truth_rows(report), table_id="agreement-ground-truth", sortable=True)]
+        if report.chance is not None and not report.chance.empty:
+            parts.append(table(*chance_rows(report.chance), table_id="agreement-chance", sortable=True))
     return page(title, "\n".join(parts), depth=0, plots=False, nav=nav), guard_csv(render_agreement(report, "csv"))
