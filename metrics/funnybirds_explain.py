@@ -1,6 +1,6 @@
 """A prototype method's explanation as the FunnyBirds protocols read it: the class evidence map
-(:func:`metrics.class_evidence.class_evidence_maps`: each of the class's prototype maps normalised to
-its peak, times its contribution to the class logit, summed; Opłatek, Rymarczyk and Zieliński, xAI 2024)
+(:func:`metrics.class_evidence.class_evidence_maps`: each of the class's prototype maps min-max
+normalised, times its contribution to the class logit, summed; Opłatek, Rymarczyk and Zieliński, xAI 2024)
 upsampled bilinearly to the part map's size, then summed in each dilated part mask
 (:func:`metrics.funnybirds_parts.part_importances`), with the map's sum over the image as the total the
 thresholds scale. One rule for every method (docs/protocol/funnybirds.md)."""

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import funnybirds_official as official
+from metrics.class_evidence import class_evidence_maps
 from metrics.funnybirds_explain import part_explanations
 from metrics.funnybirds_parts import COLOURS_TO_PART
 
@@ -34,10 +35,9 @@ def test_part_importance_equals_the_official_reading_of_the_evidence_map(seed: i
     contributions = torch.randn(3, 4, generator=g, dtype=torch.float64)
     part_map = _part_map(64, rng)
     ours = part_explanations(maps, contributions, part_map)
-    # oracle: the same rule written out (prototype maps' positive part over its peak, times contribution,
-    # summed), torch's bilinear upsampling, the official part reading
-    positive = maps.clamp_min(0).double()
-    evidence = (contributions.double()[..., None, None] * positive / positive.amax(dim=(2, 3), keepdim=True)).sum(1)
+    # oracle: the one rule (metrics/class_evidence.py, tested against a loop in test_class_evidence.py),
+    # torch's bilinear upsampling, the official part reading
+    evidence = class_evidence_maps(maps, contributions).double()
     full = F.interpolate(evidence[:, None], size=(64, 64), mode="bilinear", align_corners=False)
     pm = torch.from_numpy(part_map).permute(2, 0, 1)[None].double()
     for k in range(3):
