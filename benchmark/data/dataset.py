@@ -149,12 +149,24 @@ class PartPolygons:
     polygons: list[list[tuple[int, np.ndarray]]]
 
 
+@dataclass(frozen=True, eq=False)
+class PartMapFiles:
+    """Colour-coded part maps of one split (FunnyBirds), in dataset order: one image per image, each
+    pixel's colour naming its part (``colours``: colour → index into ``part_names``; other colours are
+    no part). The maps are full-frame, as the images are."""
+
+    part_names: list[str]
+    paths: list[Path]
+    colours: dict[tuple[int, int, int], int]
+
+
 class ImageDataset(torch.utils.data.Dataset):
     """One split of a dataset; item ``i`` is ``(3×S×S normalised image, label, i)``.
 
     Datasets with keypoints and boxes (``annotations``: CUB-200-2011, NABirds) are cropped to the
     annotation box before the shared resize/normalise transform; the others (Dogs, Cars,
-    PartImageNet with its ``part_polygons``) use the full image (docs/protocol/harness.md).
+    PartImageNet with its ``part_polygons``, FunnyBirds with its ``part_maps``) use the full image
+    (docs/protocol/harness.md).
     ``image_sizes``: N×2 ``(width, height)`` where the annotations give them (else None).
     """
 
@@ -172,6 +184,7 @@ class ImageDataset(torch.utils.data.Dataset):
         image_size: int = 224,
         part_polygons: PartPolygons | None = None,
         image_sizes: np.ndarray | None = None,
+        part_maps: PartMapFiles | None = None,
     ) -> None:
         self.name = name
         self.root = root
@@ -181,6 +194,7 @@ class ImageDataset(torch.utils.data.Dataset):
         self.image_paths = image_paths
         self.annotations = annotations
         self.part_polygons = part_polygons
+        self.part_maps = part_maps
         self.image_sizes = image_sizes
         self.annotation_files = annotation_files
         self.image_size = image_size

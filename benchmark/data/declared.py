@@ -53,8 +53,9 @@ DATASETS: dict[str, DatasetDeclaration] = {
         DatasetDeclaration("partimagenet", "PartImageNet (Seg split)", "benchmark.data.partimagenet", 158,
                            (24095, 24095), parts=True, cub_layout=False),
         # Hesse et al. ICCV 2023: 50 classes, 50,000 train / 500 test images with rendered interventions;
-        # its ground truth is part maps and interventions, read by the FunnyBirds protocols, not keypoints
-        DatasetDeclaration("funnybirds", "FunnyBirds", "benchmark.data.funnybirds", 50, (50000, 500), parts=False,
+        # its ground truth is part maps and interventions: the FunnyBirds protocols read both, the suite's part
+        # metrics read the part maps as part masks (benchmark/run/ground_truth.py:part_map_masks)
+        DatasetDeclaration("funnybirds", "FunnyBirds", "benchmark.data.funnybirds", 50, (50000, 500), parts=True,
                            cub_layout=False),
     )
 }

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from benchmark.data import funnybirds_layout as layout
-from benchmark.data.dataset import ImageDataset, check_images_exist, check_split
+from benchmark.data.dataset import ImageDataset, PartMapFiles, check_images_exist, check_split
 from benchmark.errors import ProtobenchError
 
 _FIX = "re-download and extract FunnyBirds, or regenerate it with `protobench make-data funnybirds`"
@@ -139,11 +139,24 @@ def read_funnybirds(root: Path, split: str, *, image_size: int = 224) -> ImageDa
     paths = [truth.image_path(i) for i in range(len(truth.labels))]
     check_images_exist(paths, root / f"dataset_{split}.json", _FIX)
     check_images_exist([truth.part_map_path(i) for i in range(len(truth.labels))], root / f"dataset_{split}.json", _FIX)
+    map_paths = [truth.part_map_path(i) for i in range(len(truth.labels))]
     return ImageDataset(name="funnybirds", root=truth.root, split=split,
                         class_names=[f"class {k}" for k in range(len(truth.classes))], labels=truth.labels,
                         image_paths=paths, annotations=None, image_size=image_size,
+                        part_maps=part_map_files(truth, map_paths),
                         annotation_files=[truth.root / "parts.json", truth.root / "classes.json",
                                           truth.root / f"dataset_{split}.json"])
+
+
+def part_map_files(truth: FunnyBirdsSet, paths: list[Path]) -> PartMapFiles:
+    """The part maps as the suite's part ground truth: the parts of ``parts.json`` (a colour's part is
+    its key's letters, ``eye01`` → ``eye``) and the bird's body (:data:`layout.BODY_COLOUR`), so the
+    parts' union is the whole bird (docs/protocol/funnybirds.md)."""
+    names = [*truth.part_names, "body"]
+    colours = {colour: names.index(layout.part_of(key)) for colour, key in layout.COLOURS_TO_PART.items()
+               if layout.part_of(key) in names}
+    colours[layout.BODY_COLOUR] = names.index("body")
+    return PartMapFiles(part_names=names, paths=paths, colours=colours)
 
 
 def intervention_paths(truth: FunnyBirdsSet, i: int) -> list[Path]:

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from benchmark.data import ImageDataset
-from metrics import PartMasks, PartTruth, map_parts_to_frame, pack_part_masks, polygons_to_frame
+from metrics import FRAME_SIZE, PartMasks, PartTruth, map_parts_to_frame, pack_part_masks, polygons_to_frame
 from metrics.comprehensiveness import segmentation_to_frame
 
 
@@ -27,6 +27,29 @@ def part_masks(dataset: ImageDataset) -> PartMasks:
     return pack_part_masks(images, len(polygons.part_names))
 
 
+def part_map_masks(dataset: ImageDataset) -> PartMasks:
+    """The part masks of a split with colour-coded ``part_maps`` (FunnyBirds): the full map is the frame
+    (as the images are resized); frame pixel (r, c) reads the map pixel holding its centre,
+    ``((2r + 1) H) // (2S)`` (and likewise for c), and each part's colours are united."""
+    maps = dataset.part_maps
+    if maps is None:
+        raise ValueError(f"{dataset!r} has no part maps")
+    images = []
+    for path in maps.paths:
+        with Image.open(path) as image:
+            source = np.asarray(image.convert("RGB"))
+        centres = (2 * np.arange(FRAME_SIZE) + 1)
+        rgb = source[centres * source.shape[0] // (2 * FRAME_SIZE)][:, centres * source.shape[1] // (2 * FRAME_SIZE)]
+        code = (rgb[..., 0].astype(np.int64) << 16) | (rgb[..., 1].astype(np.int64) << 8) | rgb[..., 2]
+        by_part: dict[int, np.ndarray] = {}
+        for (r, g, b), part in maps.colours.items():
+            hit = code == ((r << 16) | (g << 8) | b)
+            if hit.any():
+                by_part[part] = by_part[part] | hit if part in by_part else hit
+        images.append(by_part)
+    return pack_part_masks(images, len(maps.part_names))
+
+
 def part_truth(dataset: ImageDataset) -> PartTruth | None:
     """Keypoints or part masks of the split's images in the frame; None without part annotations."""
     ann = dataset.annotations
@@ -34,6 +57,8 @@ def part_truth(dataset: ImageDataset) -> PartTruth | None:
         return map_parts_to_frame(ann.part_xy, ann.boxes, ann.part_visible)
     if dataset.part_polygons is not None:
         return part_masks(dataset)
+    if dataset.part_maps is not None:
+        return part_map_masks(dataset)
     return None
 
 
@@ -52,7 +77,7 @@ def load_segmentation_masks(dataset: ImageDataset) -> torch.Tensor | None:
 
 def object_masks(dataset: ImageDataset, truth: PartTruth | None) -> torch.Tensor | None:
     """N×224×224 bool object masks: CUB's segmentation files, or the union of the part masks
-    (PartImageNet); None where the split has neither."""
+    (PartImageNet, FunnyBirds); None where the split has neither."""
     if isinstance(truth, PartMasks):
         return truth.foreground()
     return load_segmentation_masks(dataset)

@@ -58,6 +58,8 @@ def dataset_rows(dataset: ImageDataset, rows: np.ndarray, split: str) -> ImageDa
     if dataset.part_polygons is not None:
         subset.part_polygons = replace(dataset.part_polygons,
                                        polygons=[dataset.part_polygons.polygons[r] for r in rows])
+    if dataset.part_maps is not None:
+        subset.part_maps = replace(dataset.part_maps, paths=[dataset.part_maps.paths[r] for r in rows])
     if dataset.image_sizes is not None:
         subset.image_sizes = dataset.image_sizes[rows]
     subset._fingerprint = f"{dataset.fingerprint()}:{split}"

@@ -161,3 +161,37 @@ def test_run_decodes_every_intervention_before_compute(dataset: Path, tmp_path: 
     grid = parse_grid(tiny_grid_table("fb", data, dataset="funnybirds", without=("dataset_args",)), source="test")
     with pytest.raises(ProtobenchError, match=f"intervention image {victim} cannot be decoded"):
         check_data(grid.runs[0])
+
+
+def test_part_maps_give_the_part_truth_of_the_suite_metrics(dataset: Path) -> None:
+    # the suite's part metrics (consistency, stability, ...) read FunnyBirds' part maps as part masks in the
+    # frame; oracle: the source pixel holding each frame pixel's centre, decoded by hand
+    from benchmark.run.ground_truth import object_masks, part_truth
+    from metrics import FRAME_SIZE, PartMasks
+
+    test = load_dataset("funnybirds", dataset, "test")
+    truth = part_truth(test)
+    assert isinstance(truth, PartMasks)
+    names = test.part_maps.part_names
+    assert names == [*read_funnybirds_set(dataset, "test").part_names, "body"]
+    colour_part = {colour: names.index("".join(c for c in key if c.isalpha())) for colour, key in COLOURS_TO_PART.items()}
+    colour_part[(255, 255, 255)] = names.index("body")
+    for i in range(len(test)):
+        with Image.open(test.part_maps.paths[i]) as image:
+            source = np.asarray(image.convert("RGB"))
+        height, width = source.shape[:2]
+        rows = np.minimum(((np.arange(FRAME_SIZE) + 0.5) * height / FRAME_SIZE).astype(int), height - 1)
+        cols = np.minimum(((np.arange(FRAME_SIZE) + 0.5) * width / FRAME_SIZE).astype(int), width - 1)
+        frame = source[rows][:, cols]
+        expected = np.full((len(names), FRAME_SIZE, FRAME_SIZE), False)
+        for colour, part in colour_part.items():
+            expected[part] |= np.all(frame == colour, axis=-1)
+        got = np.zeros_like(expected)
+        planes = truth.planes(slice(i, i + 1))[0].numpy()
+        for slot, part in enumerate(truth.slot_parts[i].tolist()):
+            if part >= 0:
+                got[part] = planes[slot]
+        assert np.array_equal(got, expected), f"image {i}"
+        assert expected[names.index("beak")].any() and expected[names.index("body")].any()
+        # the object mask (comprehensiveness, localisation): the whole bird, body included
+        assert np.array_equal(object_masks(test, truth)[i].numpy(), expected.any(axis=0))
