@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmark.errors import ProtobenchError
 
-FAMILIES: tuple[str, ...] = ("misalignment", "faithfulness")
+FAMILIES: tuple[str, ...] = ("misalignment", "faithfulness", "perturbation")
 MEAN_IMAGENET_STD = (0.229 + 0.224 + 0.225) / 3
 DEFAULT_EPSILON = round(0.4 * MEAN_IMAGENET_STD, 4)  # official --epsilon 0.4 (normalised units)
 DEFAULT_STEP = round(0.01 * MEAN_IMAGENET_STD, 5)  # official --epsilon_iter 0.01

@@ -1,4 +1,4 @@
-"""``protobench evaluate RUN --robustness misalignment,faithfulness``: the input-side evaluations of a
+"""``protobench evaluate RUN --robustness misalignment,faithfulness,perturbation``: the input-side evaluations of a
 finished run, as their own stage from its checkpoint on the live trunk (benchmark/robustness/live.py).
 
 The ordinary evaluation never waits for it: it runs only when asked, after the run's ``result.json``
@@ -28,6 +28,7 @@ from benchmark.method_lookup import declaration
 from benchmark.robustness.faithfulness import FAITHFULNESS_COLUMNS, FAITHFULNESS_SEED, faithfulness_batch
 from benchmark.robustness.live import LiveMethod, normalisation, pixel_images
 from benchmark.robustness.misalignment import MISALIGNMENT_COLUMNS, misalignment_batch
+from benchmark.robustness.perturbation import PERTURBATION_COLUMNS, perturbation_batch
 from benchmark.robustness.options import ATTACK_SEED, SUBSAMPLE_SEED, RobustnessOptions, check_options
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
@@ -115,6 +116,10 @@ def _score_batch(live: LiveMethod, prep: Any, chunk: list[int], options: Robustn
     if "faithfulness" in options.families:
         scored = faithfulness_batch(live, pixels, labels, seed=FAITHFULNESS_SEED + number)
         done.update({name: [float(v) for v in values] for name, values in scored.items()})
+    if "perturbation" in options.families:
+        scored = perturbation_batch(live, pixels, labels) if not reference else \
+            {name: [float("nan")] * len(chunk) for name in PERTURBATION_COLUMNS}
+        done.update({name: [float(v) for v in values] for name, values in scored.items()})
     return done
 
 
@@ -146,6 +151,12 @@ def _summary(rows: list[dict[str, list[float]]], options: RobustnessOptions, ref
     if "faithfulness" in options.families:
         for name in FAITHFULNESS_COLUMNS:
             metrics[name] = _mean(_column(rows, name))
+    if "perturbation" in options.families:  # the method's profile: the mean relative drop per perturbation
+        for name in PERTURBATION_COLUMNS:
+            metrics[name] = _mean(_column(rows, name))
+        if reference:
+            notes["lpa"] = (f"undefined for {method}: a reference row has no prototypes whose similarity a "
+                            "perturbation could change")
     count = sum(len(row["index"]) for row in rows)
     return {"metrics": metrics, "notes": notes, "settings": options.settings(), "num_images": count}
 
@@ -156,7 +167,7 @@ def _table(test_set: Any, indices: list[int], rows: list[dict[str, list[float]]]
     images = [str(Path(test_set.image_paths[i]).relative_to(root)) if Path(test_set.image_paths[i]).is_relative_to(root)
               else str(test_set.image_paths[i]) for i in indices]
     frame = pd.DataFrame({"index": indices, "image": images})
-    for name in (*MISALIGNMENT_COLUMNS, *FAITHFULNESS_COLUMNS):
+    for name in (*MISALIGNMENT_COLUMNS, *FAITHFULNESS_COLUMNS, *PERTURBATION_COLUMNS):
         if name in rows[0]:
             frame[name] = _column(rows, name)
     return frame

@@ -36,7 +36,9 @@ _SANITY = {"per_image": ("sanity", "sanity_signed"), "per_prototype": (), "robus
 #: the robustness stage's per-image values (benchmark/robustness/), each in its range or empty
 _ROBUSTNESS = {"correct_clean": (0.0, 1.0), "correct_attacked": (0.0, 1.0), "pac": (-math.inf, 100.0),
                "prc": (-math.inf, math.inf), "plc": (0.0, 100.0), "pixel_flipping": (0.0, math.inf),
-               "region_perturbation": (-1.0, 1.0), "road": (0.0, 1.0), "infidelity": (0.0, math.inf)}
+               "region_perturbation": (-1.0, 1.0), "road": (0.0, 1.0), "infidelity": (0.0, math.inf),
+               **{f"lpa_{p}_{t}": (-math.inf, math.inf) for p in ("brightness", "contrast", "saturation", "hue", "blur",
+                                                                  "distortion") for t in ("focus", "dual")}}
 _BOUNDED = {"per_image": {}, "per_prototype": {}, "robustness": _ROBUSTNESS}
 
 
