@@ -112,6 +112,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_present_data(grid.runs)
     plan = make_plan(grid, profile, costs)
     print_plan(plan)
+    from benchmark.robustness.cost import robustness_plan_line
+
+    if (line := robustness_plan_line(grid, costs.model)) is not None:
+        print(line)
     if args.tuning_trials is not None:
         from benchmark.estimates.tuning import tuning_costs, tuning_lines
 
