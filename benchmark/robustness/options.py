@@ -6,7 +6,7 @@ Defaults follow the official spatial-misalignment code (Sacha et al., AAAI 2024,
 ``--nb_iter 40`` on ImageNet-normalised images; ``find_high_activation_crop``'s 95th percentile).
 The suite attacks images in pixel units ([0, 1], clamped to it), so the official budgets are
 carried over through the mean ImageNet standard deviation (0.226): ε = 0.4 · 0.226 ≈ 0.09,
-step = 0.01 · 0.226 ≈ 0.00226 (docs/protocol/robustness.md, "Protocol deviations").
+step = 0.01 · 0.226 ≈ 0.00226 (docs/protocol/robustness.md).
 """
 from __future__ import annotations
 
