@@ -39,7 +39,7 @@ def robustness_options(args: argparse.Namespace) -> RobustnessOptions:
 def cmd_robustness(args: argparse.Namespace) -> int:
     from benchmark.robustness.stage import run_robustness
 
-    section = run_robustness(Path(args.run_dir), robustness_options(args), cache_dir=args.cache_dir)
+    section = run_robustness(Path(args.run_dir), robustness_options(args))
     print("  ".join(f"{k}={v:.2f}" for k, v in section["metrics"].items() if v is not None))
     for key, note in section["notes"].items():
         print(f"{key}: {note}")

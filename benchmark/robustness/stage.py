@@ -32,7 +32,7 @@ from benchmark.robustness.perturbation import PERTURBATION_COLUMNS, perturbation
 from benchmark.robustness.options import ATTACK_SEED, SUBSAMPLE_SEED, RobustnessOptions, check_options
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
-from benchmark.run.records import write_records
+from benchmark.run.records import read_records, write_records
 from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json, json_bytes, read_json, run_lock
 from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
@@ -62,8 +62,18 @@ def recorded_test_images(run_dir: Path) -> int:
     return count
 
 
-def run_robustness(run_dir: Path, options: RobustnessOptions, *, cache_dir: str | None = None) -> dict[str, Any]:
-    """Run the stage (module docstring); the ``robustness`` section it wrote to ``result.json``."""
+#: what each family writes: its scores in ``robustness.metrics``, its per-image columns, its notes' keys
+FAMILY_METRICS = {"misalignment": ("acc_clean", "acc_attacked", "pac", "prc", "plc"),
+                  "faithfulness": FAITHFULNESS_COLUMNS, "perturbation": PERTURBATION_COLUMNS}
+FAMILY_COLUMNS = {"misalignment": MISALIGNMENT_COLUMNS, "faithfulness": FAITHFULNESS_COLUMNS,
+                  "perturbation": PERTURBATION_COLUMNS}
+FAMILY_NOTES = {"misalignment": ("pac, prc, plc", "pac"), "faithfulness": (), "perturbation": ("lpa",)}
+
+
+def run_robustness(run_dir: Path, options: RobustnessOptions) -> dict[str, Any]:
+    """Run the stage (module docstring); the ``robustness`` section it wrote to ``result.json``.
+    Families scored earlier on the same subsample and not asked now are kept beside the new ones
+    (records and section); those of another subsample are dropped, and the section says so."""
     from benchmark.run.reevaluate import check_trained, load_trained
 
     run_dir = Path(run_dir)
@@ -95,13 +105,38 @@ def run_robustness(run_dir: Path, options: RobustnessOptions, *, cache_dir: str 
     section["provenance"] = {**provenance(prep.device), "precision": spec.precision, "method_fingerprint": fingerprint,
                              "metrics_fingerprint": metrics_fingerprint()}
     table = _table(prep.test_set, indices, rows)
-    write_records(run_dir, {RECORD_TABLE: table})
     rd = RunDir(run_dir)
+    _keep_earlier(section, table, (rd.result() or {}).get("robustness"), read_records(run_dir, RECORD_TABLE), options)
+    write_records(run_dir, {RECORD_TABLE: table})
     with run_lock(rd.path):
         result = rd.result() or {}
         atomic_write_checked(rd.result_path, json_bytes({**result, "robustness": section}))
     shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
     return section
+
+
+def _keep_earlier(section: dict[str, Any], table: pd.DataFrame, earlier: Any, earlier_table: pd.DataFrame | None,
+                  options: RobustnessOptions) -> None:
+    """Carry the families an earlier stage scored, and this one did not, into ``section`` and ``table``
+    where the earlier stage scored the same images; note the ones dropped for another subsample."""
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("families"), dict):
+        return
+    others = [f for f in earlier["families"] if f in FAMILY_METRICS and f not in options.families]
+    if not others:
+        return
+    same = earlier_table is not None and earlier_table["index"].tolist() == table["index"].tolist()
+    if not same:
+        section["notes"]["earlier families"] = (f"{', '.join(others)} dropped: scored earlier on another subsample "
+                                                "of test images; run them again with these settings")
+        return
+    metrics, notes = earlier.get("metrics") or {}, earlier.get("notes") or {}
+    for family in others:
+        section["families"][family] = earlier["families"][family]
+        section["metrics"].update({k: metrics.get(k) for k in FAMILY_METRICS[family]})
+        section["notes"].update({k: notes[k] for k in FAMILY_NOTES[family] if k in notes})
+        for column in FAMILY_COLUMNS[family]:
+            if column in earlier_table.columns:
+                table[column] = earlier_table[column].to_numpy()
 
 
 def _score_batch(live: LiveMethod, prep: Any, chunk: list[int], options: RobustnessOptions, *, reference: bool,
@@ -158,7 +193,8 @@ def _summary(rows: list[dict[str, list[float]]], options: RobustnessOptions, ref
             notes["lpa"] = (f"undefined for {method}: a reference row has no prototypes whose similarity a "
                             "perturbation could change")
     count = sum(len(row["index"]) for row in rows)
-    return {"metrics": metrics, "notes": notes, "settings": options.settings(), "num_images": count}
+    return {"metrics": metrics, "notes": notes, "families": {family: options.settings() for family in options.families},
+            "num_images": count}
 
 
 def _table(test_set: Any, indices: list[int], rows: list[dict[str, list[float]]]) -> pd.DataFrame:

@@ -80,7 +80,7 @@ def test_a_killed_stage_resumes_without_repeating_images_and_leaves_nothing_part
     assert not (trained / PARTIAL_DIR).exists()
     result = json.loads((trained / "result.json").read_text())
     assert result["robustness"]["metrics"] == section["metrics"]
-    assert section["num_images"] == 6 and section["settings"]["steps"] == 2
+    assert section["num_images"] == 6 and section["families"]["misalignment"]["steps"] == 2
     records = read_records(trained, "robustness")
     assert len(records) == 6 and records["index"].is_monotonic_increasing
     assert set(records.columns) >= {"image", "correct_clean", "correct_attacked", "pac", "prc", "plc"}
@@ -90,6 +90,19 @@ def test_a_killed_stage_resumes_without_repeating_images_and_leaves_nothing_part
     (trained / "robustness.parquet").unlink(missing_ok=True)
     again = run_robustness(trained, options)
     assert again["metrics"] == section["metrics"]
+
+
+def test_a_family_run_later_on_the_same_images_keeps_the_earlier_ones(trained: Path) -> None:
+    misaligned = run_robustness(trained, RobustnessOptions(("misalignment",), **FAST))
+    both = run_robustness(trained, RobustnessOptions(("perturbation",), **FAST))
+    assert set(both["families"]) == {"misalignment", "perturbation"}
+    assert {k: both["metrics"][k] for k in ("pac", "prc", "plc", "acc_attacked")} == \
+        {k: misaligned["metrics"][k] for k in ("pac", "prc", "plc", "acc_attacked")}
+    records = read_records(trained, "robustness")
+    assert {"plc", "lpa_hue_focus"} <= set(records.columns)
+    other = run_robustness(trained, RobustnessOptions(("perturbation",), steps=2, images=4, batch_size=2))
+    assert set(other["families"]) == {"perturbation"} and "misalignment" in other["notes"]["earlier families"]
+    assert "plc" not in read_records(trained, "robustness").columns
 
 
 def test_a_reference_row_gets_accuracy_under_attack_only_and_says_why(tmp_path: Path) -> None:
