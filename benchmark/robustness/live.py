@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from benchmark.backbones import FrozenTrunk
 from benchmark.data import ImageDataset
+from benchmark.run.prediction import block_output_reused
 from methods.base import PrototypeMethod, TokenBatch
 from methods.common.precision import autocast
 
@@ -51,11 +52,13 @@ class LiveMethod(nn.Module):
             return self.method.logits(self.tokens(pixels, labels)).float()
 
     def every_map(self, batch: TokenBatch) -> Tensor:
-        """B×(C·J)×H×W: the maps of every prototype of every class (class-major, as methods/base.py)."""
+        """B×(C·J)×H×W: the maps of every prototype of every class (class-major, as methods/base.py);
+        without gradients, the appended block run once for all C classes (``block_output_reused``)."""
         rows = []
-        for c in range(self.method.num_classes):
-            classes = torch.full((len(batch),), c, dtype=torch.int64, device=batch.labels.device)
-            rows.append(self.method.activation_maps(batch, classes).float())
+        with torch.no_grad(), block_output_reused(self.method):
+            for c in range(self.method.num_classes):
+                classes = torch.full((len(batch),), c, dtype=torch.int64, device=batch.labels.device)
+                rows.append(self.method.activation_maps(batch, classes).float())
         return torch.cat(rows, dim=1)
 
 
