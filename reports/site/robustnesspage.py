@@ -24,14 +24,18 @@ def method_profiles(frame: pd.DataFrame) -> dict[str, tuple[dict[str, list[float
     for method, source in zip(frame["method"].astype(str), frame["source"].astype(str)):
         section = read_result_json(Path(source)).get("robustness")
         scores = section.get("metrics") if isinstance(section, dict) else None
-        if not isinstance(scores, dict) or not any(str(k).startswith("lpa_") for k in scores):
-            continue
+        if not isinstance(scores, dict) or not any(str(k).startswith("lpa_") and _finite(v) for k, v in scores.items()):
+            continue  # no profile, or one undefined everywhere (a reference row's)
         values, runs = found.get(method, ({}, 0))
         for key, value in scores.items():
-            if str(key).startswith("lpa_") and isinstance(value, (int, float)) and math.isfinite(value):
+            if str(key).startswith("lpa_") and _finite(value):
                 values.setdefault(str(key), []).append(float(value))
         found[method] = (values, runs + 1)
     return found
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def profile_figure(label: str, values: dict[str, list[float]], runs: int) -> dict:

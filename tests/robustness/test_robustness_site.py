@@ -27,7 +27,7 @@ def test_one_bar_chart_per_method_with_its_mean_profile(tmp_path: Path) -> None:
                           "source": [_run(tmp_path, "vmfproto", 0, {"lpa_hue_focus": 0.2, "lpa_hue_dual": 0.0}),
                                      _run(tmp_path, "vmfproto", 1, {"lpa_hue_focus": 0.4, "lpa_hue_dual": None}),
                                      _run(tmp_path, "protopnet", 0, {"lpa_blur_focus": 0.1}),
-                                     _run(tmp_path, "linear_probe", 0, None)],
+                                     _run(tmp_path, "linear_probe", 0, {"lpa_hue_focus": None})],
                           "method_display_name": [None] * 4})
     profiles = method_profiles(frame)
     assert set(profiles) == {"vmfproto", "protopnet"} and profiles["vmfproto"][1] == 2
