@@ -305,11 +305,14 @@ class FrozenTrunk(nn.Module):
         return None if rope is None else rope.get_embed(shape=list(self.grid))
 
     def forward(
-        self, images: Tensor, *, early_block: int | None = None, amp_dtype: torch.dtype | None = None
+        self, images: Tensor, *, early_block: int | None = None, amp_dtype: torch.dtype | None = None,
+        gradients: bool = False,
     ) -> TrunkOutputs:
         """One pass over B×3×S×S normalised images; ``amp_dtype`` (e.g. ``torch.bfloat16``) runs the
         blocks under autocast. No autograd graph is built (``no_grad``, not ``inference_mode``, so
-        live outputs can feed the trainable appended block)."""
+        live outputs can feed the trainable appended block), unless ``gradients``: then the outputs
+        carry the graph back to ``images`` (the weights stay frozen), for the input-side
+        evaluations of benchmark/robustness/ (PGD, pixel attributions)."""
         self.check_early_block(early_block)
         expected = (3, self.image_size, self.image_size)
         if images.ndim != 4 or tuple(images.shape[1:]) != expected:
@@ -319,7 +322,7 @@ class FrozenTrunk(nn.Module):
             )
         prefix = self.num_prefix_tokens
         autocast = torch.autocast(images.device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
-        with torch.no_grad(), autocast:
+        with torch.set_grad_enabled(gradients), autocast:
             x, rope = self._embed(images)
             extra = {} if rope is None else {"rope": rope}
             early: Tensor | None = None

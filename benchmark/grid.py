@@ -39,7 +39,8 @@ from benchmark.config import RUN_FIELDS, RunSpec, build_run_spec, canonical_back
 from benchmark.data.declared import GENERATED_DATASETS
 from benchmark.errors import FieldError, ProtobenchError, did_you_mean, nearest_sibling
 
-GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep", "tuning")  # tuning: benchmark/tuning/config.py
+GRID_KEYS = ("name", "description", "runs_dir", "defaults", "sweep", "tuning",  # tuning: benchmark/tuning/config.py
+             "robustness")  # robustness: benchmark/robustness/grid_options.py
 TABLE_FIELDS = ("method_args", "dataset_args", "backbone_args")  # fields `--set FIELD.NAME=…` reaches into
 ONLY_ALIASES = {"J": "prototypes_per_class"}  # `--only J=3,5`, `--set J=3`, `--sweep J=3,5`
 #: the command-line option behind an override key (any other key came from --set or --sweep)
@@ -68,6 +69,7 @@ class GridSpec:
     runs_dir: str = "runs"
     source: str = ""
     tuning: dict[str, Any] = field(default_factory=dict)  # the [tuning] table, read by benchmark.tuning.config
+    robustness: dict[str, Any] = field(default_factory=dict)  # [robustness], read by benchmark.robustness.grid_options
 
     def run_dir(self, root: Path, spec: RunSpec) -> Path:
         return root / self.name / spec.run_id
@@ -339,7 +341,15 @@ def parse_grid(data: dict[str, Any], *, source: str, overrides: dict[str, Any] |
         runs_dir=str(data.get("runs_dir", "runs")),
         source=source,
         tuning=_tuning_table(data, source),
+        robustness=_robustness_table(data, source),
     )
+
+
+def _robustness_table(data: dict[str, Any], source: str) -> dict[str, Any]:
+    robustness = data.get("robustness", {})
+    if not isinstance(robustness, dict):
+        raise ProtobenchError(f"{source}: 'robustness' must be a table ([robustness]; docs/guides/robustness.md)")
+    return robustness
 
 
 def _tuning_table(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -27,11 +27,15 @@ import pandas as pd
 from scipy import stats
 
 from benchmark.errors import ProtobenchError
+from reports.columns import LOWER_IS_BETTER
 from reports.per_image import PER_IMAGE_METRICS, mismatch, seed_values
 from reports.tau_bootstrap import tau_intervals
 
-#: the metrics compared, in table order (those any run of the frame has); all higher-is-better
-AGREEMENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "del", "sanity")
+#: the metrics compared, in table order (those any run of the frame has); those lower-is-better
+#: (``LOWER_IS_BETTER``: the robustness stage's) are ranked negated, so every ranking puts the best first
+AGREEMENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity", "loc", "del", "sanity",
+                                      "acc_attacked", "pac", "prc", "plc", "pixel_flipping", "region_perturbation",
+                                      "road", "infidelity")
 CELL_KEYS: tuple[str, ...] = ("dataset", "backbone", "J", "variant")
 MIN_METHODS = 3  # Kendall's τ over two methods is ±1 whatever the data
 
@@ -117,7 +121,8 @@ def method_means(cell: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
         if runs["seed"].duplicated().any():
             raise ProtobenchError(f"method {method} has two runs of one seed in a cell ({', '.join(runs['run_dir'])}); "
                                   "they differ in settings the keys do not show: pass one runs directory per setting.")
-    return cell.groupby("method")[metrics].mean()
+    means = cell.groupby("method")[metrics].mean()
+    return means.apply(lambda column: -column if column.name in LOWER_IS_BETTER else column)
 
 
 def kendall(x: np.ndarray, y: np.ndarray) -> float:
@@ -170,6 +175,7 @@ def cell_cubes(cell: pd.DataFrame, methods: list[str], metrics: list[str]) -> di
             padded[metric] = None
             continue
         cube = got[0]
+        cube = -cube if metric in LOWER_IS_BETTER else cube
         padded[metric] = cube if cube.shape[1] == seeds else np.concatenate(
             [cube, np.full((cube.shape[0], seeds - cube.shape[1], cube.shape[2]), np.nan)], axis=1)
     return padded

@@ -17,6 +17,14 @@ KEY_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "method", "J", "variant")
 # epoch_seconds: the training loop's mean epoch as the run trained (from the token cache by
 # default); epoch_seconds_live_trunk: the same schedule's mean epoch with the frozen trunk's
 # forward at every step, as the paper times it (tab:supp_runtime; benchmark/run/timing.py).
+#: the robustness stage's scores (benchmark/robustness/, ``result.json``'s ``robustness`` section): accuracy
+#: before and under the misalignment attack, PAC, PRC, PLC (Sacha et al. 2024) and Quantus' pixel-level
+#: faithfulness; lower is better for those in ``LOWER_IS_BETTER``
+ROBUSTNESS_METRICS: tuple[str, ...] = ("acc_clean", "acc_attacked", "pac", "prc", "plc", "pixel_flipping",
+                                       "region_perturbation", "road", "infidelity")
+#: the metrics where a lower value is the better one (every other metric: higher is better)
+LOWER_IS_BETTER: tuple[str, ...] = ("pac", "prc", "plc", "pixel_flipping", "road", "infidelity")
+
 METRIC_COLUMNS: tuple[str, ...] = (
     "acc",
     "con",
@@ -34,6 +42,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "contrastive",
     "sid5",
     "pointing",
+    *ROBUSTNESS_METRICS,
     "epoch_seconds",
     "epoch_seconds_live_trunk",
     "inference_images_per_second",
@@ -82,7 +91,11 @@ PERCENT_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp", "purity"
 METRIC_RANGES: dict[str, tuple[float, float]] = {
     **{m: (0.0, 100.0) for m in PERCENT_METRICS}, "del": (-100.0, 100.0),
     "sanity": (0.0, 200.0), "sanity_signed": (0.0, 200.0),  # 100 · (1 − ρ), ρ in [−1, 1] (metrics/sanity.py)
-    **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in PERCENT_METRICS and m != "del"},
+    # benchmark/run/record_schema.py's per-image ranges, accuracies in percent
+    "acc_clean": (0.0, 100.0), "acc_attacked": (0.0, 100.0), "pac": (-math.inf, 100.0), "prc": (-math.inf, math.inf),
+    "plc": (0.0, 100.0), "region_perturbation": (-1.0, 1.0), "road": (0.0, 1.0),
+    **{m: (0.0, math.inf) for m in METRIC_COLUMNS if m not in PERCENT_METRICS and m not in ("del", *ROBUSTNESS_METRICS)},
+    "pixel_flipping": (0.0, math.inf), "infidelity": (0.0, math.inf),
 }
 METRIC_RANGES.update({std_column(m): (0.0, high - low) for m, (low, high) in list(METRIC_RANGES.items())})
 

@@ -24,12 +24,13 @@ import pandas as pd
 from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError, did_you_mean
 from reports.cell_text import markdown_cell
-from reports.columns import KEY_COLUMNS, difference_range
+from reports.columns import KEY_COLUMNS, ROBUSTNESS_METRICS, difference_range
 from reports.per_image import PER_IMAGE_METRICS, paired, seed_table
 from reports.stats import (NO_INTERVAL, SEED_ONLY, Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
 
-COMPARED_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp")  # percent, higher is better
+COMPARED_METRICS: tuple[str, ...] = ("acc", "con", "sta", "dis", "comp",  # percent, higher is better
+                                     *ROBUSTNESS_METRICS)  # the robustness stage's (reports.columns: direction)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,14 @@ from benchmark.errors import ProtobenchError
 
 #: the metrics whose per-image parts the records hold (``correct`` for accuracy), percent
 PER_IMAGE_METRICS: dict[str, str] = {"acc": "correct", "sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity",
-                                   "sanity_signed": "sanity_signed"}
+                                   "sanity_signed": "sanity_signed",
+                                   # the robustness stage's records, on its subsample (NaN on the other images)
+                                   "acc_clean": "correct_clean", "acc_attacked": "correct_attacked", "pac": "pac",
+                                   "prc": "prc", "plc": "plc", "pixel_flipping": "pixel_flipping",
+                                   "region_perturbation": "region_perturbation", "road": "road",
+                                   "infidelity": "infidelity"}
+#: the columns held as flags (True / 1.0 per image), in percent
+FLAG_COLUMNS = ("correct", "correct_clean", "correct_attacked")
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ def run_values(run_dir: str) -> RunValues | None:
         return cached[1]
     from benchmark.run.records import read_records
 
-    values = _values_of(run_dir, read_records(Path(run_dir)))
+    values = _values_of(run_dir, _with_robustness(Path(run_dir), read_records(Path(run_dir))))
     _VALUES[run_dir] = (stamps, values)
     return values
 
@@ -106,7 +113,8 @@ _SHARED_IDS: dict[tuple, pd.Index] = {}  # the image-id orders read (one per tes
 def _stamps(run_dir: str) -> tuple:
     from benchmark.run.store import RECORD_SUFFIXES, RESULT_FILE
 
-    files = [Path(run_dir) / name for name in (RESULT_FILE, *(f"per_image{s}" for s in RECORD_SUFFIXES))]
+    files = [Path(run_dir) / name for name in (RESULT_FILE, *(f"{table}{s}" for table in ("per_image", "robustness")
+                                                              for s in RECORD_SUFFIXES))]
     return tuple((f.name, st.st_ino, st.st_size, st.st_mtime_ns) for f in files if (st := _stat(f)) is not None)
 
 
@@ -115,6 +123,18 @@ def _stat(path: Path) -> os.stat_result | None:
         return path.stat()
     except FileNotFoundError:
         return None
+
+
+def _with_robustness(run_dir: Path, records: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The per-image records with the robustness stage's columns beside them (by test-split index;
+    NaN on the images outside its subsample), where the run has both tables."""
+    from benchmark.run.records import read_records
+
+    robust = read_records(run_dir, "robustness") if records is not None else None
+    if robust is None:
+        return records
+    scored = robust.drop(columns=["image"]).set_index("index").reindex(records["index"].to_numpy())
+    return pd.concat([records.reset_index(drop=True), scored.reset_index(drop=True).astype(np.float64)], axis=1)
 
 
 def _values_of(run_dir: str, records: pd.DataFrame | None) -> RunValues | None:
@@ -133,7 +153,7 @@ def _values_of(run_dir: str, records: pd.DataFrame | None) -> RunValues | None:
     columns = {}
     for column in PER_IMAGE_METRICS.values():
         if column in records.columns:
-            scale = 100.0 if column == "correct" else 1.0
+            scale = 100.0 if column in FLAG_COLUMNS else 1.0
             exact = scale * records[column].astype(np.float64).to_numpy()
             narrow = exact.astype(np.float32)
             columns[column] = narrow if np.array_equal(narrow.astype(np.float64), exact, equal_nan=True) else exact

@@ -18,6 +18,7 @@ from reports.columns import (
     INTEGER_COLUMNS,
     METRIC_RANGES,
     PROVENANCE_COLUMNS,
+    ROBUSTNESS_METRICS,
     TIDY_COLUMNS,
 )
 from reports.layouts import display_name
@@ -74,6 +75,9 @@ def result_record(path: Path | str, data: Mapping[str, object], *, run_dir: str 
         "stale": None,  # filled by the command that shows the frame, which may import the methods
     }
     record.update({m: _number(path, metrics, "metrics", m) for m in _RESULT_METRICS})
+    robustness = _section(path, data, "robustness", required=False)  # benchmark/robustness/stage.py
+    scores = _section(path, robustness, "metrics", required=False)
+    record.update({m: _number(path, scores, "robustness.metrics", m) for m in ROBUSTNESS_METRICS})
     record.update({m: _number(path, timing, "timing", m) for m in _TIMING_METRICS})
     record.update({k: _provenance_text(provenance.get(k)) for k in PROVENANCE_COLUMNS})
     return record

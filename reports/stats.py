@@ -185,7 +185,10 @@ def _no_spread(y: np.ndarray, level: float, bounds: Bounds, difference: bool) ->
 
 def _sign_flip_p(values: np.ndarray) -> float:
     """The exact two-sided sign-flip permutation p of "symmetric about 0" for the mean of
-    ``values`` (``scipy.stats.permutation_test``, every one of the 2^n sign patterns)."""
+    ``values`` (``scipy.stats.permutation_test``, every one of the 2^n sign patterns). One value has
+    two patterns, ±v, both as far from 0 as the observed mean: p = 1 (scipy refuses a single value)."""
+    if len(values) == 1:
+        return 1.0
     result = stats.permutation_test((values,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
                                     permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
     return float(min(1.0, result.pvalue))

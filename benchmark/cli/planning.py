@@ -70,7 +70,11 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="also time K tuning trials of each method's cell run sequentially, packed and batched "
                         "(`tune --batch K`); --out then writes {\"rows\": …, \"tuning\": …}, which `plan --perf "
                         "--tuning-trials` reads (docs/guides/tuning.md)")
-    p.add_argument("--repeats", type=int, default=1, help="repeats of the --tuning timings (default 1)")
+    p.add_argument("--repeats", type=int, default=1, help="repeats of the --tuning and --robustness timings (default 1)")
+    p.add_argument("--robustness", metavar="FAMILIES",
+                   help="time the robustness stage's families (comma-separated) against evaluate on the grid's "
+                        "first run, side by side (benchmark/robustness/perf.py)")
+    p.add_argument("--robustness-images", type=int, default=8, help="test images the --robustness timing scores")
     p.add_argument("--batch-step", choices=BATCH_STEPS, default="auto",
                    help="the batched trials' step, as `tune --batch-step` (default auto)")
     p.add_argument("--reading", type=int, metavar="N",
@@ -112,6 +116,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_present_data(grid.runs)
     plan = make_plan(grid, profile, costs)
     print_plan(plan)
+    from benchmark.robustness.cost import robustness_plan_line
+
+    if (line := robustness_plan_line(grid, costs.model)) is not None:
+        print(line)
     if args.tuning_trials is not None:
         from benchmark.estimates.tuning import tuning_costs, tuning_lines
 
@@ -202,6 +210,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if baseline not in methods:
         raise ProtobenchError(f"--baseline {baseline!r} is not a method of the selected runs ({', '.join(methods)})")
     cache_root = cache_root_of(args, runs_root_of(args, grid.runs_dir))
+    if args.robustness is not None:
+        return _robustness_perf(args, runs[0], cache_root)
     if args.tuning is not None:  # a cell whose values lie outside its search space: refused before compute
         from benchmark.tuning.config import tuning_cells, tuning_config
 
@@ -221,6 +231,24 @@ def cmd_perf(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_output(out, (json.dumps(document, indent=2) + "\n").encode())
+    return 0
+
+
+def _robustness_perf(args: argparse.Namespace, spec: RunSpec, cache_root: Path) -> int:
+    from benchmark.robustness.options import parse_families
+    from benchmark.robustness.perf import ratio_lines, stage_ratios
+    from benchmark.run.prepare import prepare
+
+    families = parse_families(args.robustness)
+    if args.robustness_images < 1:
+        raise ProtobenchError(f"--robustness-images {args.robustness_images} must be ≥ 1")
+    prep = prepare(spec)
+    rows = stage_ratios(prep, cache_root, families, images=args.robustness_images, repeats=args.repeats)
+    print("\n".join(ratio_lines(prep, rows)))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_output(out, (json.dumps({"robustness": rows}, indent=2) + "\n").encode())
     return 0
 
 

@@ -19,6 +19,7 @@ from benchmark.cli.common import (
     runs_root_of,
     tensorboard_dir,
 )
+from benchmark.cli.robustness import add_robustness_options, cmd_robustness
 from benchmark.errors import ProtobenchError, nearest_sibling
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import find_run_dirs
@@ -59,6 +60,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--rescore", action="store_true",
                    help="replace the scores in the run's result.json with the current metric code's (a result "
                         "scored by earlier metric code is flagged by report/plot/export until then)")
+    add_robustness_options(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("status", help="table of the runs under a runs directory, with their SLURM job states")
@@ -203,6 +205,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from benchmark.run.reevaluate import reevaluate
+
+    if args.robustness is not None:
+        return cmd_robustness(args)
 
     result = reevaluate(Path(args.run_dir), map_pool=args.map_pool, cache_dir=args.cache_dir,
                         allow_code_change=args.allow_code_change, rescore=args.rescore)

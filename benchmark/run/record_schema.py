@@ -8,7 +8,9 @@ is infinite) and optionally the per-image parts
 ``sta``, ``dis``, ``comp`` and on FunnyBirds ``csdc``, ``pc``, ``dc``, ``d``, ``bi``, ``sd``, ``ts``
 (percent in [0, 100] or empty), ``sanity``, ``sanity_signed``
 (``100 · (1 − ρ)`` in [0, 200] or empty) and ``sanity_ssim`` (in [−1, 1] or empty). ``per_prototype``: ``class``,
-``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). Any other column
+``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). ``robustness`` (the
+robustness stage's subsample, benchmark/robustness/stage.py): ``index``, ``image`` and its scores, each
+in its range (``_ROBUSTNESS``) or empty. Any other column
 is refused: a record can never carry a column of the run's identity (``run_id``, ``method``, …).
 """
 from __future__ import annotations
@@ -23,15 +25,23 @@ import pandas as pd
 
 from benchmark.errors import ProtobenchError
 
-_INDEX_COLUMNS = {"per_image": ("index", "label", "predicted"), "per_prototype": ("class", "prototype")}
+_INDEX_COLUMNS = {"per_image": ("index", "label", "predicted"), "per_prototype": ("class", "prototype"),
+                  "robustness": ("index",)}
 _REQUIRED = {"per_image": ("index", "image", "label", "predicted", "correct", "margin"),
-             "per_prototype": ("class", "prototype")}
+             "per_prototype": ("class", "prototype"), "robustness": ("index", "image")}
 _PERCENT = {"per_image": ("sta", "dis", "comp", "csdc", "pc", "dc", "d", "bi", "sd", "ts"),  # the last 7: FunnyBirds
-            "per_prototype": ("con", "sta")}
+            "per_prototype": ("con", "sta"), "robustness": ()}
 #: SSIM values in [−1, 1] (or empty): the sanity metric's second measure (metrics/sanity.py)
-_UNIT = {"per_image": ("sanity_ssim",), "per_prototype": ()}
+_UNIT = {"per_image": ("sanity_ssim",), "per_prototype": (), "robustness": ()}
 #: ``100 · (1 − ρ)`` in [0, 200] (or empty): the sanity metric's scores (metrics/sanity.py)
-_SANITY = {"per_image": ("sanity", "sanity_signed"), "per_prototype": ()}
+_SANITY = {"per_image": ("sanity", "sanity_signed"), "per_prototype": (), "robustness": ()}
+#: the robustness stage's per-image values (benchmark/robustness/), each in its range or empty
+_ROBUSTNESS = {"correct_clean": (0.0, 1.0), "correct_attacked": (0.0, 1.0), "pac": (-math.inf, 100.0),
+               "prc": (-math.inf, math.inf), "plc": (0.0, 100.0), "pixel_flipping": (0.0, math.inf),
+               "region_perturbation": (-1.0, 1.0), "road": (0.0, 1.0), "infidelity": (0.0, math.inf),
+               **{f"lpa_{p}_{t}": (-math.inf, math.inf) for p in ("brightness", "contrast", "saturation", "hue", "blur",
+                                                                  "distortion") for t in ("focus", "dual")}}
+_BOUNDED = {"per_image": {}, "per_prototype": {}, "robustness": _ROBUSTNESS}
 
 
 def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | None) -> pd.DataFrame:
@@ -44,7 +54,8 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
 
     columns = [str(c) for c in frame.columns]
     missing = [c for c in _REQUIRED[table] if c not in columns]
-    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table] + _UNIT[table] + _SANITY[table]]
+    unknown = [c for c in columns if c not in _REQUIRED[table] and c not in _PERCENT[table] + _UNIT[table] + _SANITY[table]
+               and c not in _BOUNDED[table]]
     if missing or unknown:
         raise refuse(", ".join(filter(None, (missing and f"missing column(s) {', '.join(missing)}",
                                               unknown and f"unknown column(s) {', '.join(unknown)}"))))
@@ -60,6 +71,12 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
     for column in (c for c in _SANITY[table] if c in columns):
         checked[column] = _every(checked[column], lambda s: _all_numbers(s, (0.0, 200.0), undefined=True),
                                  lambda v, r, c=column: _number(v, refuse, r, c, (0.0, 200.0), undefined=True))
+    for column, bounds in _BOUNDED[table].items():
+        if column in columns:
+            checked[column] = _every(checked[column], lambda s, b=bounds: _all_numbers(s, b, undefined=True),
+                                     lambda v, r, c=column, b=bounds: _number(v, refuse, r, c, b, undefined=True))
+    if table == "robustness":
+        _check_images(checked, refuse)
     if table == "per_image":
         if checked["index"].tolist() != list(range(len(checked))):
             raise refuse("column index is not 0, 1, … in order")
@@ -79,6 +96,11 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
                                  f"predicted {predicted}")
         checked["correct"] = checked["label"] == checked["predicted"]
     return checked
+
+
+def _check_images(checked: pd.DataFrame, refuse: Any) -> None:
+    """A robustness table's ``image`` column: relative paths below the dataset root."""
+    checked["image"] = _every(checked["image"], _all_images, lambda v, r: _image(v, refuse, r))
 
 
 def _every(values: pd.Series, whole: Callable[[pd.Series], np.ndarray | None],

@@ -26,6 +26,7 @@ from reports.site.comparepage import compare_page
 from reports.site.html import PLOTLY_JS, SITE_CSS, SITE_JS, esc, figure, page, table
 from reports.site.overview import COLUMNS, FILTERED, downloads, overview
 from reports.site.referencepage import reference_page
+from reports.site.robustnesspage import ROBUSTNESS_PAGE, robustness_page
 from reports.site.runpage import page_name, run_page
 from reports.site.writer import check_out, replace_site
 
@@ -108,6 +109,7 @@ def _index(frame: pd.DataFrame, compared: Sequence[str], built: str,
         "<p>" + " · ".join([f'<a href="runs.html">All {len(frame)} runs</a>',
                             *(f'<a href="compare-{esc(k)}.html">Comparisons of {esc(k)}</a>' for k in compared),
                             f'<a href="{AGREEMENT_PAGE}">Whether the metrics agree</a>',
+                            f'<a href="{ROBUSTNESS_PAGE}">What the prototypes respond to</a>',
                             *([f'<a href="reference.html">Gaps to {esc(reference)}</a>'] if reference else []),
                             *([f'<a href="{LEADERBOARD_PAGE}">Leaderboard</a>'] if leaderboard else [])])
         + "</p>",
@@ -186,6 +188,7 @@ def build_site(frame: pd.DataFrame, out: Path, *, compare_keys: Sequence[str] | 
             files[f"compare-{key}.csv"] = csv
     html, csv = agreement_page(frame)
     files[AGREEMENT_PAGE] = html.encode("utf-8")
+    files[ROBUSTNESS_PAGE] = robustness_page(frame).encode("utf-8")
     if csv is not None:
         files[AGREEMENT_CSV] = csv
     if reference is not None:

@@ -102,3 +102,12 @@ def test_holm_equals_the_step_down_formula_and_keeps_nan() -> None:
     got = holm(p)
     assert math.isnan(got[2])
     assert [got[i] for i in sorted(expected)] == pytest.approx([expected[i] for i in sorted(expected)])
+
+
+def test_one_discordant_image_gets_the_exact_sign_flip_p_of_one() -> None:
+    from reports.stats import paired_image_difference
+
+    a = np.array([[1.0, 0.0, 0.0, 1.0]])
+    b = np.array([[1.0, 0.0, 0.0, 0.0]])  # the methods differ on one image: its two sign patterns tie
+    got = paired_image_difference(a, b, 0.95, (-100.0, 100.0))
+    assert got.p_value == 1.0 and got.difference == 0.25
