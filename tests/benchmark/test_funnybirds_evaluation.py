@@ -3,7 +3,6 @@ the order the protocols index them, and a method without maps gets accuracy only
 why."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
