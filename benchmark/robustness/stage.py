@@ -78,9 +78,10 @@ def run_robustness(run_dir: Path, options: RobustnessOptions) -> dict[str, Any]:
 
     run_dir = Path(run_dir)
     spec = check_trained(run_dir)
-    check_options(options, recorded_test_images(run_dir))  # every option, before the trunk is built
+    test_images = recorded_test_images(run_dir)
+    check_options(options, test_images)  # every option, before the trunk is built
     prep = load_trained(run_dir)
-    if prep.test_set is None or len(prep.test_set) != recorded_test_images(run_dir):
+    if prep.test_set is None or len(prep.test_set) != test_images:
         raise ProtobenchError(f"run {str(run_dir)!r}: the test split here does not hold the images its result "
                               "scored; evaluate it where its data are")
     reference = declaration(spec.method).reference_row
