@@ -11,6 +11,10 @@
   (``benchmark/cache/lock.py``, valid across nodes) makes all but one wait, then they read the
   published entry. ``submitit-local`` and ``debug`` wait for their jobs; ``slurm`` returns once
   the arrays are queued.
+
+The robustness stage of a grid's finished runs (``protobench robustness GRID``) is submitted the same
+way (:func:`submit_stage`): one job array per job shape of :class:`slurm.jobs.RobustnessJob` callables,
+each run's job recorded in its ``robustness.job.json``.
 """
 from __future__ import annotations
 
@@ -34,9 +38,10 @@ from benchmark.estimates.costs import model_costs
 from benchmark.estimates.plan import run_hours
 from benchmark.run.local import preflight
 from benchmark.run.pending import Outcome, pending_runs
-from benchmark.run.states import JobRecord, add_job_record
+from benchmark.run.states import JOB_FILE, JobRecord, add_job_record
 from benchmark.run.store import RunDir, atomic_write_json
-from slurm.jobs import RUNNING_ELSEWHERE, RunJob, TaskRun, adapter_paths
+from benchmark.robustness.options import RobustnessOptions
+from slurm.jobs import RUNNING_ELSEWHERE, RobustnessJob, RunJob, TaskRun, adapter_paths
 from slurm.scheduler import query_jobs
 from slurm.snapshot import code_snapshot, snapshot_path
 
@@ -151,7 +156,51 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
     return result
 
 
-def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob], shape: JobShape, profile: ClusterProfile,
+def submit_stage(grid: GridSpec, runs: list[RunSpec], runs_root: Path, options: RobustnessOptions, *, executor: str,
+                 profile: ClusterProfile, retry_failed: bool = False) -> Submission:
+    """Submit the robustness stage of the grid's finished runs still to score
+    (benchmark/robustness/grid_stage.py) as one job array per job shape, packed as ``run`` packs
+    training runs but by the stage's estimated hours; record each run's job in
+    ``robustness.job.json``. The jobs run on the runs' checkpoints, in the code snapshot as ``run``'s."""
+    from benchmark.robustness.cost import robustness_seconds
+    from benchmark.robustness.grid_stage import STAGE_JOB_FILE, pending_stage
+
+    todo, settled = pending_stage(grid, runs, runs_root, options, retry_failed=retry_failed, ask=query_jobs)
+    runs_root = runs_root.resolve()
+    result = Submission(runs_root / SUBMITIT_DIR / f"{grid.name}-robustness", settled=settled)
+    if not todo:
+        return result
+    model = model_costs(profile.device_model).model
+
+    def estimate(spec: RunSpec) -> float:
+        return sum(robustness_seconds(spec, options, model).values()) / 3600
+
+    result.snapshot = snapshot_path(runs_root) if executor == "slurm" and profile.snapshot else None
+    ex = make_executor(executor, result.folder, profile, job_name=f"protobench-{grid.name}-robustness")
+    if result.snapshot and profile.setup:
+        ex.update_parameters(slurm_setup=[f"cd {shlex.quote(str(Path.cwd()))}", *profile.setup,
+                                          f"cd {shlex.quote(str(result.snapshot))}"])
+    result.adapter_paths = adapter_paths(todo)
+    with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
+        for shape, specs in group_by_shape(todo, profile):
+            ex.update_parameters(**shape.submitit_parameters())
+            tasks = pack_runs(specs, profile, estimate)
+            calls = [RobustnessJob(tuple(grid.run_dir(runs_root, spec) for spec in task), options, result.snapshot,
+                                   adapter_paths=result.adapter_paths) for task in tasks]
+            try:
+                jobs = _submit_array(ex, calls, shape, profile, result)
+            except ProtobenchError:
+                if result.snapshot and not result.arrays:
+                    shutil.rmtree(result.snapshot, ignore_errors=True)
+                raise
+            array = ArraySubmission(shape, tuple(tasks), tuple(jobs))
+            result.run_dirs.update((spec.run_id, grid.run_dir(runs_root, spec)) for spec in array.specs)
+            _record(grid, runs_root, array, executor, result, profile, STAGE_JOB_FILE)
+            result.arrays.append(array)
+    return result
+
+
+def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob] | list[RobustnessJob], shape: JobShape, profile: ClusterProfile,
                   submission: Submission) -> list[submitit.Job]:
     """Submit ``calls`` as one job array. A refusal (sbatch's exit status, or output without a
     job id) → one ProtobenchError quoting sbatch; submitit's pickles and submission script of
@@ -181,22 +230,24 @@ def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob], shape: JobShap
 
 
 def _record(grid: GridSpec, runs_root: Path, array: ArraySubmission, executor: str, submission: Submission,
-            profile: ClusterProfile) -> None:
-    """Write each run's spec (so status lists it while queued) and its job record."""
+            profile: ClusterProfile, job_file: str = JOB_FILE) -> None:
+    """Write each run's job record in ``job_file`` and (a training submission) its spec, so status lists
+    it while queued."""
     submitted = time.strftime("%Y-%m-%dT%H:%M:%S")
     for specs, job in zip(array.tasks, array.jobs):
         array_id, _, task = job.job_id.partition("_")
         in_array = executor == "slurm" and task.isdigit()  # local and debug job ids are no arrays
         for position, spec in enumerate(specs):
             rd = RunDir(grid.run_dir(runs_root, spec))
-            atomic_write_json(rd.spec_path, spec.to_json())
+            if job_file == JOB_FILE:
+                atomic_write_json(rd.spec_path, spec.to_json())
             add_job_record(rd.path, JobRecord(
                 executor=executor, job_id=job.job_id, submitted=submitted, submitit_folder=str(submission.folder),
                 array_job_id=array_id if in_array else "", array_task_id=int(task) if in_array else None,
                 snapshot=str(submission.snapshot or ""), profile=profile.source,
                 task_position=position, task_runs=len(specs),
                 adapter_paths=tuple(str(path) for path in submission.adapter_paths),
-            ))
+            ), job_file)
 
 
 def wait_for(submission: Submission) -> list[Outcome]:
@@ -212,6 +263,33 @@ def wait_for(submission: Submission) -> list[Outcome]:
                 answers, error = {}, lines[-1] if lines else type(err).__name__
             outcomes.extend(_outcome(spec, answers.get(spec.run_id, {}), RunDir(submission.run_dirs[spec.run_id]),
                                      error) for spec in specs)
+    return outcomes
+
+
+def wait_for_stage(submission: Submission, options: RobustnessOptions) -> list[Outcome]:
+    """Block until every job of a submitit-local/debug robustness submission ends; one outcome per run:
+    done when its result holds the stage's scores, else failed (why: its ``robustness.failure.json``, or
+    the task's error)."""
+    from benchmark.robustness.grid_stage import STAGE_FAILURE_FILE, scored_with
+    from benchmark.run.store import read_json
+
+    outcomes = []
+    for array in submission.arrays:
+        for specs, job in zip(array.tasks, array.jobs):
+            try:
+                job.result()
+                error = ""
+            except Exception as err:  # the job's traceback is in its submitit log
+                lines = str(err).strip().splitlines()
+                error = lines[-1] if lines else type(err).__name__
+            for spec in specs:
+                rd = RunDir(submission.run_dirs[spec.run_id])
+                if scored_with(rd.result(), options):
+                    outcomes.append(Outcome(spec, "done"))
+                    continue
+                failure = read_json(rd.path / STAGE_FAILURE_FILE)
+                outcomes.append(Outcome(spec, "failed", failure.get("reason", error) if isinstance(failure, dict)
+                                        else error or "the job ended without scoring it"))
     return outcomes
 
 

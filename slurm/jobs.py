@@ -1,4 +1,5 @@
-"""Runs as scheduler jobs: the submitted callable (:class:`RunJob`), which writes
+"""Runs as scheduler jobs: the submitted callables, :class:`RunJob` (training) and
+:class:`RobustnessJob` (the robustness stage of finished runs). A RunJob writes
 ``<run_dir>/attempt.json`` each time it starts the run (job id, SLURM_RESTART_COUNT, host, the
 code directory it imported, its place in the task). The job records and a run's state seen from
 its directory and the scheduler live in :mod:`benchmark.run.states`.
@@ -16,6 +17,7 @@ import submitit
 
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
+from benchmark.robustness.options import RobustnessOptions
 from benchmark.run.own_code import own_code_paths
 from benchmark.run.states import ATTEMPT_FILE
 from benchmark.run.store import RunBusy, RunDir, atomic_write_json
@@ -40,6 +42,20 @@ def code_dir() -> Path:
     import benchmark
 
     return Path(benchmark.__file__).resolve().parent.parent
+
+
+def enter_code(snapshot: Path | None, paths: tuple[Path, ...]) -> Path:
+    """In a job: check that the suite was imported from its code snapshot (when it has one) and append
+    the runs' own adapter paths to ``sys.path``, after the suite's entries (an adapter cannot shadow the
+    snapshot). Returns where the suite was imported from."""
+    imported = code_dir()
+    if snapshot is not None and imported != snapshot.resolve():
+        raise ProtobenchError(f"the job imported the suite from {imported}, not from its code snapshot "
+                              f"{snapshot}; remove {imported} from PYTHONPATH")
+    for path in paths:
+        if str(path) not in sys.path:
+            sys.path.append(str(path))
+    return imported
 
 
 @dataclass(frozen=True)
@@ -77,13 +93,7 @@ class RunJob(submitit.helpers.Checkpointable):
     def __call__(self) -> dict[str, dict[str, str]]:
         """Each run's outcome by run id: ``{"state": "done"}`` or ``{"state": RUNNING_ELSEWHERE,
         "holder": …}`` (another live process holds its lock and writes its result)."""
-        imported = code_dir()
-        if self.snapshot is not None and imported != self.snapshot.resolve():
-            raise ProtobenchError(f"the job imported the suite from {imported}, not from its code snapshot "
-                                  f"{self.snapshot}; remove {imported} from PYTHONPATH")
-        for path in self.adapter_paths:  # after the suite's own entries: an adapter cannot shadow the snapshot
-            if str(path) not in sys.path:
-                sys.path.append(str(path))
+        imported = enter_code(self.snapshot, self.adapter_paths)
         outcomes: dict[str, dict[str, str]] = {}
         failures: list[BaseException] = []
         for position, run in enumerate(self.runs):
@@ -122,3 +132,37 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 # ---- a run seen from its directory and from the scheduler ------------------------------------
+
+
+class RobustnessJob(submitit.helpers.Checkpointable):
+    """The robustness stage (``protobench robustness GRID``) on the finished runs of one array task, back
+    to back in one process. On SIGUSR2 (time limit or preemption) submitit requeues this same callable;
+    the new attempt skips the runs already scored with these settings and resumes a cut-short one from
+    its finished batches (benchmark/robustness/stage.py). A run whose stage fails records
+    ``robustness.failure.json`` and the task goes on with its next run, then ends with the first failure."""
+
+    def __init__(self, run_dirs: tuple[Path, ...], options: RobustnessOptions, snapshot: Path | None, *,
+                 adapter_paths: tuple[Path, ...] = ()) -> None:
+        if not run_dirs:
+            raise ValueError("an array task needs at least one run")
+        self.runs, self.options, self.snapshot = run_dirs, options, snapshot  # runs: their directories
+        self.adapter_paths = adapter_paths
+
+    def __call__(self) -> dict[str, dict[str, str]]:
+        """Each run's outcome by run directory: ``{"state": "done"}``."""
+        from benchmark.robustness.grid_stage import execute_stage, scored_with
+
+        enter_code(self.snapshot, self.adapter_paths)
+        outcomes: dict[str, dict[str, str]] = {}
+        failures: list[BaseException] = []
+        for run_dir in self.runs:
+            if not scored_with(RunDir(run_dir).result(), self.options):
+                try:
+                    execute_stage(run_dir, self.options)
+                except Exception as err:  # recorded in the run's robustness.failure.json
+                    failures.append(err)
+                    continue
+            outcomes[str(run_dir)] = {"state": "done"}
+        if failures:
+            raise failures[0]
+        return outcomes

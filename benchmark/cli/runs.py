@@ -19,7 +19,7 @@ from benchmark.cli.common import (
     runs_root_of,
     tensorboard_dir,
 )
-from benchmark.cli.robustness import add_robustness_options, cmd_robustness
+from benchmark.cli.robustness import add_robustness_command, add_robustness_options, cmd_robustness
 from benchmark.errors import ProtobenchError, nearest_sibling
 from benchmark.grid import load_grid, select_runs
 from benchmark.run.store import find_run_dirs
@@ -62,6 +62,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         "scored by earlier metric code is flagged by report/plot/export until then)")
     add_robustness_options(p)
     p.set_defaults(func=cmd_evaluate)
+    add_robustness_command(sub)
 
     p = sub.add_parser("status", help="table of the runs under a runs directory, with their SLURM job states")
     p.add_argument("runs_dir", help="a directory `protobench run` wrote to (e.g. runs/ or runs/demo)")

@@ -14,6 +14,7 @@ from rich.table import Table
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.progress import output_console
+from benchmark.robustness.grid_stage import stage_label
 from benchmark.run.epochlog import read_epoch_log
 from benchmark.run.identity import CodeState, code_state, rescoring
 from benchmark.run.own_code import NO_IMPORTS, AdapterImports, is_unverifiable
@@ -97,7 +98,8 @@ def status_records(root: Path, extra_states: dict[str, str] | None = None,
                         "rescore": rescore, "code_note": code.note, "code": code_label(state, code, result),
                         "method_display_name": _display_name(str(spec.get("method", "?")), result, adapters),
                         "warnings": diagnostic_warnings(result), "expected_warnings": expected_warnings(result),
-                        "unreadable": unreadable, "progress": progress})
+                        "unreadable": unreadable, "progress": progress,
+                        "robustness": stage_label(rd.path, result) if result is not None else ""})
     return records
 
 
@@ -190,7 +192,7 @@ def shown_columns(records: list[dict[str, Any]], wide: bool) -> list[str]:
     columns += ["run", "state", "code", "method", "J", "seed"]
     columns += [key for key in ("variant", "backbone", "dataset") if wide or varies[key]]
     columns += list(METRIC_COLUMNS)
-    columns += [key for key in ("warnings", "progress") if wide or any(r[key] for r in records)]
+    columns += [key for key in ("robustness", "warnings", "progress") if wide or any(r[key] for r in records)]
     return columns
 
 
@@ -227,7 +229,7 @@ def status_table(root: Path, records: list[dict[str, Any]], *, wide: bool = Fals
                  **{m: _fmt(metrics.get(m)) + (VALIDATION_MARK if _on_validation(spec) and metrics.get(m) is not None
                                                else "") for m in METRIC_COLUMNS},
                  "warnings": _warnings_cell(record["warnings"]),
-                 "progress": escape(record["progress"])}
+                 "progress": escape(record["progress"]), "robustness": escape(record["robustness"])}
         table.add_row(*(cells[column] for column in columns))
     return table, counts, failed, warned, stale
 

@@ -65,6 +65,6 @@ def robustness_plan_line(grid: "GridSpec", model: CostModel) -> str | None:
         for family, seconds in robustness_seconds(spec, options, model).items():
             totals[family] = totals.get(family, 0.0) + seconds / 3600
     parts = ", ".join(f"{family} {hours:.1f} h" for family, hours in totals.items())
-    return (f"robustness stage ([robustness], `protobench evaluate RUN --robustness ...` per finished run): "
+    return (f"robustness stage ([robustness], `protobench robustness GRID` once the runs are trained): "
             f"{sum(totals.values()):.1f} GPU-hours ({parts}) from the cost model on {model.device.name}, beside "
             f"the training estimate above")

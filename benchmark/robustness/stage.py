@@ -29,7 +29,7 @@ from benchmark.robustness.faithfulness import FAITHFULNESS_COLUMNS, FAITHFULNESS
 from benchmark.robustness.live import LiveMethod, normalisation, pixel_images
 from benchmark.robustness.misalignment import MISALIGNMENT_COLUMNS, misalignment_batch
 from benchmark.robustness.perturbation import PERTURBATION_COLUMNS, perturbation_batch
-from benchmark.robustness.options import ATTACK_SEED, SUBSAMPLE_SEED, RobustnessOptions, check_options
+from benchmark.robustness.options import ATTACK_SEED, PARTIAL_DIR, SUBSAMPLE_SEED, RobustnessOptions, check_options
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import read_records, write_records
@@ -37,7 +37,6 @@ from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json,
 from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
 
-PARTIAL_DIR = "robustness.partial"
 RECORD_TABLE = "robustness"
 
 

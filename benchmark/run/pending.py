@@ -19,6 +19,7 @@ class Outcome:
     state: str  # "done" | "skipped" | "failed" | "skipped-failed" | "queued" (pending or running in SLURM)
     #           | "skipped-stale" (a result the current code would not give: --rerun-stale)
     #           | "running-elsewhere" (another live process holds the run's lock)
+    #           | "untrained" (the robustness stage's: no result to score yet, benchmark/robustness/grid_stage.py)
     detail: str = ""
 
     @property

@@ -69,23 +69,24 @@ def _job_record(entry: object) -> JobRecord | None:
     return JobRecord(**{**known, "adapter_paths": tuple(known.get("adapter_paths", ()))})
 
 
-def job_records(run_dir: Path) -> list[JobRecord]:
-    """The run's submissions, oldest first; an entry that is not a job record is skipped (a
-    hostile or damaged ``job.json`` costs that run its job history, never the grid)."""
-    submissions = (read_json(run_dir / JOB_FILE) or {}).get("submissions", [])
+def job_records(run_dir: Path, file: str = JOB_FILE) -> list[JobRecord]:
+    """The run's submissions (``file``: ``job.json``, or the robustness stage's), oldest first; an entry
+    that is not a job record is skipped (a hostile or damaged file costs that run its job history,
+    never the grid)."""
+    submissions = (read_json(run_dir / file) or {}).get("submissions", [])
     records = [_job_record(entry) for entry in submissions] if isinstance(submissions, list) else []
     return [record for record in records if record is not None]
 
 
-def latest_job(run_dir: Path) -> JobRecord | None:
-    records = job_records(run_dir)
+def latest_job(run_dir: Path, file: str = JOB_FILE) -> JobRecord | None:
+    records = job_records(run_dir, file)
     return records[-1] if records else None
 
 
-def add_job_record(run_dir: Path, record: JobRecord) -> None:
-    """Append a submission to ``job.json`` (only the submitting process writes this file)."""
-    entries = [{**asdict(r), "adapter_paths": list(r.adapter_paths)} for r in (*job_records(run_dir), record)]
-    atomic_write_json(run_dir / JOB_FILE, {"submissions": entries})
+def add_job_record(run_dir: Path, record: JobRecord, file: str = JOB_FILE) -> None:
+    """Append a submission to ``file`` (``job.json``; only the submitting process writes it)."""
+    entries = [{**asdict(r), "adapter_paths": list(r.adapter_paths)} for r in (*job_records(run_dir, file), record)]
+    atomic_write_json(run_dir / file, {"submissions": entries})
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,11 @@ from benchmark.cli import main
 from benchmark.cluster import ClusterProfile, load_profile
 from benchmark.errors import ProtobenchError
 from benchmark.run.pending import pending_runs
-from slurm.executors import Submission, make_executor, submit_runs
+from slurm.executors import Submission, make_executor, submit_runs, submit_stage
 from benchmark.grid import GridSpec, load_grid
-from benchmark.run.states import ATTEMPT_FILE, latest_job, run_states
+from benchmark.robustness.grid_stage import STAGE_JOB_FILE, pending_stage
+from benchmark.robustness.options import RobustnessOptions
+from benchmark.run.states import ATTEMPT_FILE, job_records, latest_job, run_states
 from slurm.scheduler import query_jobs
 from benchmark.run.provenance import code_version
 from slurm.snapshot import code_snapshot
@@ -190,6 +192,32 @@ def test_resubmitting_a_finished_grid_submits_nothing(finished_grid: tuple[GridS
     again = submit(grid, runs_root, runs_root.parent / "cache", profile)
     assert again.arrays == [] and again.snapshot is None
     assert [o.state for o in again.settled] == ["skipped", "skipped"]
+
+
+def test_the_robustness_stage_of_the_finished_grid_runs_as_a_job_array(
+        finished_grid: tuple[GridSpec, Path, Submission], profile: ClusterProfile) -> None:
+    grid, runs_root, _ = finished_grid
+    options = RobustnessOptions(("misalignment",), steps=2, images=2, batch_size=2)
+    submission = submit_stage(grid, list(grid.runs), runs_root, options, executor="slurm", profile=profile)
+    SUBMITTED.extend(job_id for array in submission.arrays for job_id in array.job_ids)
+    assert len(submission.arrays) == 1 and submission.snapshot is not None
+    dirs = [RunDir(grid.run_dir(runs_root, spec)) for spec in grid.runs]
+
+    def scored() -> bool:  # fails at once when a stage job ended without scoring its run
+        todo, settled = pending_stage(grid, list(grid.runs), runs_root, options, ask=query_jobs)
+        for outcome in settled:
+            if outcome.failed:
+                job = latest_job(grid.run_dir(runs_root, outcome.spec), STAGE_JOB_FILE)
+                logs = "\n".join(p.read_text()[-3000:] for p in job.log_paths if p.exists()) if job else ""
+                pytest.fail(f"the stage on {outcome.spec.run_id}: {outcome.detail}\n{logs}")
+        return not todo and all(o.state == "skipped" for o in settled)
+
+    wait_until(scored, "the robustness stage to score every run of the tiny grid", QUEUED_DEADLINE_S)
+    for rd, job_id in zip(dirs, submission.arrays[0].job_ids):
+        (record,) = job_records(rd.path, STAGE_JOB_FILE)
+        assert record.executor == "slurm" and record.job_id == job_id and record.array_task_id is not None
+    again = submit_stage(grid, list(grid.runs), runs_root, options, executor="slurm", profile=profile)
+    assert again.arrays == [] and [o.state for o in again.settled] == ["skipped", "skipped"]
 
 
 # ---- preemption -------------------------------------------------------------------------------
