@@ -200,8 +200,8 @@ def submit_stage(grid: GridSpec, runs: list[RunSpec], runs_root: Path, options: 
     return result
 
 
-def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob] | list[RobustnessJob], shape: JobShape, profile: ClusterProfile,
-                  submission: Submission) -> list[submitit.Job]:
+def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob] | list[RobustnessJob], shape: JobShape,
+                  profile: ClusterProfile, submission: Submission) -> list[submitit.Job]:
     """Submit ``calls`` as one job array. A refusal (sbatch's exit status, or output without a
     job id) → one ProtobenchError quoting sbatch; submitit's pickles and submission script of
     the refused array are removed, and nothing is recorded in the run directories."""

@@ -30,7 +30,8 @@ def add_settings_options(p: argparse.ArgumentParser, *, defaults: bool = True) -
 
     source = "" if defaults else "the grid's [robustness] table, else "
     p.add_argument("--robustness-epsilon", type=float, default=default(DEFAULT_EPSILON),
-                   help=f"L∞ budget of the misalignment PGD in pixel units, in (0, 1] (default: {source}{DEFAULT_EPSILON})")
+                   help=f"L∞ budget of the misalignment PGD in pixel units, in (0, 1] "
+                        f"(default: {source}{DEFAULT_EPSILON})")
     p.add_argument("--robustness-step", type=float, default=default(DEFAULT_STEP),
                    help=f"PGD step in pixel units, in (0, ε] (default: {source}{DEFAULT_STEP})")
     p.add_argument("--robustness-steps", type=int, default=default(DEFAULT_STEPS),

@@ -72,7 +72,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                                                        "progress), not only those that vary or hold something")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("cancel", help="scancel the pending or running SLURM jobs of a grid, a runs directory or runs")
+    p = sub.add_parser("cancel", help="scancel the pending or running SLURM jobs (training and robustness stage) of "
+                                      "a grid, a runs directory or runs")
     p.add_argument("target", help="a grid TOML file, a directory `protobench run --executor slurm` wrote to "
                                   "(runs/GRID, runs/GRID/RUN_ID) or the start of a run id")
     p.add_argument("--runs-dir", help="where a grid's or a run id's runs are (default: the grid's runs_dir, 'runs')")
@@ -263,9 +264,13 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from benchmark.robustness.grid_stage import STAGE_CANCELLED_FILE, live_stage_jobs
+
     what, dirs = _cancel_targets(args)
     live = {path: state.job for path, state in run_states(dirs, query_jobs).items() if state.live and state.job}
-    jobs = sorted(dict.fromkeys(job.job_id for job in live.values()),  # the runs of a packed task share its job
+    stage = live_stage_jobs(dirs, query_jobs)  # the robustness stage's jobs (protobench robustness GRID)
+    # the runs of a packed task share its job
+    jobs = sorted(dict.fromkeys(job.job_id for job in (*live.values(), *stage.values())),
                   key=lambda job_id: tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in job_id.split("_")))
     if not jobs:
         print(f"no pending or running SLURM job for {what}")
@@ -273,6 +278,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     cancel_jobs(jobs)
     for path, job in live.items():
         record_cancelled(path, job)
-    print(f"cancelled {len(jobs)} job(s) of {len(live)} run(s): {' '.join(jobs)}; they read `cancelled`, and "
-          "`protobench run` of the grid submits them again")
+    for path, job in stage.items():
+        record_cancelled(path, job, STAGE_CANCELLED_FILE)
+    for kind, cancelled, again in (("", live, "they read `cancelled`, and `protobench run`"),
+                                   ("robustness-stage ", stage, "`protobench robustness`")):
+        ids = [job_id for job_id in jobs if any(job.job_id == job_id for job in cancelled.values())]
+        if ids:
+            print(f"cancelled {len(ids)} {kind}job(s) of {len(cancelled)} run(s): {' '.join(ids)}; {again} of the "
+                  "grid submits them again")
     return 0

@@ -7,8 +7,9 @@ every asked family with these settings), is **not trained** (no ``result.json``:
 first), is **stale** (its result is one the current code would not give), is **queued** (a live SLURM
 job of the stage, recorded in ``robustness.job.json``), or **failed before** (``robustness.failure.json``,
 or a SLURM job that ended in another state than COMPLETED without scoring it: time limit past its
-requeues, out of memory, cancelled, node failure) unless ``retry_failed``. Every other run is to do (a
-COMPLETED job that did not score it ran other settings; one SLURM forgot is submitted again); one
+requeues, out of memory, cancelled outside ``protobench cancel``, node failure) unless ``retry_failed``.
+Every other run is to do (a COMPLETED job that did not score it ran other settings; one SLURM forgot, or
+``protobench cancel`` cancelled, is submitted again); one
 whose stage was cut short resumes from its finished batches (benchmark/robustness/stage.py).
 """
 from __future__ import annotations
@@ -26,11 +27,12 @@ from benchmark.grid import GridSpec
 from benchmark.robustness.options import PARTIAL_DIR, RobustnessOptions, check_options
 from benchmark.run.identity import stale_result
 from benchmark.run.pending import Outcome
-from benchmark.run.states import AskScheduler, latest_job
+from benchmark.run.states import AskScheduler, JobRecord, latest_job, was_cancelled
 from benchmark.run.store import RunDir, atomic_write_json, read_json
 
 STAGE_JOB_FILE = "robustness.job.json"  # the stage's submissions (benchmark.run.states.JobRecord), as job.json
 STAGE_FAILURE_FILE = "robustness.failure.json"  # why the stage failed on the run, and when
+STAGE_CANCELLED_FILE = "robustness.cancelled.json"  # the stage job `protobench cancel` cancelled
 
 
 def stage_settings(options: RobustnessOptions) -> dict[str, Any]:
@@ -98,7 +100,8 @@ def pending_stage(grid: GridSpec, runs: list[RunSpec], runs_root: Path, options:
             settled.append(Outcome(spec, "skipped", "already scored with these settings"))
         elif answer is not None and answer.live:
             settled.append(Outcome(spec, "queued", f"stage job {job.job_id} is {answer.state.lower()}"))
-        elif not retry_failed and (failure is not None or (answer is not None and answer.state != "COMPLETED")):
+        elif not retry_failed and (failure is not None or (answer is not None and answer.state != "COMPLETED"
+                                                           and not was_cancelled(rd.path, job, STAGE_CANCELLED_FILE))):
             why = failure.get("reason", "?") if isinstance(failure, dict) else \
                 f"stage job {job.job_id} ended {answer.state} without scoring it"
             settled.append(Outcome(spec, "skipped-failed", f"failed before: {why} (use --retry-failed)"))
@@ -161,3 +164,10 @@ def stage_label(run_dir: Path, result: dict[str, Any] | None) -> str:
         return f"{', '.join(section['families'])} ({section.get('num_images', '?')} images)"
     job = latest_job(run_dir, STAGE_JOB_FILE)
     return f"job {job.job_id} submitted" if job is not None else ""
+
+
+def live_stage_jobs(run_dirs: list[RunDir], ask: AskScheduler) -> dict[Path, JobRecord]:
+    """The runs whose latest stage job SLURM says may still run (``protobench cancel``'s)."""
+    jobs = {rd.path: job for rd in run_dirs if (job := latest_job(rd.path, STAGE_JOB_FILE)) and job.executor == "slurm"}
+    answers = ask([job.job_id for job in jobs.values()]) if jobs else {}
+    return {path: job for path, job in jobs.items() if (answer := answers.get(job.job_id)) is not None and answer.live}

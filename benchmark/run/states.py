@@ -120,14 +120,16 @@ def _started_in_this_attempt(run_dir: Path, job: JobRecord, scheduler: JobState)
     return recorded is not None and recorded >= scheduler.restarts
 
 
-def record_cancelled(run_dir: Path, job: JobRecord) -> None:
+def record_cancelled(run_dir: Path, job: JobRecord, file: str = CANCELLED_FILE) -> None:
     """Mark the run's job as cancelled by the user: the run then reads ``cancelled`` (not
-    failed) and a plain ``protobench run`` submits it again."""
-    atomic_write_json(run_dir / CANCELLED_FILE, {"job_id": job.job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    failed) and a plain ``protobench run`` submits it again (``file``: the robustness stage's own,
+    for its jobs)."""
+    atomic_write_json(run_dir / file, {"job_id": job.job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
 
 
-def _cancelled(run_dir: Path, job: JobRecord) -> bool:
-    return (read_json(run_dir / CANCELLED_FILE) or {}).get("job_id") == job.job_id
+def was_cancelled(run_dir: Path, job: JobRecord, file: str = CANCELLED_FILE) -> bool:
+    """Whether ``job`` is the run's job ``protobench cancel`` cancelled last."""
+    return (read_json(run_dir / file) or {}).get("job_id") == job.job_id
 
 
 def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -> RunState:
@@ -149,7 +151,7 @@ def merge_state(rd: RunDir, job: JobRecord | None, scheduler: JobState | None) -
         if restarts:
             label += f", requeued {restarts}×"
         return RunState(label, live=True, failed=False, job=job)
-    if _cancelled(rd.path, job):  # by `protobench cancel`, pending or running: not a failure
+    if was_cancelled(rd.path, job):  # by `protobench cancel`, pending or running: not a failure
         return RunState("cancelled", live=False, failed=False, job=job)
     if state == "failed":  # the run recorded its own failure (failure.json holds the reason)
         return RunState("failed", live=False, failed=True, job=job)

@@ -180,3 +180,33 @@ def test_submitted_tasks_score_the_runs_and_a_requeued_task_skips_those_it_score
     other = RobustnessOptions(("misalignment",), steps=3, images=4, batch_size=2)
     RobustnessJob(tuple(_run_dirs(path)), other, None)()
     assert ran == _run_dirs(path)
+
+
+def test_cancel_cancels_a_live_stage_job_and_a_plain_robustness_command_submits_it_again(
+        trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _copy(trained, tmp_path)
+    grid = load_grid(str(path))
+    first = _run_dirs(path)[0]
+    add_job_record(first, JobRecord(executor="slurm", job_id="41_0", submitted="t", submitit_folder="/f",
+                                    array_job_id="41", array_task_id=0), STAGE_JOB_FILE)
+    scheduler = {"41_0": JobState("41_0", "RUNNING")}
+    cancelled: list[list[str]] = []
+
+    def scancel(ids: list[str]) -> None:
+        cancelled.append(ids)
+        scheduler.update({i: JobState(i, "CANCELLED") for i in ids})
+
+    monkeypatch.setattr("benchmark.cli.runs.query_jobs", lambda ids: {i: scheduler[i] for i in ids if i in scheduler})
+    monkeypatch.setattr("benchmark.cli.runs.cancel_jobs", scancel)
+    assert main(["cancel", str(tmp_path / "runs" / "g")]) == 0
+    assert cancelled == [["41_0"]]
+    assert "cancelled 1 robustness-stage job(s) of 1 run(s): 41_0; `protobench robustness`" in capsys.readouterr().out
+
+    def ask(ids: list[str]) -> dict[str, JobState]:
+        return {i: scheduler[i] for i in ids if i in scheduler}
+
+    todo, settled = pending_stage(grid, list(grid.runs)[:1], tmp_path / "runs", OPTIONS, ask=ask)
+    assert len(todo) == 1 and not settled  # cancelled by the user: not a failure
+    (first / "robustness.cancelled.json").unlink()  # cancelled by someone else (scancel): a failure
+    todo, settled = pending_stage(grid, list(grid.runs)[:1], tmp_path / "runs", OPTIONS, ask=ask)
+    assert [o.state for o in settled] == ["skipped-failed"] and "ended CANCELLED" in settled[0].detail
