@@ -20,8 +20,11 @@ Per image, each a number:
   channels (3·S² elements) but imputes per pixel (``noisy_linear_imputation`` indexes S² pixels, and
   fails on RGB images); its imputation is handed the pixels of the ranked elements
   (:func:`pixel_imputation`), so removing p % of the elements removes the p % most relevant pixels.
-* ``infidelity``: ``quantus.Infidelity()`` (Yeh et al. 2019; 4×4 patches, 10 samples, MSE; lower:
-  more faithful).
+* ``infidelity``: ``quantus.Infidelity(normalise=True)`` (Yeh et al. 2019; 4×4 patches, 10 samples, MSE;
+  lower: more faithful). Its squared error compares the map's sum over a patch with the output's
+  change, so it is not invariant to the map's scale; the evidence maps are in each method's logit
+  units, so the map is divided by its largest magnitude first (Quantus' ``normalise_by_max``; its
+  default is ``normalise=False``).
 Every metric with Quantus' defaults otherwise (softmax on, normalised explanations where the
 default says so); Quantus draws its noise from numpy's global generator, seeded per batch.
 """
@@ -80,7 +83,9 @@ def quantus_metrics(size: int) -> dict[str, Any]:
         "pixel_flipping": quantus.PixelFlipping(features_in_step=flipping_step(size), **quiet),
         "region_perturbation": quantus.RegionPerturbation(**quiet),
         "road": PerImageROAD(perturb_func=pixel_imputation, **quiet),
-        "infidelity": quantus.Infidelity(**quiet),
+        # normalise=True (Quantus' normalise_by_max): the default False leaves Infidelity in each method's map
+        # units (docs/protocol/robustness.md, "Infidelity is read at a common scale")
+        "infidelity": quantus.Infidelity(normalise=True, **quiet),
     }
 
 

@@ -168,5 +168,25 @@ def test_faithfulness_equals_a_direct_quantus_call_on_the_same_model_and_attribu
     road = quantus.ROAD(perturb_func=pixel_imputation, **quiet)
     road.custom_postprocess = lambda **kwargs: None
     assert np.abs(ours["road"] - np.asarray(call(road)[0]).mean(axis=1)).max() < 1e-6
-    infidelity = call(quantus.Infidelity(**quiet))
+    infidelity = call(quantus.Infidelity(normalise=True, **quiet))
     assert np.abs(ours["infidelity"] - np.asarray(infidelity)).max() <= 1e-6 * np.abs(infidelity).max()
+
+
+def test_infidelity_reads_the_map_at_a_common_scale(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A method whose maps are 1000× larger (its logit units) gets the same infidelity: the map is divided by
+    its largest magnitude first (Quantus' default would multiply the squared error's map term by 1000)."""
+    from benchmark.robustness import faithfulness
+    from benchmark.robustness.live import LiveMethod, normalisation, pixel_images
+    from benchmark.run.reevaluate import load_trained
+
+    prep = load_trained(trained)
+    live = LiveMethod(prep.method, prep.trunk, *normalisation(prep.test_set)).eval()
+    pixels = pixel_images(prep.test_set, [0, 5])
+    labels = torch.tensor([int(prep.test_set.labels[i]) for i in (0, 5)])
+    every = faithfulness.quantus_metrics
+    monkeypatch.setattr(faithfulness, "quantus_metrics", lambda size: {"infidelity": every(size)["infidelity"]})
+    plain = faithfulness.faithfulness_batch(live, pixels, labels, seed=3)["infidelity"]
+    real = faithfulness.evidence_attributions
+    monkeypatch.setattr(faithfulness, "evidence_attributions", lambda *a: 1000.0 * real(*a))
+    scaled = faithfulness.faithfulness_batch(live, pixels, labels, seed=3)["infidelity"]
+    assert np.allclose(plain, scaled, rtol=1e-5) and np.all(plain > 0)
