@@ -7,7 +7,8 @@ The rules are those the evaluation and the robustness stage score with (docs/pro
 - from the ``per_prototype`` records: con = the mean over prototypes where it is defined;
 - from the ``robustness`` records (the stage's subsample; benchmark/robustness/stage.py
   ``_summary``): ``acc_clean`` and ``acc_attacked`` = 100 · mean of ``correct_clean`` /
-  ``correct_attacked``, every other score the mean of its defined per-image values.
+  ``correct_attacked``, every other score the mean of its defined per-image values (read with the
+  per-image records, by test-split index: reports/per_image.py, once per command).
 
 A recorded number further from its records' than :data:`RESCORE_TOLERANCE` (a robustness score:
 than :data:`RELATIVE_TOLERANCE` × the mean magnitude of its per-image values) fails the run. A metric the result records
@@ -26,7 +27,7 @@ import pandas as pd
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import ROBUSTNESS_TABLE
 from reports.columns import ROBUSTNESS_METRICS
-from reports.per_image import FLAG_COLUMNS, PER_IMAGE_METRICS, run_values
+from reports.per_image import FLAG_COLUMNS, PER_IMAGE_METRICS, RunValues, run_values
 
 #: |result.json − records| above which a result is refused (percent; the records' float32 sums)
 RESCORE_TOLERANCE = 1e-6
@@ -61,19 +62,18 @@ def _defined_mean(values: np.ndarray) -> float:
     return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
 
 
-def _robustness_scores(run_dir: str) -> tuple[dict[str, float], dict[str, float]]:
-    """The robustness stage's scores from its records (the module), none where the run has none,
-    and the tolerance of each (:data:`RELATIVE_TOLERANCE`)."""
+def _robustness_values(run_dir: str, images: RunValues | None) -> dict[str, np.ndarray]:
+    """Each robustness score's per-image values (accuracies in percent; NaN where undefined): from
+    the run's per-image values, which hold them by test-split index (read once per command), else,
+    for a run without per-image records, from its robustness records; none where it has none."""
+    columns = {metric: PER_IMAGE_METRICS[metric] for metric in ROBUSTNESS_METRICS}
+    if images is not None:
+        return {metric: images.values(column) for metric, column in columns.items() if column in images.columns}
     table = _records(run_dir, ROBUSTNESS_TABLE)
-    scores, tolerances = {}, {}
-    for metric in ROBUSTNESS_METRICS if table is not None else ():
-        column = PER_IMAGE_METRICS[metric]
-        if column in table.columns:
-            scale = 100.0 if column in FLAG_COLUMNS else 1.0  # the stage's accuracies in percent
-            values = scale * table[column].to_numpy(dtype=np.float64)
-            scores[metric] = _defined_mean(values)
-            tolerances[metric] = RELATIVE_TOLERANCE * _defined_mean(np.abs(values))
-    return scores, tolerances
+    if table is None:
+        return {}
+    return {metric: (100.0 if column in FLAG_COLUMNS else 1.0) * table[column].to_numpy(dtype=np.float64)
+            for metric, column in columns.items() if column in table.columns}
 
 
 def rescore(run_dir: str, recorded: dict[str, float], where: str) -> Rescored:
@@ -89,8 +89,9 @@ def rescore(run_dir: str, recorded: dict[str, float], where: str) -> Rescored:
     prototypes = _records(run_dir, "per_prototype")
     if prototypes is not None and "con" in prototypes.columns:
         scores["con"] = _defined_mean(prototypes["con"].to_numpy(dtype=np.float64))
-    robust, tolerances = _robustness_scores(run_dir)
-    scores.update(robust)
+    robust = _robustness_values(run_dir, images)
+    scores.update({metric: _defined_mean(values) for metric, values in robust.items()})
+    tolerances = {metric: RELATIVE_TOLERANCE * _defined_mean(np.abs(values)) for metric, values in robust.items()}
     for metric, value in scores.items():
         claimed = recorded.get(metric, math.nan)
         both_missing = math.isnan(value) and math.isnan(claimed)

@@ -154,6 +154,27 @@ def test_the_scores_are_rescored_from_the_records(runs: Path, board: Path) -> No
             assert standing["mean"] == pytest.approx(oracle, rel=1e-12), metric
 
 
+def test_the_leaderboard_reads_each_record_table_of_a_run_once(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    from collections import Counter
+
+    import benchmark.run.records as records_module
+
+    reads: Counter = Counter()
+    original = records_module.read_records
+
+    def counting(run_dir, table: str = "per_image"):
+        reads[(Path(run_dir).name, table)] += 1
+        return original(run_dir, table)
+
+    copy = tmp_path / "labA"  # a copy: the values of runs read before are kept (reports/per_image.py)
+    shutil.copytree(bundle, copy)
+    monkeypatch.setattr(records_module, "read_records", counting)
+    assert main(["leaderboard", str(copy), "--out", str(tmp_path / "L")]) == 0
+    runs = len(METHODS) * len(SEEDS)
+    assert Counter(table for _, table in reads) == {"per_image": runs, "per_prototype": runs, "robustness": runs}
+    assert set(reads.values()) == {1}
+
+
 @pytest.mark.parametrize("metric", ["pac", "infidelity", "acc_attacked"])
 def test_a_result_its_robustness_records_contradict_is_refused(runs: Path, tmp_path: Path, metric: str,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,6 +216,26 @@ def test_a_run_without_robustness_records_keeps_its_numbers_marked_as_reported(r
         len(ROBUSTNESS_RANKED)
     page = (out / "index.html").read_text()
     assert f"partly: {', '.join(ROBUSTNESS_RANKED)} as reported (no records of them)" in page
+
+
+def test_a_run_without_per_image_records_has_its_robustness_scores_rescored_from_their_own(
+        runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lab = tmp_path / "A"
+    shutil.copytree(runs, lab)
+    frame = load_results([lab])
+    folder = Path(frame[(frame["method"] == "protopnet") & (frame["seed"] == 0)]["run_dir"].iloc[0])
+    (folder / "per_image.parquet").unlink()
+    assert main(["leaderboard", str(lab), "--out", str(tmp_path / "L")]) == 0
+    document = _document(tmp_path / "L")
+    for metric, rescored in (("acc", False), ("sta", False), ("pac", True), ("infidelity", True)):
+        standings, entries = _ranking(document, metric)
+        assert next(s for s in standings if entries[s["entry"]]["method"] == "protopnet")["rescored"] is rescored
+    result = json.loads((folder / "result.json").read_text())
+    result["robustness"]["metrics"]["plc"] += 0.01
+    (folder / "result.json").write_text(json.dumps(result))
+    capsys.readouterr()
+    assert main(["leaderboard", str(lab), "--out", str(tmp_path / "L2")]) == 2
+    assert "result.json gives plc = " in capsys.readouterr().err
 
 
 def test_every_table_says_which_way_is_better(board: Path) -> None:
