@@ -26,8 +26,8 @@ SCHEMA_FILE = "leaderboard.schema.json"
 SCHEMA_VERSION = 4
 #: what a verified source's rows were checked for, and what the leaderboard takes on trust
 VERIFICATION_SCOPE = ("Verified: every file of a bundle against its SHA256SUMS, and every score re-computed from "
-                      "the run's per-image, per-prototype and robustness records. Trusted: that training followed the spec, "
-                      "the records themselves, and the devices the runs name.")
+                      "the run's per-image, per-prototype and robustness records. Trusted: that training followed "
+                      "the spec, the records themselves, and the devices the runs name.")
 GUIDE = "docs/guides/leaderboard.md"
 
 
@@ -151,9 +151,8 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
 def check_document(document: dict[str, Any]) -> None:
     """Validate against the shipped schema (jsonschema), then what a schema cannot say: every
     standing names an entry of its board, once, and every ranking's direction is its metric's
-    (ValueError names the first that does not). For a
-    document this code built, a failure is a bug; for one read back (``site --leaderboard``), a
-    crafted or damaged file."""
+    (ValueError names the first that does not). For a document this code built, a failure is a bug;
+    for one read back (``site --leaderboard``), a crafted or damaged file."""
     import jsonschema
 
     jsonschema.Draft202012Validator(schema()).validate(document)

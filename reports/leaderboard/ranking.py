@@ -15,9 +15,8 @@ two-sided and its difference is entry − leader in the metric's own units, what
 (positive for a worse entry on a lower-is-better metric). An entry whose Holm-adjusted p is at
 least α is **tied with the best**; the group is decided by these tests, never by the means. Ranks:
 1 for the leader and every entry tied with it; any other entry gets 1 + the number of entries with
-a better mean (competition ranking). An entry that shares no
-(source, seed) with the leader, or whose test images differ, cannot be tested: it is marked
-``untested`` with the reason, not tied.
+a better mean (competition ranking). An entry that shares no (source, seed) with the leader, or
+whose test images differ, cannot be tested: it is marked ``untested`` with the reason, not tied.
 
 Each entry's own interval is that of ``report --ci``, the one policy of ``reports.intervals``:
 over replicates × test images for a metric with per-image records (``reports.stats.crossed_mean``;

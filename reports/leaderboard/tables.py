@@ -12,8 +12,8 @@ from benchmark.csv_cells import csv_text
 from benchmark.escaping import latex_text, markdown_cell, markdown_text
 from reports.leaderboard.ranked import METRIC_TEXT, number
 
-CSV_COLUMNS = ("board", "dataset", "backbone", "J", "metric", "better", "rank", "group", "entry", "method", "method_provider",
-               "variant", "budget", "mean", "std", "ci_low", "ci_high", "interval", "ci_n", "ci_images", "n_seeds",
+CSV_COLUMNS = ("board", "dataset", "backbone", "J", "metric", "better", "rank", "group", "entry", "method",
+               "method_provider", "variant", "budget", "mean", "std", "ci_low", "ci_high", "interval", "ci_n", "ci_images", "n_seeds",
                "test_images", "difference_to_best", "difference_ci_low", "difference_ci_high", "p", "p_holm", "test",
                "differs", "sources", "verified", "rescored", "between_labs_p", "between_labs_test")
 TIE_MARK = "*"
@@ -33,9 +33,10 @@ def render_csv(document: dict[str, Any]) -> str:
             for s in ranking["standings"]:
                 e = entries[s["entry"]]
                 lines.append([board["id"], board["dataset"], board["backbone"], board["J"], ranking["metric"],
-                              ranking["better"], s["rank"], s["group"], e["label"], e["method"], provider_text(e), e["variant"],
-                              e["budget"], s["mean"], s["std"], s["ci_low"], s["ci_high"], s["interval"], s["ci_n"],
-                              s["ci_images"], s["n_seeds"], " ".join(map(str, e["test_images"])),
+                              ranking["better"], s["rank"], s["group"], e["label"], e["method"], provider_text(e),
+                              e["variant"], e["budget"], s["mean"], s["std"], s["ci_low"], s["ci_high"],
+                              s["interval"], s["ci_n"], s["ci_images"], s["n_seeds"],
+                              " ".join(map(str, e["test_images"])),
                               s["difference_to_best"], s["difference_ci_low"], s["difference_ci_high"], s["p"],
                               s["p_holm"], s["test"], "; ".join(e["differs"]),
                               " ".join(x["name"] for x in e["sources"]),
@@ -123,8 +124,9 @@ def standing_lines(board: dict[str, Any]) -> list[tuple[str, str, str, str, str,
     """(metric with its direction, entry label, mean [interval] (n), entry − leader [interval], p (Holm),
     group) of every standing of the board."""
     labels = {e["id"]: e["label"] for e in board["entries"]}
-    return [(metric_header(r), labels[s["entry"]], f"{number(r['metric'], s['mean'])} {interval_text(s, r['metric'])}",
-             *difference_text(s, r["metric"]), s["group"]) for r in board["rankings"] for s in r["standings"]]
+    return [(metric_header(r), labels[s["entry"]],
+             f"{number(r['metric'], s['mean'])} {interval_text(s, r['metric'])}", *difference_text(s, r["metric"]),
+             s["group"]) for r in board["rankings"] for s in r["standings"]]
 
 
 STANDING_HEADER = ("metric", "entry", "mean [interval] (n)", "entry − leader [interval]", "p (Holm)", "group")
