@@ -38,7 +38,8 @@ _LATEX_LETTERS = {"ß": r"\ss{}", "æ": r"\ae{}", "Æ": r"\AE{}", "œ": r"\oe{}"
                   "Ø": r"\O{}", "ł": r"\l{}", "Ł": r"\L{}", "ı": r"\i{}", "¡": r"!`", "¿": r"?`",
                   "\u00a0": "~", "–": "--", "—": "---", "‘": "`", "’": "'", "“": "``", "”": "''",
                   "±": r"\ensuremath{\pm}", "×": r"\ensuremath{\times}", "·": r"\ensuremath{\cdot}",
-                  "…": r"\ldots{}", "°": r"\ensuremath{^\circ}"}
+                  "…": r"\ldots{}", "°": r"\ensuremath{^\circ}", "−": r"\ensuremath{-}", "†": r"\dag{}",
+                  "↑": r"\ensuremath{\uparrow}", "↓": r"\ensuremath{\downarrow}"}
 #: Greek letters with a math command of their own (capitals like Alpha are Latin A)
 _GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lamda", "mu",
           "nu", "xi", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"}

@@ -1,15 +1,18 @@
 """``protobench agreement RUNS``: whether the metrics agree on the order of the methods.
 
 Per cell (dataset, backbone, J, variant held fixed) the methods are ranked on each metric by their
-mean over seeds (every metric here is higher-is-better, docs/protocol/metrics.md), and each pair of
-metrics gets Kendall's τ-b between the two rankings (``scipy.stats.kendalltau``; Kendall 1945 for
-the tie correction). Where every ranked method has per-image records of both metrics, τ gets a
-percentile bootstrap interval over the test images (``scipy.stats.bootstrap``; Efron & Tibshirani
-1993, §13.3; every metric pair of a cell from one set of resamples, ``reports.tau_bootstrap``): a
-resample draws the cell's images with replacement, and each method's value is again
-its mean over seeds of the mean over the drawn images, so the statistic on the original images is
-the τ of the table. The seeds stay fixed: the interval covers the sampling of test images, not
-training variance. A metric without per-image values (con) gets τ without an interval, labelled.
+mean over seeds, best first (a lower-is-better metric, ``reports.columns.LOWER_IS_BETTER``,
+negated), and each pair of metrics gets Kendall's τ-b between the two rankings
+(``scipy.stats.kendalltau``; Kendall 1945 for the tie correction). Where every ranked method has
+per-image records of both metrics, τ gets a percentile bootstrap interval over the test images
+(``scipy.stats.bootstrap``; Efron & Tibshirani 1993, §13.3; every metric pair of a cell from one
+set of resamples, ``reports.tau_bootstrap``): a resample draws the cell's images with replacement,
+and each method's value is again its mean over seeds of the mean over the drawn images, so the
+statistic on the original images is the τ of the table. The seeds stay fixed: the interval covers the sampling of test images, not
+training variance. A metric defined on fewer images (the robustness stage's scores, on its
+subsample; NaN elsewhere) is averaged over the drawn images where it is defined; the label names
+how many images each such metric is defined on, and ``n_images`` counts the images where one of
+the pair has a value. A metric without per-image values (con) gets τ without an interval, labelled.
 
 Beside it: each metric's reliability over seeds (``reports.reliability``), the stability of the
 rankings across J and across backbones, and which method orderings the grid supports
@@ -49,9 +52,15 @@ class Bootstrap:
     level: float = 0.95
     method: str = "percentile"  # Efron & Tibshirani 1993 §13.3; BCa's jackknife is unstable for a τ over few methods
 
-    def label(self, images: int) -> str:
-        return (f"{self.method} bootstrap over {images} test images (scipy.stats.bootstrap, {self.n_resamples} "
-                f"resamples, seed {self.seed}; seeds fixed)")
+    def label(self, images: int, defined: dict[str, tuple[int, int]] | None = None) -> str:
+        """The procedure with its n: the ``images`` resampled, and for each metric defined on fewer
+        of them (``defined``: metric → the fewest and most images a ranked method has it on; the
+        robustness stage's scores, on its subsample), on how many."""
+        fewer = [f"{metric} defined on {low}" + ("" if low == high else f"–{high} per method")
+                 for metric, (low, high) in (defined or {}).items() if low < images]
+        subsets = f" ({', '.join(fewer)})" if fewer else ""
+        return (f"{self.method} bootstrap over {images} test images{subsets} (scipy.stats.bootstrap, "
+                f"{self.n_resamples} resamples, seed {self.seed}; seeds fixed)")
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,7 @@ class Tau:
     tau: float
     ci_low: float
     ci_high: float
-    n_images: int | None
+    n_images: int | None  # the images on which one of the two metrics has a value (the rest cannot move τ)
     interval: str  # the procedure with its n, or why there is none
 
 
@@ -219,9 +228,24 @@ def cell_taus(label: str, cell: pd.DataFrame, metrics: list[str], boot: Bootstra
             taus.append(Tau(label, a, b, len(methods), tau, math.nan, math.nan, None,
                             "no interval: one metric ties every method"))
         else:
+            pair = {m: cubes[methods][m] for m in (a, b)}
             images = cubes[methods][a].shape[-1]
-            taus.append(Tau(label, a, b, len(methods), tau, *intervals[(a, b)], images, boot.label(images)))
+            taus.append(Tau(label, a, b, len(methods), tau, *intervals[(a, b)], defined_images(pair),
+                            boot.label(images, {m: defined_per_method(cube) for m, cube in pair.items()})))
     return taus
+
+
+def defined_per_method(cube: np.ndarray) -> tuple[int, int]:
+    """The fewest and the most images on which a method of ``cube`` (methods × seeds × images) has a
+    value on some seed."""
+    counts = (~np.isnan(cube)).any(axis=1).sum(axis=1)
+    return int(counts.min()), int(counts.max())
+
+
+def defined_images(cubes: dict[str, np.ndarray]) -> int:
+    """The images on which some method has a value of one of the metrics (``cubes``: metric →
+    methods × seeds × images): those whose draws can move the pair's τ."""
+    return int(np.any([(~np.isnan(cube)).any(axis=(0, 1)) for cube in cubes.values()], axis=0).sum())
 
 
 def rank_stability(frame: pd.DataFrame, metrics: list[str], key: str) -> list[Stability]:

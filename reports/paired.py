@@ -10,8 +10,10 @@ only and says so. Each row's interval and p come from one procedure, so the inte
 exactly when p < 1 − level; intervals are clipped to [−100, 100] and marked, and are not adjusted
 for the multiple comparisons (the Holm-adjusted p is). A comparison a metric cannot make (one side
 has no value on any common seed) keeps its row and says why. The probability of improvement is
-over the runs' values (rliable's P(a > b)). All metrics here are higher-is-better percentages
-(docs/protocol/metrics.md). The procedures: ``reports.stats``.
+over the runs' values (rliable's P(a > b)). Differences are in the metric's units: percent points
+for the percentages, whose higher value is the better one; for the robustness stage's
+lower-is-better scores (``reports.columns.LOWER_IS_BETTER``) a negative a − b, and a small
+P(a > b), favour a (docs/protocol/metrics.md). The procedures: ``reports.stats``.
 """
 from __future__ import annotations
 

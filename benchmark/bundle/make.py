@@ -1,9 +1,9 @@
 """``protobench bundle RUNS… --out DIR [--checkpoints]``: the finished runs under RUNS copied as
-``DIR/<grid>/<run_id>/`` (spec, result, per-image and per-prototype records, training curves, log;
-with ``checkpoints`` the trained head as safetensors), its format record (``bundle.json``,
-benchmark/bundle/format.py), a model card, Hugging Face eval-results files
-(``.eval_results/*.yaml``, benchmark/bundle/eval_results.py), the SHA-256 manifest, and
-``DIR.tar.gz`` of the same files. Everything is checked before the first file is written, and the
+``DIR/<grid>/<run_id>/`` (spec, result, per-image and per-prototype records, the robustness stage's
+records where it ran, training curves, log; with ``checkpoints`` the trained head as safetensors),
+its format record (``bundle.json``, benchmark/bundle/format.py), a model card, Hugging Face
+eval-results files (``.eval_results/*.yaml``, benchmark/bundle/eval_results.py), the SHA-256
+manifest, and ``DIR.tar.gz`` of the same files. Everything is checked before the first file is written, and the
 folder appears whole or not at all (built beside it, then renamed)."""
 from __future__ import annotations
 

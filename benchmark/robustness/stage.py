@@ -33,11 +33,11 @@ from benchmark.robustness.options import ATTACK_SEED, PARTIAL_DIR, SUBSAMPLE_SEE
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import read_records, write_records
-from benchmark.run.store import RunDir, atomic_write_checked, atomic_write_json, json_bytes, read_json, run_lock
+from benchmark.run.store import (ROBUSTNESS_TABLE, RunDir, atomic_write_checked, atomic_write_json, json_bytes, read_json,
+                                  run_lock)
 from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
 
-RECORD_TABLE = "robustness"
 
 
 def subsample(test_images: int, images: int | None) -> list[int]:
@@ -106,8 +106,9 @@ def run_robustness(run_dir: Path, options: RobustnessOptions) -> dict[str, Any]:
                              "metrics_fingerprint": metrics_fingerprint()}
     table = _table(prep.test_set, indices, rows)
     rd = RunDir(run_dir)
-    _keep_earlier(section, table, (rd.result() or {}).get("robustness"), read_records(run_dir, RECORD_TABLE), options)
-    write_records(run_dir, {RECORD_TABLE: table})
+    earlier_table = read_records(run_dir, ROBUSTNESS_TABLE)
+    _keep_earlier(section, table, (rd.result() or {}).get("robustness"), earlier_table, options)
+    write_records(run_dir, {ROBUSTNESS_TABLE: table})
     with run_lock(rd.path):
         result = rd.result() or {}
         atomic_write_checked(rd.result_path, json_bytes({**result, "robustness": section}))

@@ -9,8 +9,8 @@ is infinite) and optionally the per-image parts
 (percent in [0, 100] or empty), ``sanity``, ``sanity_signed``
 (``100 · (1 − ρ)`` in [0, 200] or empty) and ``sanity_ssim`` (in [−1, 1] or empty). ``per_prototype``: ``class``,
 ``prototype`` (indices ≥ 0) and optionally ``con``, ``sta`` (percent or empty). ``robustness`` (the
-robustness stage's subsample, benchmark/robustness/stage.py): ``index``, ``image`` and its scores, each
-in its range (``_ROBUSTNESS``) or empty. Any other column
+robustness stage's subsample, benchmark/robustness/stage.py): ``index`` (test-split positions, increasing,
+below n), ``image`` and its scores, each in its range (``_ROBUSTNESS``) or empty. Any other column
 is refused: a record can never carry a column of the run's identity (``run_id``, ``method``, …).
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
             checked[column] = _every(checked[column], lambda s, b=bounds: _all_numbers(s, b, undefined=True),
                                      lambda v, r, c=column, b=bounds: _number(v, refuse, r, c, b, undefined=True))
     if table == "robustness":
-        _check_images(checked, refuse)
+        _check_robustness(checked, refuse, num_images)
     if table == "per_image":
         if checked["index"].tolist() != list(range(len(checked))):
             raise refuse("column index is not 0, 1, … in order")
@@ -98,9 +98,19 @@ def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | 
     return checked
 
 
-def _check_images(checked: pd.DataFrame, refuse: Any) -> None:
-    """A robustness table's ``image`` column: relative paths below the dataset root."""
+def _check_robustness(checked: pd.DataFrame, refuse: Any, num_images: int | None) -> None:
+    """A robustness table's ``image`` column: relative paths below the dataset root; its ``index``:
+    test-split positions, each once, in split order (the stage's subsample), below ``num_images``."""
     checked["image"] = _every(checked["image"], _all_images, lambda v, r: _image(v, refuse, r))
+    indices = checked["index"].to_numpy(dtype=np.int64)
+    if len(indices) > 1 and bool((np.diff(indices) <= 0).any()):
+        row = int(np.flatnonzero(np.diff(indices) <= 0)[0]) + 2
+        raise refuse(f"row {row}, column index: {indices[row - 1]} does not follow {indices[row - 2]} (each test "
+                     "image once, in split order)")
+    if num_images is not None and len(indices) and indices[-1] >= num_images:
+        row = int(np.flatnonzero(indices >= num_images)[0]) + 1
+        raise refuse(f"row {row}, column index: {indices[row - 1]} is not a test image (its result evaluated "
+                     f"{num_images})")
 
 
 def _every(values: pd.Series, whole: Callable[[pd.Series], np.ndarray | None],

@@ -32,10 +32,14 @@ PRUNED_FILE = "pruned.json"  # a tuning trial stopped early by its study's prune
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # one JSON object per trained epoch (benchmark.run.epochlog)
-RECORD_TABLES = ("per_image", "per_prototype")  # benchmark.run.records, beside result.json
+#: the record tables beside result.json (benchmark.run.records): ``per_image`` and ``per_prototype`` from
+#: ``evaluate``, ``robustness`` from the robustness stage (benchmark/robustness/stage.py) where it ran
+ROBUSTNESS_TABLE = "robustness"
+RECORD_TABLES = ("per_image", "per_prototype", ROBUSTNESS_TABLE)
 RECORD_SUFFIXES = (".parquet", ".csv.gz")  # Parquet with pyarrow, else gzip CSV
 RECORD_FILES = tuple(f"{table}{suffix}" for table in RECORD_TABLES for suffix in RECORD_SUFFIXES)
-#: the files that hold a run's scores: what ``leaderboard`` reads of a run, and tells copies apart by
+#: the files that hold a run's scores: what ``bundle`` carries and checksums, what ``leaderboard`` reads of a
+#: run (verified, re-scored) and tells copies apart by
 SCORED_FILES = (RESULT_FILE, *RECORD_FILES)
 LOCK_FILE = ".lock"  # flock-ed by the process training the run; never deleted (see run_lock)
 # Files only the lock holder writes: their temporary files left by a killed process are stale

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from reports.leaderboard.entries import Entry
+from reports.leaderboard.ranked import RANKED_METRICS, better, direction_text
 from reports.leaderboard.ranking import Standing, rank_metric
 
 if TYPE_CHECKING:
@@ -20,16 +21,14 @@ if TYPE_CHECKING:
 SCHEMA_FILE = "leaderboard.schema.json"
 #: 2: replications across labs (entries' replicates, per-source breakdown, between-lab check) and
 #: each source's unreadable runs; 3: the difference to the leader's interval, the entry's interval's n,
-#: each entry's method providers, and what "verified" covers (settings.verification)
-SCHEMA_VERSION = 3
+#: each entry's method providers, and what "verified" covers (settings.verification); 4: the robustness
+#: stage's scores ranked, each ranking's direction (``better``), each standing's ``rescored``
+SCHEMA_VERSION = 4
 #: what a verified source's rows were checked for, and what the leaderboard takes on trust
 VERIFICATION_SCOPE = ("Verified: every file of a bundle against its SHA256SUMS, and every score re-computed from "
-                      "the run's per-image and per-prototype records. Trusted: that training followed the spec, "
-                      "the records themselves, and the devices the runs name.")
+                      "the run's per-image, per-prototype and robustness records. Trusted: that training followed "
+                      "the spec, the records themselves, and the devices the runs name.")
 GUIDE = "docs/guides/leaderboard.md"
-
-#: the metrics ranked (every one a percentage, higher is better), in the order the tables show them
-RANKED_METRICS = ("acc", "con", "sta", "dis", "comp")
 
 
 def schema() -> dict[str, Any]:
@@ -64,7 +63,8 @@ def _standing(s: Standing) -> dict[str, Any]:
                             "ci_high": None if x.ci is None else _number(x.ci[1]), "interval": x.interval}
                            for x in s.per_source],
             "between_labs": None if s.between_labs is None else {
-                k: _number(v) if isinstance(v, float) else v for k, v in s.between_labs.to_json().items()}}
+                k: _number(v) if isinstance(v, float) else v for k, v in s.between_labs.to_json().items()},
+            "rescored": s.rescored}
 
 
 def _entry(e: Entry) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
     board_records = []
     for key in sorted(boards):
         members = boards[key]
-        rankings = [{"metric": metric, "standings": [_standing(s) for s in found]}
+        rankings = [{"metric": metric, "better": better(metric), "standings": [_standing(s) for s in found]}
                     for metric in RANKED_METRICS
                     if (found := rank_metric(members, metric, level=level, alpha=alpha))]
         devices = sorted({str(d) for e in members for d in e.runs["device_type"].dropna()})
@@ -125,12 +125,14 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
         "settings": {
             "level": level, "alpha": alpha, "metrics": list(RANKED_METRICS),
             "verification": VERIFICATION_SCOPE, "guide": GUIDE,
-            "ranking": "entries ordered by mean over replicates, a replicate being one source's seed (higher is "
-                       "better); the leader and every entry whose Holm-adjusted p against it (paired on (source, "
-                       "seed) replicates and test images, as `protobench compare`) is "
-                       f"≥ {alpha:g} share rank 1 (tied with the best); others: 1 + entries with a higher mean",
-            "rescoring": "per-image metrics and con recomputed from each run's records; a result that disagrees "
-                         "with its records is refused",
+            "ranking": "entries ordered by mean over replicates, a replicate being one source's seed, best first "
+                       f"({direction_text()}: each ranking's `better`); the leader and every entry whose "
+                       "Holm-adjusted p against it (two-sided, on entry − leader, paired on (source, seed) "
+                       f"replicates and test images, as `protobench compare`) is ≥ {alpha:g} share rank 1 (tied "
+                       "with the best); others: 1 + entries with a better mean",
+            "rescoring": "per-image metrics, con and the robustness stage's scores recomputed from each run's records "
+                         "(per-image, per-prototype, robustness); a result that disagrees with its records is "
+                         "refused; a score no record table holds is kept as reported (a standing's `rescored`: false)",
             "replication": "one run id in two sources with different content is an independent replication: its "
                            "own replicate (source, seed); byte-identical copies are one run; an entry of several "
                            "sources gets the between-lab check (one-way ANOVA F test of the source over its runs)",
@@ -148,9 +150,9 @@ def build_document(sources: Sequence["Source"], built: list[Entry], *, level: fl
 
 def check_document(document: dict[str, Any]) -> None:
     """Validate against the shipped schema (jsonschema), then what a schema cannot say: every
-    standing names an entry of its board, once (ValueError names the first that does not). For a
-    document this code built, a failure is a bug; for one read back (``site --leaderboard``), a
-    crafted or damaged file."""
+    standing names an entry of its board, once, and every ranking's direction is its metric's
+    (ValueError names the first that does not). For a document this code built, a failure is a bug;
+    for one read back (``site --leaderboard``), a crafted or damaged file."""
     import jsonschema
 
     jsonschema.Draft202012Validator(schema()).validate(document)
@@ -159,6 +161,9 @@ def check_document(document: dict[str, Any]) -> None:
         if len(set(ids)) != len(ids):
             raise ValueError(f"board {board['id']!r} lists entry {next(i for i in ids if ids.count(i) > 1)!r} twice")
         for ranking in board["rankings"]:
+            if ranking["better"] != better(ranking["metric"]):
+                raise ValueError(f"board {board['id']!r}, metric {ranking['metric']!r}: ranked {ranking['better']} is "
+                                 f"better, but {better(ranking['metric'])} is")
             named = [s["entry"] for s in ranking["standings"]]
             unknown = next((e for e in named if e not in ids), None)
             if unknown is not None or len(set(named)) != len(named):

@@ -9,7 +9,8 @@ from typing import Any
 
 from reports.leaderboard.plot import board_figure
 from reports.leaderboard.tables import (STANDING_HEADER, TIE_MARK, between_lab_lines, board_cells, cell_value,
-                                        leaderboard_note, provider_text, standing_lines)
+                                        leaderboard_note, metric_headers, provider_text, rescored_text,
+                                        standing_lines)
 from reports.site.html import PLOTLY_JS, SITE_CSS, SITE_JS, esc, figure, page, table
 
 
@@ -25,21 +26,21 @@ def assets() -> dict[str, bytes]:
 def _board(board: dict[str, Any], level: float) -> str:
     metrics, ordered, standing = board_cells(board)
     rows = [(e["label"] + ("" if e["verified"] else " (unverified)"), provider_text(e), len(e["seeds"]),
-             *(cell_value(standing.get((m, e["id"])), 1) for m in metrics)) for e in ordered]
+             *(cell_value(standing.get((m, e["id"])), m) for m in metrics)) for e in ordered]
     details = [(e["label"], e["budget"], " ".join(map(str, e["seeds"])), " ".join(map(str, e["test_images"])),
                 "; ".join(e["devices"]), " ".join(e["code_versions"]),
                 "; ".join(f"{s['name']} ({s['verification']}, {(s['checksum'] or 'no checksum')[:16]})"
                           for s in e["sources"]),
-                "; ".join(e["differs"]), "yes" if e["rescored"] else "no (no records: as reported)")
+                "; ".join(e["differs"]), rescored_text(board, e))
                for e in ordered]
     tests = [(r["metric"], next(e["label"] for e in ordered if e["id"] == s["entry"]), s["rank"], s["p"], s["test"],
               s["interval"]) for r in board["rankings"] for s in r["standings"]]
     plotted = board_figure(board, level)
     parts = [f"<h2>{esc(board['id'])}</h2>",
-             table(("entry", "method provider", "seeds", *metrics), rows, table_id=f"board-{board['id']}",
-                   sortable=True),
+             table(("entry", "method provider", "seeds", *metric_headers(board)), rows,
+                   table_id=f"board-{board['id']}", sortable=True),
              f"<h3>Intervals ({100 * level:g}%) and differences to the leader</h3>",
-             table(STANDING_HEADER, standing_lines(board, 1), table_id=f"intervals-{board['id']}", sortable=True)]
+             table(STANDING_HEADER, standing_lines(board), table_id=f"intervals-{board['id']}", sortable=True)]
     if plotted is not None:
         parts.append(figure(f"dots-{board['id']}", plotted, f"{board['id']}: each entry's mean and interval; "
                             "the star marks the leader"))

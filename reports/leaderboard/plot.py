@@ -1,12 +1,14 @@
 """The leaderboard's dot-and-interval figure of one board: per ranked metric, each entry's mean
 with its interval (the standing's own ``ci_low``/``ci_high``: the one policy of reports/intervals.py),
-the leader marked, as a Plotly figure spec (a plain dict) that the site's script draws with the
+the leader marked (the best mean: the highest, or the lowest where lower is better; each axis
+says which), as a Plotly figure spec (a plain dict) that the site's script draws with the
 bundled plotly.js (reports/site/html.py ``figure``), offline. A function of the document alone."""
 from __future__ import annotations
 
 from typing import Any
 
 from benchmark.escaping import plain_label
+from reports.leaderboard.ranked import METRIC_TEXT, axis_title
 
 LEADER_SYMBOL = "star"
 ENTRY_SYMBOL = "circle"
@@ -42,9 +44,9 @@ def board_figure(board: dict[str, Any], level: float) -> dict[str, Any] | None:
                         "array": [s["ci_high"] - s["mean"] if ok else 0.0 for s, ok in zip(standings, has)],
                         "arrayminus": [s["mean"] - s["ci_low"] if ok else 0.0 for s, ok in zip(standings, has)]},
             "text": [plain_label(f"{s['group']}, rank {s['rank']}; {s['interval']}") for s in standings],
-            "hovertemplate": "%{y}: %{x:.2f}<br>%{text}<extra></extra>",
+            "hovertemplate": f"%{{y}}: %{{x:{METRIC_TEXT[ranking['metric']].spec}}}<br>%{{text}}<extra></extra>",
         })
         suffix = "" if panel == 1 else str(panel)
-        layout[f"xaxis{suffix}"] = {"title": {"text": f"{ranking['metric']} (%)"}}
+        layout[f"xaxis{suffix}"] = {"title": {"text": axis_title(ranking["metric"])}}
         layout[f"yaxis{suffix}"] = {"autorange": "reversed", "type": "category"}
     return {"data": traces, "layout": layout}

@@ -1,18 +1,22 @@
 """Ranking the entries of a board on one metric, with statistical ties.
 
-Entries are ordered by their mean over replicates (higher is better: every ranked metric is a
-percentage, docs/protocol/metrics.md), ties in the mean broken by label for a stable order. The
-entry with the highest mean leads; every other entry is compared with it by the procedure of
+Entries are ordered by their mean over replicates, best first, ties in the mean broken by label for
+a stable order. Which mean is best depends on the metric (reports/leaderboard/ranked.py): the
+highest for accuracy, the explanation metrics, ``acc_attacked`` and ``region_perturbation``, the
+lowest for the robustness stage's lower-is-better scores (``reports.columns.LOWER_IS_BETTER``:
+``pac``, ``prc``, ``plc``, ``pixel_flipping``, ``road``, ``infidelity``). The entry with the best
+mean leads; every other entry is compared with it by the procedure of
 ``protobench compare`` (``reports.paired.cell_difference``: paired on the (source, seed)
 replicates both have and, where both have per-image records, on test images: the crossed
 replicates × images design, ``reports/crossed.py``), which gives the difference with its interval
 and p from one procedure (both kept; the interval is not adjusted for multiplicity), and the
-p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). An entry whose
-Holm-adjusted p is at least α is **tied with the best**; the group is decided by these tests, never
-by the means. Ranks: 1 for the leader and every entry tied with it; any other entry
-gets 1 + the number of entries with a higher mean (competition ranking). An entry that shares no
-(source, seed) with the leader, or whose test images differ, cannot be tested: it is marked
-``untested`` with the reason, not tied.
+p-values of one board × metric are Holm-corrected together (``reports.stats.holm``). The test is
+two-sided and its difference is entry − leader in the metric's own units, whatever the direction
+(positive for a worse entry on a lower-is-better metric). An entry whose Holm-adjusted p is at
+least α is **tied with the best**; the group is decided by these tests, never by the means. Ranks:
+1 for the leader and every entry tied with it; any other entry gets 1 + the number of entries with
+a better mean (competition ranking). An entry that shares no (source, seed) with the leader, or
+whose test images differ, cannot be tested: it is marked ``untested`` with the reason, not tied.
 
 Each entry's own interval is that of ``report --ci``, the one policy of ``reports.intervals``:
 over replicates × test images for a metric with per-image records (``reports.stats.crossed_mean``;
@@ -31,6 +35,7 @@ import pandas as pd
 from benchmark.errors import ProtobenchError
 from reports.leaderboard.entries import Entry, replicate_runs
 from reports.leaderboard.labs import BetweenLabs, between_labs
+from reports.leaderboard.ranked import LOWER, better, is_better
 from reports.paired import cell_difference
 from reports.intervals import CellInterval, cell_interval
 from reports.stats import holm
@@ -59,6 +64,7 @@ class Standing:
     test: str  # the procedure of p with its n, or why there is no test
     per_source: tuple[SourceSummary, ...]
     between_labs: BetweenLabs | None  # None: one source
+    rescored: bool  # every run's value re-derived from its records (False: a run's is as reported)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,12 @@ def _between_labs(entry: Entry, metric: str) -> BetweenLabs | None:
                          for name in sorted(set(runs["source_name"]))})
 
 
+def _rescored(entry: Entry, metric: str) -> bool:
+    """Whether no run of the entry kept its recorded ``metric`` unchecked (reading.py ``as_reported``)."""
+    scored = entry.runs[entry.runs[metric].notna()]
+    return not any(metric in str(kept).split() for kept in scored["as_reported"])
+
+
 def _own_interval(entry: Entry, metric: str, level: float) -> CellInterval:
     runs = replicate_runs(entry)
     return cell_interval(runs[runs[metric].notna()], metric, level)
@@ -107,7 +119,8 @@ def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha:
     if not scored:
         return []
     means = {e.id: float(e.runs[metric].mean()) for e in scored}
-    order = sorted(scored, key=lambda e: (-means[e.id], e.label, e.id))
+    sign = 1.0 if better(metric) == LOWER else -1.0  # best first
+    order = sorted(scored, key=lambda e: (sign * means[e.id], e.label, e.id))
     leader = order[0]
     tests: dict[str, tuple[float | None, tuple[float, float] | None, float | None, str]] = {}
     for entry in order[1:]:
@@ -132,16 +145,17 @@ def rank_metric(board_entries: list[Entry], metric: str, *, level: float, alpha:
         own = _own_interval(entry, metric, level)
         std = float(runs.std(ddof=1)) if len(runs) > 1 else None
         if entry is leader:
-            group, difference, difference_ci, p, p_holm, test = BEST, 0.0, None, None, None, "the leader (highest mean)"
+            group, difference, difference_ci, p, p_holm = BEST, 0.0, None, None, None
+            test = f"the leader ({'lowest' if better(metric) == LOWER else 'highest'} mean)"
         else:
             difference, difference_ci, p, test = tests[entry.id]
             p_holm = adjusted.get(entry.id)
             group = UNTESTED if p_holm is None else (TIED if p_holm >= alpha else BELOW)
-        rank = 1 if group in (BEST, TIED) else 1 + sum(means[o.id] > means[entry.id] for o in scored)
+        rank = 1 if group in (BEST, TIED) else 1 + sum(is_better(metric, means[o.id], means[entry.id]) for o in scored)
         standings.append(Standing(entry=entry.id, mean=means[entry.id], std=std, n_seeds=len(runs), ci=own.ci,
                                   interval=own.procedure, ci_n=own.n, ci_images=own.images, rank=rank, group=group,
                                   difference=None if difference is None or np.isnan(difference) else difference,
                                   difference_ci=difference_ci, p=p, p_holm=p_holm, test=test,
                                   per_source=_per_source(entry, metric, level),
-                                  between_labs=_between_labs(entry, metric)))
+                                  between_labs=_between_labs(entry, metric), rescored=_rescored(entry, metric)))
     return standings

@@ -9,13 +9,12 @@ whole, naming the run and the reason, unless ``--allow-unverified``: then the so
 unverified and the run is named in the document's ``sources[].unreadable``, never dropped
 silently. An entry's seeds are therefore always those of the runs read.
 
-**Re-scoring.** A run's per-image metrics are recomputed from its per-image records with the
-definitions the evaluation uses (docs/protocol/metrics.md): accuracy = 100 · mean over test images
-of [predicted = label]; sta, dis, comp, sanity = the mean over the images where the value is
-defined; con = the mean over prototypes of the per-prototype records. A result.json whose number
-differs from its records' by more than :data:`RESCORE_TOLERANCE` is a run that fails (above): the
-rows show what the records say, never a number only a result file claims. A run without records
-keeps its recorded numbers and says so (``rescored: false``).
+**Re-scoring** (:mod:`.rescoring`). A run's scores are recomputed from its per-image,
+per-prototype and robustness records with the rules the evaluation and the robustness stage score
+with; a result.json whose number its records contradict is a run that fails (above): the rows show
+what the records say, never a number only a result file claims. A metric no record table holds
+keeps its recorded number and says so (``rescored: false`` without per-image records;
+``as_reported`` per metric).
 
 **Replications.** Run ids hash the spec, so two labs that ran one public grid have the same run ids
 with their own content. One run id in two sources is one run, read once and credited to both, when
@@ -27,30 +26,23 @@ is refused: a lab's run id names one result.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from benchmark.errors import ProtobenchError
 from benchmark.run.store import RESULT_FILE, SCORED_FILES, SPEC_FILE
 from reports.leaderboard.entries import digest
+from reports.leaderboard.rescoring import RESCORED, rescore
 from reports.load import read_result_json, read_results_strictly, result_files
-from reports.per_image import run_values
 
 if TYPE_CHECKING:
     from benchmark.bundle.sources import Source
 
-#: |result.json − records| above which a result is refused (percent; the records' float32 sums)
-RESCORE_TOLERANCE = 1e-6
-PER_IMAGE_COLUMNS = {"sta": "sta", "dis": "dis", "comp": "comp", "sanity": "sanity", "sanity_signed": "sanity_signed"}
-#: every metric the records re-score (and so every one a result.json is checked on)
-RESCORED = ("acc", "con", *PER_IMAGE_COLUMNS)
 #: what ``_malformed`` (reports/load.py) appends for a run's owner; a leaderboard names the source instead
 _OWNER_ADVICE = "; re-run that run or delete the file"
 
@@ -84,40 +76,6 @@ def validation_fingerprint(spec: dict[str, Any], provenance: dict[str, Any]) -> 
     train = (provenance.get("dataset_fingerprint") or {}).get("train") if isinstance(
         provenance.get("dataset_fingerprint"), dict) else None
     return digest({"split": tuned.get("validation_split"), "train": train})
-
-
-def _records(run_dir: str, table: str) -> pd.DataFrame | None:
-    from benchmark.run.records import read_records
-
-    return read_records(Path(run_dir), table)
-
-
-def rescore(run_dir: str, recorded: dict[str, float], where: str) -> tuple[dict[str, float], int | None, bool]:
-    """The run's metrics of :data:`RESCORED` from its records (see the module; none without
-    records), the number of test images, and whether it had records; a recorded number the records
-    contradict is refused."""
-    images = run_values(run_dir)  # read once per command: the ranking's paired tests draw on the same values
-    prototypes = _records(run_dir, "per_prototype")
-    if images is None:
-        return {}, None, False
-    scores: dict[str, float] = {}
-    right = images.values("correct") == 100.0  # label == predicted: read_records checked `correct` against it
-    scores["acc"] = 100.0 * float(right.mean()) if len(right) else math.nan
-    for metric, column in PER_IMAGE_COLUMNS.items():
-        if column in images.columns:
-            values = images.values(column)
-            scores[metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-    if prototypes is not None and "con" in prototypes.columns:
-        values = prototypes["con"].to_numpy(dtype=np.float64)
-        scores["con"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-    for metric, value in scores.items():
-        claimed = recorded.get(metric, math.nan)
-        both_missing = math.isnan(value) and math.isnan(claimed)
-        if not both_missing and not (abs(value - claimed) <= RESCORE_TOLERANCE):
-            raise ProtobenchError(f"{where}: result.json gives {metric} = {claimed!r} but its records give {value!r}; "
-                                  "the result and its records disagree (altered, or written by different runs): "
-                                  "the source is refused")
-    return scores, len(images.ids), True
 
 
 def _content(run_dir: Path) -> str:
@@ -164,8 +122,8 @@ def _scored_row(row: dict[str, Any], source: "Source") -> dict[str, Any]:
     spec = result["spec"]
     provenance = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
     where = f"source {source.name}: run {row['grid']}/{row['run_id']}"
-    scores, n_images, rescored = rescore(str(row["run_dir"]), {m: float(row[m]) for m in RESCORED}, where)
-    row.update(scores)
+    found = rescore(str(row["run_dir"]), {m: float(row[m]) for m in RESCORED}, where)
+    row.update(found.scores)
     fingerprints = provenance.get("dataset_fingerprint") if isinstance(provenance.get("dataset_fingerprint"),
                                                                        dict) else {}
     row.update({
@@ -173,8 +131,9 @@ def _scored_row(row: dict[str, Any], source: "Source") -> dict[str, Any]:
         "validation_split": validation_fingerprint(spec, provenance),
         "metric_code": str(result.get("metrics_fingerprint") or "unknown")[:12],
         "test_data": str(fingerprints.get(str(spec.get("evaluation_split", "test"))) or "unknown"),
-        "n_images": n_images if n_images is not None else (result.get("evaluation") or {}).get("num_images"),
-        "rescored": rescored,
+        "n_images": found.images if found.images is not None else (result.get("evaluation") or {}).get("num_images"),
+        "rescored": found.records,
+        "as_reported": " ".join(found.as_reported),
         "source_name": source.name,
         "content": _content(Path(str(row["run_dir"]))),
         "device_type": str(provenance.get("device_type") or provenance.get("device") or "unknown"),

@@ -63,7 +63,7 @@ def test_document_validates_and_a_second_build_is_byte_identical(bundles, board:
     schema = json.loads((board / "leaderboard.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(document)
-    assert document["$schema"] == "leaderboard.schema.json" and document["schema_version"] == 3
+    assert document["$schema"] == "leaderboard.schema.json" and document["schema_version"] == 4
     again = tmp_path / "L2"
     assert main(["leaderboard", str(bundles[0]), str(bundles[1]), "--out", str(again)]) == 0
     names = sorted(p.relative_to(board).as_posix() for p in board.rglob("*") if p.is_file())
@@ -113,7 +113,7 @@ def test_tables_page_and_eval_yaml(board: Path) -> None:
     import yaml
 
     csv = (board / "leaderboard.csv").read_text()
-    assert csv.splitlines()[0].startswith("board,dataset,backbone,J,metric,rank,group")
+    assert csv.splitlines()[0].startswith("board,dataset,backbone,J,metric,better,rank,group")
     assert "## synthbirds/dinov2_vits14/J=3" in (board / "leaderboard.md").read_text()
     tex = (board / "leaderboard.tex").read_text()
     assert tex.count(r"\begin{tabular}") == 4 and r"$\pm$" in tex and "\\_" in tex

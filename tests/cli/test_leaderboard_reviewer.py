@@ -92,11 +92,11 @@ def test_the_page_markdown_and_latex_show_each_interval_with_n_and_each_differen
     page = (board / "index.html").read_text()
     tex = (board / "leaderboard.tex").read_text()
     md_rows = [line for line in md.splitlines() if line.startswith("| acc ")]
-    tex_rows = [line for line in tex.splitlines() if line.startswith("acc & ")]
+    tex_rows = [line for line in tex.splitlines() if line.startswith(r"acc \ensuremath{\uparrow} & ")]
     assert len(md_rows) == len(tex_rows) == len(acc)
     for standing, md_row, tex_row in zip(acc, md_rows, tex_rows):
         own = f"{standing['mean']:.1f} [{standing['ci_low']:.1f}, {standing['ci_high']:.1f}] (n = 3 × 60 images)"
-        assert own == f"{standing['mean']:.1f} {interval_text(standing, 1)}"
+        assert own == f"{standing['mean']:.1f} {interval_text(standing, 'acc')}"
         assert md_row.replace("\\[", "[").replace("\\]", "]").count(own) == 1, md_row
         assert own.replace("×", r"\ensuremath{\times}") in tex_row, tex_row
         assert own in page

@@ -380,7 +380,8 @@ def test_run_files_are_readable_by_the_group(solo: dict[int, dict], work: Path) 
 
 def test_stale_temp_files_of_a_killed_writer_are_removed_under_the_lock(tmp_path: Path) -> None:
     rd = RunDir(tmp_path)
-    stale = [tmp_path / ".checkpoint.pt.dead1234.tmp", tmp_path / ".result.json.dead5678.tmp"]
+    stale = [tmp_path / ".checkpoint.pt.dead1234.tmp", tmp_path / ".result.json.dead5678.tmp",
+             tmp_path / ".robustness.parquet.dead9abc.tmp"]  # the robustness stage's records too
     in_flight = tmp_path / ".job.json.live0000.tmp"  # a submitter writes job.json without the lock
     for path in (*stale, in_flight):
         path.write_bytes(b"x")

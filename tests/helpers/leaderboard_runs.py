@@ -49,3 +49,48 @@ def lab_run(root: Path, method: str, seed: int, accuracy: float, *, J: int = 3, 
     write_records(folder, {"per_image": images, "per_prototype": prototypes})
     (folder / "spec.json").write_text(json.dumps(json.loads((folder / "result.json").read_text())["spec"]))
     return folder
+
+
+#: the robustness stage's subsample in these runs: 40 of the 60 test images (the crossed test needs 30)
+ROBUSTNESS_IMAGES = 40
+#: robustness record column → the score result.json's ``robustness.metrics`` holds (reports.per_image)
+ROBUSTNESS_COLUMNS = {"correct_clean": "acc_clean", "correct_attacked": "acc_attacked", "pac": "pac", "prc": "prc",
+                      "plc": "plc", "pixel_flipping": "pixel_flipping", "region_perturbation": "region_perturbation",
+                      "road": "road", "infidelity": "infidelity"}
+
+
+def add_robustness(folder: Path, *, pac: float, attacked: float = 50.0, images: int = ROBUSTNESS_IMAGES,
+                   noise: int = 0, records: bool = True) -> Path:
+    """The robustness stage's results on the run in ``folder``: per-image misalignment and
+    faithfulness values on the stage's subsample of ``images`` test images (its own rule,
+    benchmark/robustness/stage.py ``subsample``), ``pac`` around ``pac`` (undefined on the first
+    image), ``correct_attacked`` right on ``attacked`` percent of them; ``result.json``'s ``robustness``
+    section holds their means by the stage's rule (``_summary``). ``records=False`` leaves the records
+    out (a run bundled before bundles carried them). The folder."""
+    from benchmark.robustness.stage import subsample
+
+    result = json.loads((folder / "result.json").read_text())
+    spec = result["spec"]
+    rng = np.random.default_rng(5000 + 1000 * spec["seed"] + noise + len(spec["method"]))
+    indices = subsample(IMAGES, images)
+    n = len(indices)
+    right = np.zeros(n)
+    right[rng.permutation(n)[: int(round(attacked * n / 100))]] = 1.0
+    table = pd.DataFrame({"index": indices, "image": [f"images/{i:03d}.jpg" for i in indices],
+                          "correct_clean": np.ones(n), "correct_attacked": right,
+                          "pac": np.minimum(pac + rng.normal(0, 3, n), 100.0),
+                          "prc": rng.integers(0, 4, n).astype(float),
+                          "plc": np.clip(pac / 2 + rng.normal(0, 3, n), 0.0, 100.0),
+                          "pixel_flipping": rng.uniform(5, 20, n), "region_perturbation": rng.uniform(-0.2, 0.6, n),
+                          "road": rng.uniform(0, 1, n), "infidelity": rng.uniform(0, 2e-3, n)})
+    table.loc[0, "pac"] = np.nan  # the top prototype's activation ≤ 0 before the attack: undefined
+    metrics = {}
+    for column, metric in ROBUSTNESS_COLUMNS.items():
+        values = table[column].to_numpy(dtype=np.float64)
+        metrics[metric] = (100.0 if column.startswith("correct") else 1.0) * float(values[~np.isnan(values)].mean())
+    if records:
+        write_records(folder, {"robustness": table})
+    result["robustness"] = {"metrics": metrics, "notes": {}, "num_images": n,
+                            "families": {family: {"images": images} for family in ("misalignment", "faithfulness")}}
+    (folder / "result.json").write_text(json.dumps(result))
+    return folder
