@@ -163,7 +163,8 @@ def submit_stage(grid: GridSpec, runs: list[RunSpec], runs_root: Path, options: 
     training runs but by the stage's estimated hours; record each run's job in
     ``robustness.job.json``. The jobs run on the runs' checkpoints, in the code snapshot as ``run``'s."""
     from benchmark.robustness.cost import robustness_seconds
-    from benchmark.robustness.grid_stage import STAGE_JOB_FILE, pending_stage
+    from benchmark.robustness.grid_stage import pending_stage
+    from benchmark.run.store import STAGE_JOB_FILE
 
     todo, settled = pending_stage(grid, runs, runs_root, options, retry_failed=retry_failed, ask=query_jobs)
     runs_root = runs_root.resolve()
@@ -270,8 +271,8 @@ def wait_for_stage(submission: Submission, options: RobustnessOptions) -> list[O
     """Block until every job of a submitit-local/debug robustness submission ends; one outcome per run:
     done when its result holds the stage's scores, else failed (why: its ``robustness.failure.json``, or
     the task's error)."""
-    from benchmark.robustness.grid_stage import STAGE_FAILURE_FILE, scored_with
-    from benchmark.run.store import read_json
+    from benchmark.robustness.grid_stage import scored_with
+    from benchmark.run.store import STAGE_FAILURE_FILE, read_json
 
     outcomes = []
     for array in submission.arrays:

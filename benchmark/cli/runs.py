@@ -264,7 +264,8 @@ def _cancel_targets(args: argparse.Namespace) -> tuple[str, list[RunDir]]:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from benchmark.robustness.grid_stage import STAGE_CANCELLED_FILE, live_stage_jobs
+    from benchmark.robustness.grid_stage import live_stage_jobs
+    from benchmark.run.store import STAGE_CANCELLED_FILE
 
     what, dirs = _cancel_targets(args)
     live = {path: state.job for path, state in run_states(dirs, query_jobs).items() if state.live and state.job}

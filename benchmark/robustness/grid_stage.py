@@ -24,15 +24,13 @@ from typing import Any
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.grid import GridSpec
-from benchmark.robustness.options import PARTIAL_DIR, RobustnessOptions, check_options
+from benchmark.robustness.options import RobustnessOptions, check_options
 from benchmark.run.identity import stale_result
 from benchmark.run.pending import Outcome
 from benchmark.run.states import AskScheduler, JobRecord, latest_job, was_cancelled
-from benchmark.run.store import RunDir, atomic_write_json, read_json
+from benchmark.run.store import (STAGE_CANCELLED_FILE, STAGE_FAILURE_FILE, STAGE_JOB_FILE, STAGE_PARTIAL_DIR, RunDir,
+                                  atomic_write_json, read_json)
 
-STAGE_JOB_FILE = "robustness.job.json"  # the stage's submissions (benchmark.run.states.JobRecord), as job.json
-STAGE_FAILURE_FILE = "robustness.failure.json"  # why the stage failed on the run, and when
-STAGE_CANCELLED_FILE = "robustness.cancelled.json"  # the stage job `protobench cancel` cancelled
 
 
 def stage_settings(options: RobustnessOptions) -> dict[str, Any]:
@@ -156,7 +154,7 @@ def stage_label(run_dir: Path, result: dict[str, Any] | None) -> str:
     failure = read_json(run_dir / STAGE_FAILURE_FILE)
     if isinstance(failure, dict):
         return f"failed: {failure.get('reason', '?')}"
-    batches = sum(1 for _ in (run_dir / PARTIAL_DIR).glob("*/batch-*.json"))
+    batches = sum(1 for _ in (run_dir / STAGE_PARTIAL_DIR).glob("*/batch-*.json"))
     if batches:
         return f"{batches} batch{'es' if batches > 1 else ''} scored"
     section = (result or {}).get("robustness")

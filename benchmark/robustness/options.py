@@ -22,7 +22,6 @@ DEFAULT_STEP = round(0.01 * MEAN_IMAGENET_STD, 5)  # official --epsilon_iter 0.0
 DEFAULT_STEPS = 40  # official --nb_iter
 DEFAULT_PERCENTILE = 95.0  # ProtoPNet find_high_activation_crop(percentile=95)
 DEFAULT_TOP_K = 1  # official --attack_type top_proto: one attacked prototype
-PARTIAL_DIR = "robustness.partial"  # RUN_DIR/<this>/<settings digest>/batch-*.json: the stage's finished batches
 SUBSAMPLE_SEED = 20230527  # the official script's np.random.seed before drawing its subsample
 ATTACK_SEED = 1234  # the official script's np.random.seed in __main__; here, the PGD starts' generator
 

@@ -29,12 +29,12 @@ from benchmark.robustness.faithfulness import FAITHFULNESS_COLUMNS, FAITHFULNESS
 from benchmark.robustness.live import LiveMethod, normalisation, pixel_images
 from benchmark.robustness.misalignment import MISALIGNMENT_COLUMNS, misalignment_batch
 from benchmark.robustness.perturbation import PERTURBATION_COLUMNS, perturbation_batch
-from benchmark.robustness.options import ATTACK_SEED, PARTIAL_DIR, SUBSAMPLE_SEED, RobustnessOptions, check_options
+from benchmark.robustness.options import ATTACK_SEED, SUBSAMPLE_SEED, RobustnessOptions, check_options
 from benchmark.run.identity import method_fingerprint, metrics_fingerprint
 from benchmark.run.provenance import provenance
 from benchmark.run.records import read_records, write_records
-from benchmark.run.store import (ROBUSTNESS_TABLE, RunDir, atomic_write_checked, atomic_write_json, json_bytes, read_json,
-                                  run_lock)
+from benchmark.run.store import (ROBUSTNESS_TABLE, STAGE_PARTIAL_DIR, RunDir, atomic_write_checked, atomic_write_json,
+                                  json_bytes, read_json, run_lock)
 from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
 
@@ -90,7 +90,7 @@ def run_robustness(run_dir: Path, options: RobustnessOptions) -> dict[str, Any]:
     fingerprint = method_fingerprint(spec.method)
     key = hashlib.sha256(json.dumps([options.settings(), fingerprint, metrics_fingerprint()],
                                     sort_keys=True).encode()).hexdigest()[:16]
-    partial = run_dir / PARTIAL_DIR / key
+    partial = run_dir / STAGE_PARTIAL_DIR / key
     rows: list[dict[str, list[float]]] = []
     with matmul_precision(spec.precision), deterministic_algorithms(spec.deterministic):
         for number, start in enumerate(range(0, len(indices), options.batch_size)):
@@ -112,7 +112,7 @@ def run_robustness(run_dir: Path, options: RobustnessOptions) -> dict[str, Any]:
     with run_lock(rd.path):
         result = rd.result() or {}
         atomic_write_checked(rd.result_path, json_bytes({**result, "robustness": section}))
-    shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
+    shutil.rmtree(run_dir / STAGE_PARTIAL_DIR, ignore_errors=True)
     return section
 
 

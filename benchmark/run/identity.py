@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from benchmark.config import RunSpec
 from benchmark.errors import ProtobenchError
 from benchmark.run.own_code import UNVERIFIABLE, NO_IMPORTS, AdapterImports, is_own_method, unverifiable_reason
-from benchmark.run.store import LOCKED_FILES, RESULT_FILE, RunDir, read_json, run_lock
+from benchmark.run.store import (LOCKED_FILES, RESULT_FILE, STAGE_CANCELLED_FILE, STAGE_FAILURE_FILE, STAGE_JOB_FILE,
+                                  STAGE_PARTIAL_DIR, RunDir, read_json, run_lock)
 
 if TYPE_CHECKING:
     from benchmark.behaviour.lock import Lock
@@ -408,12 +409,14 @@ def stale_result(spec: RunSpec, rd: RunDir) -> tuple[RunDir, str] | None:
 
 def discard_stale(rd: RunDir, *, whole_dir: bool) -> None:
     """Delete a stale result before its run is trained again (``run --rerun-stale``): the files
-    of the attempt (result, checkpoint, epoch log, failure) or, for an earlier version's run
+    of the attempt (result, checkpoint, epoch log, failure, records, the robustness stage's working
+    files) or, for an earlier version's run
     directory, the directory. Raises :class:`benchmark.run.store.RunBusy` when a live process
     holds the run."""
     with run_lock(rd.path):
         if not whole_dir:
-            for name in LOCKED_FILES:
+            for name in (*LOCKED_FILES, STAGE_JOB_FILE, STAGE_FAILURE_FILE, STAGE_CANCELLED_FILE):
                 (rd.path / name).unlink(missing_ok=True)
+            shutil.rmtree(rd.path / STAGE_PARTIAL_DIR, ignore_errors=True)  # batches scored on the old checkpoint
     if whole_dir:
         shutil.rmtree(rd.path)

@@ -38,6 +38,13 @@ ROBUSTNESS_TABLE = "robustness"
 RECORD_TABLES = ("per_image", "per_prototype", ROBUSTNESS_TABLE)
 RECORD_SUFFIXES = (".parquet", ".csv.gz")  # Parquet with pyarrow, else gzip CSV
 RECORD_FILES = tuple(f"{table}{suffix}" for table in RECORD_TABLES for suffix in RECORD_SUFFIXES)
+#: the robustness stage's working files (benchmark/robustness/): its finished batches (a folder), its
+#: submissions (as job.json), why it failed, the job ``protobench cancel`` cancelled; a stale result's
+#: re-run deletes them with the result (benchmark/run/identity.py)
+STAGE_PARTIAL_DIR = "robustness.partial"
+STAGE_JOB_FILE = "robustness.job.json"
+STAGE_FAILURE_FILE = "robustness.failure.json"
+STAGE_CANCELLED_FILE = "robustness.cancelled.json"
 #: the files that hold a run's scores: what ``bundle`` carries and checksums, what ``leaderboard`` reads of a
 #: run (verified, re-scored) and tells copies apart by
 SCORED_FILES = (RESULT_FILE, *RECORD_FILES)

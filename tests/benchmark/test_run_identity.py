@@ -13,7 +13,8 @@ import pytest
 from benchmark.cli import main
 from benchmark.run.identity import method_fingerprint, method_source_files, metrics_fingerprint, rescoring, staleness
 from benchmark.run.own_code import EVERY_ADAPTER  # these results are of the test's own grid
-from benchmark.run.store import RunDir, atomic_write_json
+from benchmark.run.store import (STAGE_CANCELLED_FILE, STAGE_FAILURE_FILE, STAGE_JOB_FILE, STAGE_PARTIAL_DIR, RunDir,
+                                  atomic_write_json)
 from methods.registry import get_method_class
 from support import HELPERS
 from tiny_grid import write_adapter_grid
@@ -87,7 +88,13 @@ def test_a_comment_edit_marks_the_result_stale_and_rerun_stale_trains_it_again(
     assert f"stale, not re-run: {run_id}" in out and "the method's code changed since it ran" in out
     assert "--rerun-stale" in out and _results(tmp_path)[run_id] == before  # kept, not re-run
 
+    run_dir = tmp_path / "runs" / "custom" / run_id  # the robustness stage's files of the old checkpoint
+    for name in (STAGE_JOB_FILE, STAGE_FAILURE_FILE, STAGE_CANCELLED_FILE, f"{STAGE_PARTIAL_DIR}/k/batch-000000.json"):
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text("{}")
     out = _run(tmp_path, capsys, "--rerun-stale")
+    assert not any((run_dir / name).exists() for name in (STAGE_JOB_FILE, STAGE_FAILURE_FILE, STAGE_CANCELLED_FILE,
+                                                          STAGE_PARTIAL_DIR))
     after = _results(tmp_path)[run_id]
     assert after["method_fingerprint"] != before["method_fingerprint"]
     assert staleness(after, adapters=EVERY_ADAPTER) is None and "stale" not in out.split("runs:")[-1]

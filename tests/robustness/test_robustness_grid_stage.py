@@ -14,11 +14,11 @@ from benchmark.cli import main
 from benchmark.cluster import ClusterProfile
 from benchmark.grid import load_grid
 from benchmark.robustness import grid_stage
-from benchmark.robustness.grid_stage import (STAGE_FAILURE_FILE, STAGE_JOB_FILE, pending_stage, scored_with,
-                                             stage_label)
+from benchmark.robustness.grid_stage import pending_stage, scored_with, stage_label
 from benchmark.robustness.options import RobustnessOptions
 from benchmark.run.runner import execute_run
 from benchmark.run.states import JobRecord, add_job_record, job_records
+from benchmark.run.store import STAGE_FAILURE_FILE, STAGE_JOB_FILE
 from slurm.executors import submit_stage, wait_for_stage
 from slurm.jobs import RobustnessJob
 from slurm.scheduler import JobState

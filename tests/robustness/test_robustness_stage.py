@@ -13,8 +13,9 @@ import torch
 from benchmark.cli import main
 from benchmark.robustness import stage as stage_module
 from benchmark.robustness.options import RobustnessOptions
-from benchmark.robustness.stage import PARTIAL_DIR, run_robustness
+from benchmark.robustness.stage import run_robustness
 from benchmark.run.records import read_records
+from benchmark.run.store import STAGE_PARTIAL_DIR
 
 FAST = {"steps": 2, "images": 6, "batch_size": 3}
 
@@ -77,7 +78,7 @@ def test_a_killed_stage_resumes_without_repeating_images_and_leaves_nothing_part
     monkeypatch.setattr(stage_module, "_score_batch", lambda *a, **k: (scored.append(list(a[2])), real(*a, **k))[1])
     section = run_robustness(trained, options)
     assert scored[2:] == [scored[1]]  # the first batch was not scored again
-    assert not (trained / PARTIAL_DIR).exists()
+    assert not (trained / STAGE_PARTIAL_DIR).exists()
     result = json.loads((trained / "result.json").read_text())
     assert result["robustness"]["metrics"] == section["metrics"]
     assert section["num_images"] == 6 and section["families"]["misalignment"]["steps"] == 2

@@ -24,13 +24,13 @@ from benchmark.errors import ProtobenchError
 from benchmark.run.pending import pending_runs
 from slurm.executors import Submission, make_executor, submit_runs, submit_stage
 from benchmark.grid import GridSpec, load_grid
-from benchmark.robustness.grid_stage import STAGE_JOB_FILE, pending_stage
+from benchmark.robustness.grid_stage import pending_stage
 from benchmark.robustness.options import RobustnessOptions
 from benchmark.run.states import ATTEMPT_FILE, job_records, latest_job, run_states
 from slurm.scheduler import query_jobs
 from benchmark.run.provenance import code_version
 from slurm.snapshot import code_snapshot
-from benchmark.run.store import RunDir, find_run_dirs
+from benchmark.run.store import STAGE_JOB_FILE, RunDir, find_run_dirs
 
 import support
 from support import assert_same_metrics, git, scaled
