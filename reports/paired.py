@@ -10,10 +10,11 @@ only and says so. Each row's interval and p come from one procedure, so the inte
 exactly when p < 1 − level; intervals are clipped to [−100, 100] and marked, and are not adjusted
 for the multiple comparisons (the Holm-adjusted p is). A comparison a metric cannot make (one side
 has no value on any common seed) keeps its row and says why. The probability of improvement is
-over the runs' values (rliable's P(a > b)). Differences are in the metric's units: percent points
-for the percentages, whose higher value is the better one; for the robustness stage's
-lower-is-better scores (``reports.columns.LOWER_IS_BETTER``) a negative a − b, and a small
-P(a > b), favour a (docs/protocol/metrics.md). The procedures: ``reports.stats``.
+over the runs' values (rliable's P(a > b)), in the metric's direction: for the robustness stage's
+lower-is-better scores (``reports.columns.LOWER_IS_BETTER``) it is P(a < b) + ½ P(a = b). Differences
+are in the metric's units: percent points for the percentages, whose higher value is the better one;
+for the lower-is-better scores a negative a − b favours a (docs/protocol/metrics.md). The procedures:
+``reports.stats``.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import pandas as pd
 from benchmark.csv_cells import frame_csv
 from benchmark.errors import ProtobenchError, did_you_mean
 from reports.cell_text import markdown_cell
-from reports.columns import KEY_COLUMNS, ROBUSTNESS_METRICS, difference_range
+from reports.columns import KEY_COLUMNS, LOWER_IS_BETTER, ROBUSTNESS_METRICS, difference_range
 from reports.per_image import PER_IMAGE_METRICS, paired, seed_table
 from reports.stats import (NO_INTERVAL, SEED_ONLY, Difference, holm, paired_image_difference, paired_seed_difference,
                            probability_of_improvement)
@@ -48,7 +49,7 @@ class Comparison:
     ci_high: float
     p_value: float
     p_holm: float
-    prob_improvement: float  # P(a > b) + ½ P(a = b) over the two levels' runs
+    prob_improvement: float  # P(a better than b) + ½ P(a = b) over the two levels' runs (a < b: LOWER_IS_BETTER)
     n_seeds: int
     n_images: int | None  # test images the crossed procedure compares (per-image records), else None
     test: str  # the procedure of ci and p_value with its n, or why there is no test (then both are NaN)
@@ -95,7 +96,9 @@ def compare_levels(frame: pd.DataFrame, by: str, *, baseline: str | None = None,
                 diff = cell_difference(runs_a, runs_b, metric, level, names=(f"{by}={a}", f"{by}={b}"))
                 if diff is None:
                     continue
-                poi = probability_of_improvement(runs_a[metric].dropna().tolist(), runs_b[metric].dropna().tolist())
+                sign = -1.0 if metric in LOWER_IS_BETTER else 1.0  # improvement is a lower value there
+                poi = probability_of_improvement((sign * runs_a[metric].dropna()).tolist(),
+                                                 (sign * runs_b[metric].dropna()).tolist())
                 rows.append((label, metric, a, b, diff, poi, diff.n_seeds, diff.n_images))
     if not rows:
         raise ProtobenchError(f"No cell has two values of {by} on a common seed; nothing to compare.")
@@ -160,8 +163,9 @@ def comparison_note(comparisons: list[Comparison], level: float) -> str:
             f"{CROSSED_METHOD}, images paired by id (≥ {MIN_IMAGES} images; fewer than {MIN_DISCORDANT} images "
             f"where the two differ: exact sign-flip test, no interval); otherwise paired Student t over the seeds "
             f"(≥ 2 seeds; {SEED_ONLY}). {CLIPPED_MARK}: CI clipped to [−100, 100]. p_holm: Holm over the "
-            f"{sum(not math.isnan(c.p_value) for c in comparisons)} tested comparisons of this call; P(a>b): "
-            f"probability of improvement over the two levels' runs.")
+            f"{sum(not math.isnan(c.p_value) for c in comparisons)} tested comparisons of this call; P(a better): "
+            f"probability of improvement over the two levels' runs, P(a > b) + ½ P(a = b), or P(a < b) + ½ P(a = b) "
+            f"for the lower-is-better {', '.join(LOWER_IS_BETTER)}.")
 
 
 def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, decimals: int = 1) -> str:
@@ -185,7 +189,7 @@ def render_comparisons(comparisons: list[Comparison], fmt: str, level: float, de
     lines = [[*map(markdown_cell, (c.cell, c.metric, c.a, c.b)), "–" if math.isnan(c.difference) else f"{c.difference:+.{decimals}f}", ci(c), p(c.p_value),
               p(c.p_holm), "–" if math.isnan(c.prob_improvement) else f"{c.prob_improvement:.2f}", str(c.n_seeds), "–" if c.n_images is None else str(c.n_images), c.test]
              for c in comparisons]
-    headers = ["cell", "metric", "a", "b", "a − b", f"{100 * level:g}% CI (unadjusted)", "p", "p (Holm)", "P(a>b)", "seeds",
+    headers = ["cell", "metric", "a", "b", "a − b", f"{100 * level:g}% CI (unadjusted)", "p", "p (Holm)", "P(a better)", "seeds",
                "images", "test"]
     return tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True) + "\n\n" + \
         comparison_note(comparisons, level) + "\n"

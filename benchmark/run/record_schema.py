@@ -44,13 +44,20 @@ _ROBUSTNESS = {"correct_clean": (0.0, 1.0), "correct_attacked": (0.0, 1.0), "pac
 _BOUNDED = {"per_image": {}, "per_prototype": {}, "robustness": _ROBUSTNESS}
 
 
+def rewrite_command(table: str, run_dir: str) -> str:
+    """The command that writes ``table`` of a run again."""
+    if table == "robustness":
+        return f"protobench evaluate {run_dir} --robustness FAMILIES"
+    return f"protobench evaluate {run_dir}"
+
+
 def check_records(frame: pd.DataFrame, table: str, path: Any, num_images: int | None) -> pd.DataFrame:
     """``frame`` when it holds ``table``'s schema (module docstring), the columns in the schema's
     types; else a ProtobenchError naming ``path``, the row and the column. ``num_images``: the
     test images its result recorded (None: not recorded)."""
     def refuse(problem: str) -> ProtobenchError:
         return ProtobenchError(f"{path} is not a record table the suite writes: {problem}; run "
-                               f"`protobench evaluate RUN_DIR` to write it again, or leave that run out")
+                               f"`{rewrite_command(table, 'RUN_DIR')}` to write it again, or leave that run out")
 
     columns = [str(c) for c in frame.columns]
     missing = [c for c in _REQUIRED[table] if c not in columns]

@@ -23,7 +23,7 @@ import pandas as pd
 
 from benchmark.csv_cells import frame_csv, restore_frame
 from benchmark.errors import ProtobenchError
-from benchmark.run.record_schema import check_records
+from benchmark.run.record_schema import check_records, rewrite_command
 from benchmark.run.store import RECORD_SUFFIXES, RESULT_FILE, atomic_write_checked, read_json
 
 
@@ -65,8 +65,8 @@ def read_records(run_dir: Path, table: str = "per_image") -> pd.DataFrame | None
             frame = pd.read_parquet(path) if suffix == ".parquet" else \
                 restore_frame(pd.read_csv(path, compression="gzip", keep_default_na=False, na_values=[""]))
         except (OSError, ValueError, EOFError) as err:
-            raise ProtobenchError(f"{path} is unreadable ({err}); run `protobench evaluate {run_dir}` to write "
-                                  "it again") from err
+            raise ProtobenchError(f"{path} is unreadable ({err}); run `{rewrite_command(table, str(run_dir))}` to "
+                                  "write it again") from err
         evaluation = (read_json(Path(run_dir) / RESULT_FILE) or {}).get("evaluation")
         num_images = evaluation.get("num_images") if isinstance(evaluation, dict) else None
         return check_records(frame, table, path, num_images if isinstance(num_images, int) else None)

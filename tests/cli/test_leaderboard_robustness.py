@@ -281,5 +281,6 @@ def test_a_robustness_table_with_an_index_outside_the_split_or_twice_is_refused(
     shutil.copytree(next(p.parent for p in runs.rglob("robustness.parquet")), folder)
     table = read_records(folder, "robustness")
     write_records(folder, {"robustness": change(pd.DataFrame(table))})
-    with pytest.raises(ProtobenchError, match=message):
+    with pytest.raises(ProtobenchError, match=message) as refused:
         read_records(folder, "robustness")
+    assert "`protobench evaluate RUN_DIR --robustness FAMILIES` to write it again" in str(refused.value)

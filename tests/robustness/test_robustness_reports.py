@@ -48,6 +48,11 @@ def test_compare_and_agreement_include_them(scored: Path) -> None:
     comparisons = compare_levels(frame, "method", metrics=["acc_attacked", "plc"])
     assert {c.metric for c in comparisons} == {"acc_attacked", "plc"}
     assert any(c.n_images is not None and c.n_images > 0 for c in comparisons if c.metric == "plc")
+    for c in comparisons:  # the probability of improvement in the metric's direction (rliable's, on the runs)
+        runs_a, runs_b = (frame[frame["method"] == level][c.metric].dropna().to_numpy() for level in (c.a, c.b))
+        better = (runs_a[:, None] < runs_b[None, :]) if c.metric == "plc" else (runs_a[:, None] > runs_b[None, :])
+        expected = better.mean() + 0.5 * (runs_a[:, None] == runs_b[None, :]).mean() if len(runs_a) and len(runs_b) else np.nan
+        assert c.prob_improvement == pytest.approx(expected, nan_ok=True)
     metrics = check_agreement_input(frame)
     assert {"acc_attacked", "pac", "prc", "plc"} <= set(metrics)
     means = method_means(frame, ["plc", "acc_attacked"])
