@@ -171,6 +171,9 @@ class MethodDeclaration:
     needs_early_tokens: bool = False
     batches_trials: bool = False  # PrototypeMethod.batches_trials: `tune --batch K` vectorises its step
     reference_row: bool = False  # a reference row (no prototypes): never marked or ranked among the methods it frames
+    #: its activation maps are log densities (vMFProto's log C_D(κ) + κ μᵀz): the robustness stage takes the
+    #: relative changes of PAC and the perturbation profile on exp(map) (metrics/misalignment.py)
+    log_density_maps: bool = False
     references: tuple[str, ...] = ()
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: what the behaviour probe (benchmark/behaviour/probe.py) may shorten to fit its micro problem:

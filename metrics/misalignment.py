@@ -15,6 +15,12 @@ maps lives in benchmark/robustness/misalignment.py.
   more activated than it after, minus before; ``PLC = 100 · (1 − IoU)`` of its high-activation
   pixels (> the 0.9 quantile of its bilinearly upsampled map) before and after, 0 when both are
   empty.
+* Maps that are log densities (a method declaring ``log_density_maps``: vMFProto's
+  ``log C_D(κ) + κ μᵀz``, whose constant ``log C_D(κ)`` is about +1457 at D = 768, κ = 50): a ratio of
+  two such values measures the constant, not the change, so the activation whose relative change PAC
+  takes is the density itself, ``exp(map)``: ``PAC = 100 · (1 − exp(a_after − a_before))``
+  (:func:`relative_drop`), defined for every image since a density is positive. PRC and PLC compare
+  ranks and quantile masks, which ``exp`` does not move.
 """
 from __future__ import annotations
 
@@ -56,19 +62,29 @@ def attack_masks(maps: Tensor, chosen: Tensor, image_size: int, *, percentile: f
     return masks
 
 
-def misalignment_scores(before: Tensor, after: Tensor, chosen: Tensor, own: Tensor, image_size: int) -> dict[str, Tensor]:
+def relative_drop(before: Tensor, after: Tensor, *, log_density: bool = False) -> Tensor:
+    """``(a_before − a_after) / a_before`` of activations, NaN where ``a_before ≤ 0`` (undefined); for
+    log-density maps the activation is ``exp(map)``, so ``1 − exp(after − before)`` (module docstring)."""
+    if log_density:
+        return -torch.expm1(after - before)
+    return torch.where(before > 0, (before - after) / torch.where(before > 0, before, torch.ones_like(before)),
+                       torch.full_like(before, float("nan")))
+
+
+def misalignment_scores(before: Tensor, after: Tensor, chosen: Tensor, own: Tensor, image_size: int, *,
+                        log_density: bool = False) -> dict[str, Tensor]:
     """Per image ``PAC``, ``PRC``, ``PLC`` (each (B,) float64; PAC NaN where the top prototype's
     activation before is ≤ 0, where its relative change is undefined). ``before`` / ``after``:
     (B, P, h, w) maps of every prototype of every class before and after the attack; ``chosen``
     (B, k): the attacked prototypes (indices among the P); ``own`` (B, P) bool: the prototypes of
-    the image's ground-truth class."""
+    the image's ground-truth class; ``log_density``: the maps are log densities (PAC on ``exp``)."""
     peak_before = before.flatten(2).amax(dim=2).to(torch.float64)
     peak_after = after.flatten(2).amax(dim=2).to(torch.float64)
     first = peak_before.gather(1, chosen).argmax(dim=1, keepdim=True)  # np.argmax: the first maximum
     top = chosen.gather(1, first)  # (B, 1)
     top_before = peak_before.gather(1, top)[:, 0]
     top_after = peak_after.gather(1, top)[:, 0]
-    pac = torch.where(top_before > 0, (1 - top_after / top_before) * 100, torch.full_like(top_before, float("nan")))
+    pac = 100 * relative_drop(top_before, top_after, log_density=log_density)
     others = ~own
     rank_before = ((peak_before > top_before[:, None]) & others).sum(dim=1)
     rank_after = ((peak_after > top_after[:, None]) & others).sum(dim=1)

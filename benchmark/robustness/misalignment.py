@@ -23,9 +23,9 @@ MISALIGNMENT_COLUMNS = ("correct_clean", "correct_attacked", "pac", "prc", "plc"
 
 
 def misalignment_batch(live: LiveMethod, pixels: Tensor, labels: Tensor, options: RobustnessOptions, *,
-                       prototypes: bool, generator: torch.Generator) -> dict[str, np.ndarray]:
+                       prototypes: bool, generator: torch.Generator, log_density: bool = False) -> dict[str, np.ndarray]:
     """Per image of the batch: ``correct_clean``, ``correct_attacked`` (1.0 / 0.0) and, with
-    ``prototypes``, ``pac``, ``prc``, ``plc`` (NaN without)."""
+    ``prototypes``, ``pac``, ``prc``, ``plc`` (NaN without; ``log_density``: PAC of ``exp(map)``)."""
     method = live.method
     size = pixels.shape[-1]
     with torch.no_grad(), live.compute():
@@ -62,7 +62,8 @@ def misalignment_batch(live: LiveMethod, pixels: Tensor, labels: Tensor, options
     if prototypes:
         J = method.prototypes_per_class
         own = torch.arange(method.num_classes * J, device=labels.device)[None, :] // J == labels[:, None]
-        scores = misalignment_scores(every_before, every_after, labels[:, None] * J + chosen, own, size)
+        scores = misalignment_scores(every_before, every_after, labels[:, None] * J + chosen, own, size,
+                                     log_density=log_density)
         rows.update({name: value.cpu().numpy() for name, value in scores.items()})
     else:
         rows.update({name: np.full(len(labels), np.nan) for name in ("pac", "prc", "plc")})

@@ -8,7 +8,8 @@ logit, CaBRNet's ``explain`` order), its similarity ``s`` (the map's maximum) at
 (h, w), and its attribution (the map upsampled bicubically to the image and min-max scaled to
 [0, 1]). Each perturbation of the whole image is merged with the clean one through the attribution
 (``focus``: ``m · perturbed + (1 − m) · clean``; ``dual``: the mask ``1 − m``), and the relative drop
-of the similarity at (h, w), ``(s − s') / s``, is recorded (NaN where ``s ≤ 0``). CaBRNet's factors:
+of the similarity at (h, w), ``(s − s') / s``, is recorded (NaN where ``s ≤ 0``; for log-density maps
+the similarity is ``exp(map)``, so ``1 − exp(s' − s)``: metrics/misalignment.py). CaBRNet's factors:
 brightness 0.3, contrast 0.2, saturation 0.3, hue 0.2 (torchvision's ``adjust_*``, as its
 ``ColorJitter((f, f))``), Gaussian blur (kernel 21, σ 2) and a sine distortion (5 periods over the
 attribution's box at threshold 0.3, amplitude 7 pixels, both directions). The suite perturbs the
@@ -25,6 +26,7 @@ from torch import Tensor
 
 from benchmark.robustness.live import LiveMethod
 from metrics.maps import upsample_maps
+from metrics.misalignment import relative_drop
 
 PERTURBATIONS: tuple[str, ...] = ("brightness", "contrast", "saturation", "hue", "blur", "distortion")
 TARGETS: tuple[str, ...] = ("focus", "dual")
@@ -69,8 +71,10 @@ def perturbed(image: Tensor, attribution: Tensor, name: str) -> Tensor:
     return sine_distortion(image, attribution)
 
 
-def perturbation_batch(live: LiveMethod, pixels: Tensor, labels: Tensor) -> dict[str, np.ndarray]:
-    """Per image of the batch: :data:`PERTURBATION_COLUMNS` (relative similarity drops)."""
+def perturbation_batch(live: LiveMethod, pixels: Tensor, labels: Tensor, *, log_density: bool = False
+                       ) -> dict[str, np.ndarray]:
+    """Per image of the batch: :data:`PERTURBATION_COLUMNS` (relative similarity drops; of ``exp(map)``
+    for a method whose maps are log densities, metrics/misalignment.py ``relative_drop``)."""
     method = live.method
     size = pixels.shape[-1]
     with torch.no_grad(), live.compute():
@@ -96,7 +100,6 @@ def perturbation_batch(live: LiveMethod, pixels: Tensor, labels: Tensor) -> dict
             with torch.no_grad(), live.compute():
                 after = method.activation_maps(live.tokens(merged, labels), predicted).float()
             moved = after[torch.arange(len(labels)), top].flatten(1).gather(1, where[:, None])[:, 0]
-            drop = torch.where(score > 0, (score - moved) / torch.where(score > 0, score, torch.ones_like(score)),
-                               torch.full_like(score, float("nan")))
+            drop = relative_drop(score, moved, log_density=log_density)
             columns[f"lpa_{name}_{target}"] = drop.double().cpu().numpy()
     return columns

@@ -145,15 +145,17 @@ def _score_batch(live: LiveMethod, prep: Any, chunk: list[int], options: Robustn
     pixels = pixel_images(prep.test_set, chunk).to(prep.device)
     labels = torch.as_tensor([int(prep.test_set.labels[i]) for i in chunk], dtype=torch.int64, device=prep.device)
     done: dict[str, list[float]] = {"index": [float(i) for i in chunk]}
+    log_density = declaration(prep.spec.method).log_density_maps  # relative changes of exp(map)
     if "misalignment" in options.families:
         generator = torch.Generator().manual_seed(ATTACK_SEED + number)
-        scored = misalignment_batch(live, pixels, labels, options, prototypes=not reference, generator=generator)
+        scored = misalignment_batch(live, pixels, labels, options, prototypes=not reference, generator=generator,
+                                    log_density=log_density)
         done.update({name: [float(v) for v in values] for name, values in scored.items()})
     if "faithfulness" in options.families:
         scored = faithfulness_batch(live, pixels, labels, seed=FAITHFULNESS_SEED + number)
         done.update({name: [float(v) for v in values] for name, values in scored.items()})
     if "perturbation" in options.families:
-        scored = perturbation_batch(live, pixels, labels) if not reference else \
+        scored = perturbation_batch(live, pixels, labels, log_density=log_density) if not reference else \
             {name: [float("nan")] * len(chunk) for name in PERTURBATION_COLUMNS}
         done.update({name: [float(v) for v in values] for name, values in scored.items()})
     return done

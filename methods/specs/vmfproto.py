@@ -30,6 +30,7 @@ DECLARATION = MethodDeclaration(
         "lr_pi": positive(1e-05),
     },
     batches_trials=True,
+    log_density_maps=True,  # activation_maps: s_icj = log C_D(κ) + κ μᵀz (Eq. ot_score), a log density
     # the ranges `protobench tune` searches (methods/space.py), each holding the paper's default:
     # learning rates log-uniform over about a decade either side, loss weights and temperatures
     # uniform over the range their papers discuss (docs/guides/tuning.md)

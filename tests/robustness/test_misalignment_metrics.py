@@ -66,3 +66,27 @@ def test_the_high_activation_box_is_protopnets_crop() -> None:
     pixel_map[5:9, 10:15] = 1.0  # 20 of 400 pixels: exactly the top 5 %
     assert high_activation_box(pixel_map, 95) == official.find_high_activation_crop(pixel_map.numpy(), 95) \
         == (5, 9, 10, 15)
+
+
+def test_pac_of_log_density_maps_is_the_official_pac_of_their_densities_whatever_the_constant() -> None:
+    """vMFProto's maps are log densities with a constant log C_D(κ) ≈ +1457: PAC reads exp(map), so it
+    equals the official PAC on the densities, and adding the constant moves nothing (on the raw maps the
+    ratio would measure the constant). PRC and PLC are those of the raw maps."""
+    official.img_size = SIZE
+    C, J, B, grid = 4, 2, 5, 7
+    log_before = torch.randn(B, C * J, grid, grid, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    log_after = log_before + 0.3 * torch.randn(B, C * J, grid, grid, generator=torch.Generator().manual_seed(4),
+                                               dtype=torch.float64)
+    labels = torch.tensor([0, 1, 2, 3, 1])
+    chosen = log_before.view(B, C, J, grid, grid)[torch.arange(B), labels].flatten(2).amax(dim=2).topk(1, dim=1).indices
+    attacked = labels[:, None] * J + chosen
+    own = torch.arange(C * J)[None, :] // J == labels[:, None]
+    ours = misalignment_scores(log_before, log_after, attacked, own, SIZE, log_density=True)
+    shifted = misalignment_scores(log_before + 1457.1, log_after + 1457.1, attacked, own, SIZE, log_density=True)
+    raw = misalignment_scores(log_before, log_after, attacked, own, SIZE)
+    for b in range(B):
+        ref = official.get_activation_change_metrics(log_before[b].exp().numpy(), log_after[b].exp().numpy(),
+                                                     attacked[b].numpy(), np.arange(int(labels[b]) * J, int(labels[b]) * J + J))
+        assert abs(float(ours["pac"][b]) - ref["PAC"]) < 1e-9
+    assert torch.allclose(shifted["pac"], ours["pac"], atol=1e-9) and not torch.isnan(ours["pac"]).any()
+    assert torch.equal(ours["prc"], raw["prc"]) and torch.equal(ours["plc"], raw["plc"])

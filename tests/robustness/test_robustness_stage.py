@@ -191,3 +191,29 @@ def test_infidelity_reads_the_map_at_a_common_scale(trained: Path, monkeypatch: 
     monkeypatch.setattr(faithfulness, "evidence_attributions", lambda *a: 1000.0 * real(*a))
     scaled = faithfulness.faithfulness_batch(live, pixels, labels, seed=3)["infidelity"]
     assert np.allclose(plain, scaled, rtol=1e-5) and np.all(plain > 0)
+
+
+def test_vmfproto_maps_are_read_as_log_densities_by_pac_and_the_profile(
+        trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vMFProto declares log-density maps, so its relative changes are of exp(map); a method that does not
+    (ProtoPNet) keeps the official ratio of its activations."""
+    from methods.registry import declaration
+
+    assert declaration("vmfproto").log_density_maps and not declaration("protopnet").log_density_maps
+    seen: dict[str, bool] = {}
+    real_misalignment, real_perturbation = stage_module.misalignment_batch, stage_module.perturbation_batch
+
+    def misalignment(*args, log_density, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen["misalignment"] = log_density
+        return real_misalignment(*args, log_density=log_density, **kwargs)
+
+    def perturbation(*args, log_density, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen["perturbation"] = log_density
+        return real_perturbation(*args, log_density=log_density, **kwargs)
+
+    monkeypatch.setattr(stage_module, "misalignment_batch", misalignment)
+    monkeypatch.setattr(stage_module, "perturbation_batch", perturbation)
+    section = run_robustness(trained, RobustnessOptions(("misalignment", "perturbation"), steps=2, images=3,
+                                                        batch_size=3))
+    assert seen == {"misalignment": True, "perturbation": True}
+    assert section["metrics"]["pac"] is not None  # a density is positive: PAC is defined on every image
