@@ -84,7 +84,7 @@ def quantus_metrics(size: int) -> dict[str, Any]:
         "region_perturbation": quantus.RegionPerturbation(**quiet),
         "road": PerImageROAD(perturb_func=pixel_imputation, **quiet),
         # normalise=True (Quantus' normalise_by_max): the default False leaves Infidelity in each method's map
-        # units (docs/protocol/robustness.md, "Infidelity is read at a common scale")
+        # units (docs/protocol/robustness.md, "Pixel-level faithfulness (Quantus 0.6)")
         "infidelity": quantus.Infidelity(normalise=True, **quiet),
     }
 
