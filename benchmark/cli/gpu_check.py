@@ -2,8 +2,9 @@
 
 A GPU is lent rarely and for a short time, so one failing step must not cost the others'
 measurements: the ``gpu`` tests, ``perf --paper-scale``, ``perf --tuning 8`` (ProtoPNet and
-vMFProto on ``demo_all``: K trials sequential, packed and batched, 3 repeats) and the
-``cub_main`` projections (grid and tuning at 30 trials per cell, measured and from the model) each
+vMFProto on ``demo_all``: K trials sequential, packed and batched, 3 repeats), the
+``cub_main`` projections (grid and tuning at 30 trials per cell, measured and from the model) and
+``perf --robustness`` (each family of the robustness stage against ``evaluate`` on the demo) each
 run as their own process, with their output in ``OUT/``; a table of the steps (exit status,
 seconds, file) ends the check and is written to ``OUT/summary.json``, and the check exits
 non-zero when any step failed. ``--steps`` runs some of them (a device call is limited in time:
@@ -42,6 +43,11 @@ DRY_RUN_PERF = ["--set", "backbone_args={depth = 1, embed_dim = 48, num_heads = 
                 "--set", "batch_size=8", "--set", "eval_batch_size=8", "--warmup", "1", "--timed-batches", "2"]
 #: ``perf --tuning``: K trials, repeats (the issue's K = 8 with 3 repeats; the dry run K = 2, once)
 TUNING_TIMINGS = {"cuda": ["--tuning", "8", "--repeats", "3"], "cpu": ["--tuning", "2", "--repeats", "1"]}
+#: ``perf --robustness``: every family of the robustness stage against evaluate on the demo grid's first run
+#: (images, repeats; the dry run: one 56-px image once, so that Infidelity's 10 · (S/4)² passes take seconds)
+ROBUSTNESS_TIMINGS = {"cuda": ["--robustness-images", "4", "--repeats", "2"],
+                      "cpu": ["--robustness-images", "1", "--repeats", "1", "--set", "image_size=56"]}
+DEMO_GRID = CHECKOUT / "benchmark" / "grids" / "demo.toml"
 TUNING_GRID = CHECKOUT / "benchmark" / "grids" / "demo_all.toml"
 TUNING_METHODS = "method=protopnet,vmfproto"  # the two methods that batch their trials on the paper's grid
 CUB_TUNING_TRIALS = "30"  # the plan's tuning projection: 30 trials per cub_main cell
@@ -81,6 +87,9 @@ def gpu_check_steps(device: str, out: Path, python: str = sys.executable) -> lis
     # in OUT too: the demo grid's data_root, ./data/synthbirds, is generated there (the preset's are apart)
     tuning = [*cli, "perf", str(TUNING_GRID), "--only", TUNING_METHODS, *TUNING_TIMINGS[device], "--device", device,
               "--runs-dir", str(out / "runs-tuning"), "--out", str(out / "perf-tuning.json"), *shrunk]
+    robustness = [*cli, "perf", str(DEMO_GRID), "--robustness", "misalignment,faithfulness,perturbation",
+                  *ROBUSTNESS_TIMINGS[device], "--device", device, "--runs-dir", str(out / "runs-robustness"),
+                  "--out", str(out / "perf-robustness.json"), *shrunk]
     cub = [*cli, "plan", "benchmark/grids/cub_main.toml", "--tuning-trials", CUB_TUNING_TRIALS]
     return [
         Step("tests", "gpu tests", [python, "-m", "pytest", "-m", "gpu", *GPU_TEST_PATHS, "-q", "-p",
@@ -96,6 +105,8 @@ def gpu_check_steps(device: str, out: Path, python: str = sys.executable) -> lis
         # the FLOPs model's projection (H100), to compare with the measured one above
         Step("model", "plan cub_main (model)", cub, "plan-cub_main-model.txt", "plan-cub_main-model.txt",
              cwd=CHECKOUT),
+        # the robustness stage (live trunk, gradients to the pixels, Quantus) against evaluate, per family
+        Step("robustness", "perf --robustness", robustness, "perf-robustness.txt", "perf-robustness.json", cwd=out),
     ]
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.cli.gpu_check import (CHECKOUT, DRY_RUN_PERF, GPU_TEST_PATHS, TUNING_TIMINGS, Step, gpu_check_steps,
-                                     main, run_steps, select_steps, step_environment, summarise)
+from benchmark.cli.gpu_check import (CHECKOUT, DEMO_GRID, DRY_RUN_PERF, GPU_TEST_PATHS, ROBUSTNESS_TIMINGS, TUNING_TIMINGS,
+                                     Step, gpu_check_steps, main, run_steps, select_steps, step_environment,
+                                     summarise)
 
 
 def _write(name: str, code: int) -> list[str]:
@@ -41,12 +42,16 @@ def test_the_dry_run_runs_the_checks_commands_and_writes_its_files(tmp_path: Pat
                                                                        for s in cpu]
     timings = " ".join(TUNING_TIMINGS["cuda"]), " ".join(TUNING_TIMINGS["cpu"])
     assert timings == ("--tuning 8 --repeats 3", "--tuning 2 --repeats 1")  # the K = 8, 3 repeats
+    robust = " ".join(ROBUSTNESS_TIMINGS["cuda"]), " ".join(ROBUSTNESS_TIMINGS["cpu"])
+    assert "image_size=56" in robust[1]  # the dry run's Infidelity: 10 · 14² passes, not 10 · 56²
     for a, b in zip(cuda, cpu):
         shrunk = [*a.command, *(DRY_RUN_PERF if a.name.startswith("perf") else [])]
-        expected = " ".join(arg.replace("cuda", "cpu") for arg in shrunk).replace(*timings)
+        expected = " ".join(arg.replace("cuda", "cpu") for arg in shrunk).replace(*timings).replace(*robust)
         assert expected == " ".join(b.command)
     assert [s.writes for s in cuda] == ["pytest-gpu.xml", "perf-paper-scale.json", "perf-tuning.json",
-                                        "plan-cub_main.txt", "plan-cub_main-model.txt"]
+                                        "plan-cub_main.txt", "plan-cub_main-model.txt", "perf-robustness.json"]
+    robustness = next(s for s in cuda if s.key == "robustness").command
+    assert "misalignment,faithfulness,perturbation" in robustness and str(DEMO_GRID) in robustness
     plan = next(s for s in cuda if s.key == "plan").command  # measured: both perf files, 30 trials per cell
     assert [v for o, v in zip(plan, plan[1:]) if o == "--perf"] == [str(tmp_path / "perf-paper-scale.json"),
                                                                     str(tmp_path / "perf-tuning.json")]
@@ -57,7 +62,7 @@ def test_steps_can_be_run_a_few_at_a_time(tmp_path: Path, capsys) -> None:
     steps = gpu_check_steps("cpu", tmp_path)
     assert [s.key for s in select_steps(steps, "tuning,plan")] == ["tuning", "plan"]
     assert select_steps(steps, None) == steps
-    with pytest.raises(ValueError, match="unknown gpu-check step.*bogus.*tests, perf, tuning, plan, model"):
+    with pytest.raises(ValueError, match="unknown gpu-check step.*bogus.*tests, perf, tuning, plan, model, robustness"):
         select_steps(steps, "tests,bogus")
     with pytest.raises(SystemExit):
         main(["--device", "cpu", "--out", str(tmp_path / "out"), "--steps", "bogus"])
