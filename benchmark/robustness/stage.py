@@ -8,8 +8,8 @@ batch is written at once to ``RUN_DIR/robustness.partial/<settings digest>/`` (a
 killed stage resumes without repeating finished images, and batch b's attack starts from a generator
 seeded with ``ATTACK_SEED + b``, so resumed and uninterrupted stages give the same numbers. Only when
 every batch is done are the per-image ``robustness`` records and ``result.json``'s ``robustness``
-section written (records first, each atomically), and the partial folder removed: a run's results
-never hold part of a stage.
+section written (records first, each atomically, both under the run's lock), and the partial folder
+removed: a run's results never hold part of a stage.
 """
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ from benchmark.run.store import (ROBUSTNESS_TABLE, STAGE_PARTIAL_DIR, RunDir, at
 from benchmark.run.training import deterministic_algorithms
 from methods.common.precision import matmul_precision
 
+
+
+#: how long the finished stage waits for the run's lock before it writes (another holder writes in seconds;
+#: a stage turned away keeps its batches and finishes at once when run again)
+RESULT_LOCK_WAIT_S = 120.0
 
 
 def subsample(test_images: int, images: int | None) -> list[int]:
@@ -106,10 +111,12 @@ def run_robustness(run_dir: Path, options: RobustnessOptions) -> dict[str, Any]:
                              "metrics_fingerprint": metrics_fingerprint()}
     table = _table(prep.test_set, indices, rows)
     rd = RunDir(run_dir)
-    earlier_table = read_records(run_dir, ROBUSTNESS_TABLE)
-    _keep_earlier(section, table, (rd.result() or {}).get("robustness"), earlier_table, options)
-    write_records(run_dir, {ROBUSTNESS_TABLE: table})
-    with run_lock(rd.path):
+    # one holder at a time reads the earlier families and writes records and result together, so two
+    # stages finishing on one run (another process: a job and a local command) never mix their writes
+    with run_lock(rd.path, wait_s=RESULT_LOCK_WAIT_S):
+        earlier_table = read_records(run_dir, ROBUSTNESS_TABLE)
+        _keep_earlier(section, table, (rd.result() or {}).get("robustness"), earlier_table, options)
+        write_records(run_dir, {ROBUSTNESS_TABLE: table})
         result = rd.result() or {}
         atomic_write_checked(rd.result_path, json_bytes({**result, "robustness": section}))
     shutil.rmtree(run_dir / STAGE_PARTIAL_DIR, ignore_errors=True)

@@ -217,3 +217,23 @@ def test_vmfproto_maps_are_read_as_log_densities_by_pac_and_the_profile(
                                                         batch_size=3))
     assert seen == {"misalignment": True, "perturbation": True}
     assert section["metrics"]["pac"] is not None  # a density is positive: PAC is defined on every image
+
+
+def test_a_stage_finishing_while_another_process_holds_the_run_writes_nothing_then_finishes_from_its_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records and result are written together under the run's lock: while another holder has it (here a
+    second open of the lock file, as another process would), the finished stage writes neither, keeps its
+    batches, and a second call finishes without scoring an image again."""
+    from benchmark.run.store import RunBusy, run_lock
+
+    run_dir = _trained(tmp_path)
+    options = RobustnessOptions(("misalignment",), **FAST)
+    monkeypatch.setattr(stage_module, "RESULT_LOCK_WAIT_S", 0.0)
+    with run_lock(run_dir), pytest.raises(RunBusy):
+        run_robustness(run_dir, options)
+    assert read_records(run_dir, "robustness") is None
+    assert "robustness" not in json.loads((run_dir / "result.json").read_text())
+    assert len(list((run_dir / STAGE_PARTIAL_DIR).glob("*/batch-*.json"))) == 2
+    monkeypatch.setattr(stage_module, "_score_batch", lambda *a, **k: pytest.fail("an image was scored again"))
+    section = run_robustness(run_dir, options)
+    assert section["num_images"] == 6 and read_records(run_dir, "robustness") is not None
