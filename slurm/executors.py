@@ -23,6 +23,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext, redirect_stderr
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from benchmark.estimates.plan import run_hours
 from benchmark.run.local import preflight
 from benchmark.run.pending import Outcome, pending_runs
 from benchmark.run.states import JOB_FILE, JobRecord, add_job_record
-from benchmark.run.store import RunDir, atomic_write_json
+from benchmark.run.store import STAGE_FAILURE_FILE, STAGE_JOB_FILE, RunDir, atomic_write_json, read_json
 from benchmark.robustness.options import RobustnessOptions
 from slurm.jobs import RUNNING_ELSEWHERE, RobustnessJob, RunJob, TaskRun, adapter_paths
 from slurm.scheduler import query_jobs
@@ -120,39 +121,17 @@ def submit_runs(grid: GridSpec, runs: list[RunSpec], runs_root: Path, cache_root
         return result
     preflight(todo)
     costs = model_costs(profile.device_model)  # the plan's estimate decides how many runs fit in a task
-
-    def estimate(spec: RunSpec) -> float:
-        return run_hours(costs, spec, profile)[0]
-
-    use_snapshot = executor == "slurm" and profile.snapshot
-    result.snapshot = snapshot_path(runs_root) if use_snapshot else None
-    ex = make_executor(executor, result.folder, profile, job_name=f"protobench-{grid.name}")
-    if result.snapshot and profile.setup:  # the profile's lines run where the user submitted, as written
-        ex.update_parameters(slurm_setup=[f"cd {shlex.quote(str(Path.cwd()))}", *profile.setup,
-                                          f"cd {shlex.quote(str(result.snapshot))}"])
     cache_root = cache_root.resolve()
-    adapters = adapter_paths(todo)
-    result.adapter_paths = adapters  # recorded in each run's job.json: the reading commands' PYTHONPATH hint
-    with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
-        for shape, specs in group_by_shape(todo, profile):
-            ex.update_parameters(**shape.submitit_parameters())
-            tasks = [tuple(job_spec(spec, device) for spec in task) for task in pack_runs(specs, profile, estimate)]
-            board = tensorboard_root.resolve() if tensorboard_root else None
-            calls = [RunJob(tuple(TaskRun(spec, grid.run_dir(runs_root, spec),
-                                          grid.run_dir(board, spec) if board else None) for spec in task),
-                            cache_root, result.snapshot, allow_code_change=allow_code_change,
-                            adapter_paths=adapters)
-                     for task in tasks]
-            try:
-                jobs = _submit_array(ex, calls, shape, profile, result)
-            except ProtobenchError:
-                if result.snapshot and not result.arrays:  # no job will ever import it
-                    shutil.rmtree(result.snapshot, ignore_errors=True)
-                raise
-            array = ArraySubmission(shape, tuple(tasks), tuple(jobs))
-            result.run_dirs.update((spec.run_id, grid.run_dir(runs_root, spec)) for spec in array.specs)
-            _record(grid, runs_root, array, executor, result, profile)
-            result.arrays.append(array)
+    board = tensorboard_root.resolve() if tensorboard_root else None
+
+    def call(task: tuple[RunSpec, ...]) -> RunJob:
+        return RunJob(tuple(TaskRun(spec, grid.run_dir(runs_root, spec), grid.run_dir(board, spec) if board else None)
+                            for spec in task), cache_root, result.snapshot, allow_code_change=allow_code_change,
+                      adapter_paths=result.adapter_paths)
+
+    _submit_arrays(grid, todo, runs_root, result, executor=executor, profile=profile,
+                   job_name=f"protobench-{grid.name}", hours=lambda spec: run_hours(costs, spec, profile)[0],
+                   call=call, in_job=lambda spec: job_spec(spec, device))
     return result
 
 
@@ -164,7 +143,6 @@ def submit_stage(grid: GridSpec, runs: list[RunSpec], runs_root: Path, options: 
     ``robustness.job.json``. The jobs run on the runs' checkpoints, in the code snapshot as ``run``'s."""
     from benchmark.robustness.cost import robustness_seconds
     from benchmark.robustness.grid_stage import pending_stage
-    from benchmark.run.store import STAGE_JOB_FILE
 
     todo, settled = pending_stage(grid, runs, runs_root, options, retry_failed=retry_failed, ask=query_jobs)
     runs_root = runs_root.resolve()
@@ -173,32 +151,45 @@ def submit_stage(grid: GridSpec, runs: list[RunSpec], runs_root: Path, options: 
         return result
     model = model_costs(profile.device_model).model
 
-    def estimate(spec: RunSpec) -> float:
-        return sum(robustness_seconds(spec, options, model).values()) / 3600
+    def call(task: tuple[RunSpec, ...]) -> RobustnessJob:
+        return RobustnessJob(tuple(grid.run_dir(runs_root, spec) for spec in task), options, result.snapshot,
+                             adapter_paths=result.adapter_paths)
 
+    _submit_arrays(grid, todo, runs_root, result, executor=executor, profile=profile,
+                   job_name=f"protobench-{grid.name}-robustness",
+                   hours=lambda spec: sum(robustness_seconds(spec, options, model).values()) / 3600,
+                   call=call, job_file=STAGE_JOB_FILE)
+    return result
+
+
+def _submit_arrays(grid: GridSpec, todo: list[RunSpec], runs_root: Path, result: Submission, *, executor: str,
+                   profile: ClusterProfile, job_name: str, hours: Callable[[RunSpec], float],
+                   call: Callable[[tuple[RunSpec, ...]], RunJob | RobustnessJob],
+                   in_job: Callable[[RunSpec], RunSpec] = lambda spec: spec, job_file: str = JOB_FILE) -> None:
+    """What ``run`` and the robustness stage share: ``todo`` (absolute ``runs_root``) as one job array per
+    job shape, packed into tasks by their estimated ``hours`` (each spec as ``in_job`` hands it to the
+    job), each task the job ``call`` makes of it, in the code snapshot of a SLURM profile that keeps
+    one; each array recorded in ``result`` and each run's job in its ``job_file``."""
     result.snapshot = snapshot_path(runs_root) if executor == "slurm" and profile.snapshot else None
-    ex = make_executor(executor, result.folder, profile, job_name=f"protobench-{grid.name}-robustness")
-    if result.snapshot and profile.setup:
+    ex = make_executor(executor, result.folder, profile, job_name=job_name)
+    if result.snapshot and profile.setup:  # the profile's lines run where the user submitted, as written
         ex.update_parameters(slurm_setup=[f"cd {shlex.quote(str(Path.cwd()))}", *profile.setup,
                                           f"cd {shlex.quote(str(result.snapshot))}"])
-    result.adapter_paths = adapter_paths(todo)
+    result.adapter_paths = adapter_paths(todo)  # recorded in each job record: the reading commands' PYTHONPATH hint
     with code_snapshot(result.snapshot) if result.snapshot else nullcontext():
         for shape, specs in group_by_shape(todo, profile):
             ex.update_parameters(**shape.submitit_parameters())
-            tasks = pack_runs(specs, profile, estimate)
-            calls = [RobustnessJob(tuple(grid.run_dir(runs_root, spec) for spec in task), options, result.snapshot,
-                                   adapter_paths=result.adapter_paths) for task in tasks]
+            tasks = [tuple(in_job(spec) for spec in task) for task in pack_runs(specs, profile, hours)]
             try:
-                jobs = _submit_array(ex, calls, shape, profile, result)
+                jobs = _submit_array(ex, [call(task) for task in tasks], shape, profile, result)
             except ProtobenchError:
-                if result.snapshot and not result.arrays:
+                if result.snapshot and not result.arrays:  # no job will ever import it
                     shutil.rmtree(result.snapshot, ignore_errors=True)
                 raise
             array = ArraySubmission(shape, tuple(tasks), tuple(jobs))
             result.run_dirs.update((spec.run_id, grid.run_dir(runs_root, spec)) for spec in array.specs)
-            _record(grid, runs_root, array, executor, result, profile, STAGE_JOB_FILE)
+            _record(grid, runs_root, array, executor, result, profile, job_file)
             result.arrays.append(array)
-    return result
 
 
 def _submit_array(ex: submitit.AutoExecutor, calls: list[RunJob] | list[RobustnessJob], shape: JobShape,
@@ -272,7 +263,6 @@ def wait_for_stage(submission: Submission, options: RobustnessOptions) -> list[O
     done when its result holds the stage's scores, else failed (why: its ``robustness.failure.json``, or
     the task's error)."""
     from benchmark.robustness.grid_stage import scored_with
-    from benchmark.run.store import STAGE_FAILURE_FILE, read_json
 
     outcomes = []
     for array in submission.arrays:
