@@ -111,9 +111,9 @@ _SHARED_IDS: dict[tuple, pd.Index] = {}  # the image-id orders read (one per tes
 
 
 def _stamps(run_dir: str) -> tuple:
-    from benchmark.run.store import RECORD_SUFFIXES, RESULT_FILE
+    from benchmark.run.store import RECORD_SUFFIXES, RESULT_FILE, ROBUSTNESS_TABLE
 
-    files = [Path(run_dir) / name for name in (RESULT_FILE, *(f"{table}{s}" for table in ("per_image", "robustness")
+    files = [Path(run_dir) / name for name in (RESULT_FILE, *(f"{table}{s}" for table in ("per_image", ROBUSTNESS_TABLE)
                                                               for s in RECORD_SUFFIXES))]
     return tuple((f.name, st.st_ino, st.st_size, st.st_mtime_ns) for f in files if (st := _stat(f)) is not None)
 
@@ -129,8 +129,9 @@ def _with_robustness(run_dir: Path, records: pd.DataFrame | None) -> pd.DataFram
     """The per-image records with the robustness stage's columns beside them (by test-split index;
     NaN on the images outside its subsample), where the run has both tables."""
     from benchmark.run.records import read_records
+    from benchmark.run.store import ROBUSTNESS_TABLE
 
-    robust = read_records(run_dir, "robustness") if records is not None else None
+    robust = read_records(run_dir, ROBUSTNESS_TABLE) if records is not None else None
     if robust is None:
         return records
     scored = robust.drop(columns=["image"]).set_index("index").reindex(records["index"].to_numpy())

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmark.errors import ProtobenchError
-from benchmark.robustness.options import (DEFAULT_EPSILON, DEFAULT_PERCENTILE, DEFAULT_STEP, DEFAULT_STEPS,
-                                          DEFAULT_TOP_K, FAMILIES, RobustnessOptions, parse_families)
+from benchmark.robustness.options import (DEFAULT_BATCH, DEFAULT_EPSILON, DEFAULT_PERCENTILE, DEFAULT_STEP,
+                                          DEFAULT_STEPS, DEFAULT_TOP_K, FAMILIES, RobustnessOptions, parse_families)
 
 if TYPE_CHECKING:
     from benchmark.cluster import ClusterProfile
@@ -43,8 +43,8 @@ def add_settings_options(p: argparse.ArgumentParser, *, defaults: bool = True) -
                    help=f"ground-truth-class prototypes attacked per image (default: {source}{DEFAULT_TOP_K})")
     p.add_argument("--robustness-images", type=int,
                    help=f"size of the fixed subsample of test images (default: {source}all)")
-    p.add_argument("--robustness-batch", type=int, default=default(8),
-                   help=f"images per batch of the stage (default: {source}8)")
+    p.add_argument("--robustness-batch", type=int, default=default(DEFAULT_BATCH),
+                   help=f"images per batch of the stage (default: {source}{DEFAULT_BATCH})")
 
 
 def add_robustness_options(p: argparse.ArgumentParser) -> None:
@@ -76,10 +76,8 @@ def add_robustness_command(sub: "argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def robustness_options(args: argparse.Namespace) -> RobustnessOptions:
-    return RobustnessOptions(parse_families(args.robustness), epsilon=args.robustness_epsilon,
-                             step=args.robustness_step, steps=args.robustness_steps,
-                             percentile=args.robustness_percentile, top_k=args.robustness_top_k,
-                             images=args.robustness_images, batch_size=args.robustness_batch)
+    return RobustnessOptions(parse_families(args.robustness),
+                             **{field: getattr(args, option) for option, field in SETTINGS.items()})
 
 
 def cmd_robustness(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ DEFAULT_STEP = round(0.01 * MEAN_IMAGENET_STD, 5)  # official --epsilon_iter 0.0
 DEFAULT_STEPS = 40  # official --nb_iter
 DEFAULT_PERCENTILE = 95.0  # ProtoPNet find_high_activation_crop(percentile=95)
 DEFAULT_TOP_K = 1  # official --attack_type top_proto: one attacked prototype
+DEFAULT_BATCH = 8  # the official script's --batch_size
 SUBSAMPLE_SEED = 20230527  # the official script's np.random.seed before drawing its subsample
 ATTACK_SEED = 1234  # the official script's np.random.seed in __main__; here, the PGD starts' generator
 
@@ -37,7 +38,7 @@ class RobustnessOptions:
     percentile: float = DEFAULT_PERCENTILE
     top_k: int = DEFAULT_TOP_K
     images: int | None = None  # the subsample's size; None: the whole test split
-    batch_size: int = 8  # the official script's --batch_size
+    batch_size: int = DEFAULT_BATCH
 
     def settings(self) -> dict[str, Any]:
         """The settings recorded beside the scores (and keying resumable partial results)."""
